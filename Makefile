@@ -1,0 +1,35 @@
+# Thin wrapper: the two commands a newcomer needs are `make run` and `make test`.
+# Everything real lives in CMakeLists.txt; dependencies come from deploy/install-deps.sh.
+BUILD      ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_ARGS ?=
+
+.PHONY: deps build build-release build-asan run test bench clean
+
+deps:
+	@./deploy/install-deps.sh
+
+# Release build in build/ (binaries build/sluice, build/sluicectl).
+build-release: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DSLUICE_SANITIZE=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build: build-release
+
+# Sanitizer build (ASan + UBSan) in build/ as well, so tests exercise build/sluice.
+build-asan: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build-release
+	@mkdir -p data
+	./$(BUILD)/sluice --storage.path=./data
+
+test: build-asan
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+bench: build-release
+	@if [ -x bench/run.sh ]; then bench/run.sh; else echo "bench: no benchmarks yet"; fi
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs every build, test and interop dependency of sluice from Debian packages.
+# Idempotent: when everything is present it does nothing (no apt-get update, no network).
+set -euo pipefail
+
+PKGS=(
+  # toolchain
+  build-essential cmake pkg-config git
+  # libraries (pkg-config names in CMakeLists.txt)
+  libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
+  libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev
+  # tests and tools
+  python3 python3-pytest python3-requests python3-prometheus-client curl sqlite3 procps
+  # real peers the integration tests and benchmarks start
+  prometheus prometheus-pushgateway victoria-metrics prometheus-alertmanager
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# Debian's packages of the peers ship services that would start and take :9090/:9091 on a
+# machine with an init system; the tests start their own instances, so keep them stopped.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod +x "$policy"
+  made_policy=1
+fi
+rc=0
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null || rc=$?
+if [ "$made_policy" = 1 ]; then $SUDO rm -f "$policy"; fi
+exit $rc
