@@ -10,7 +10,7 @@ PKGS=(
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
   libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev
   # tests and tools
-  python3 python3-pytest python3-requests python3-prometheus-client curl sqlite3 procps
+  python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
   # real peers the integration tests and benchmarks start
   prometheus prometheus-pushgateway victoria-metrics prometheus-alertmanager
 )
