@@ -1,0 +1,129 @@
+/*
+ * rollup — the roll-up tier: fixed-resolution aggregates of every series in SQLite (the file the
+ * catalog opened), kept for long retentions (default "1m:15d,1h:400d").
+ *
+ * Each bucket [ts, ts+res) (ts a multiple of res in Unix ms) holds count, sum, min, max, last and
+ * the reset-adjusted counter increase. Ingest threads call rollup_add_samples, which only updates
+ * the open in-memory bucket of each series and resolution (locks sharded by series id). One
+ * writer thread - the only SQLite writer - moves closed buckets to disk in batched transactions
+ * every flush interval, checkpoints the open buckets so a restart or crash loses no more than a
+ * checkpoint interval (and re-feeding WAL-replayed samples is harmless: samples at or before a
+ * series' last seen time are ignored), and deletes data past retention in small slices.
+ *
+ * Sample rules (also in docs/storage-rollups.md):
+ *  - staleness markers (bits 0x7ff0000000000002) are not aggregated; they end counter continuity
+ *    (the next sample's increase starts from zero).
+ *  - a plain NaN is a value: it counts, becomes `last`, and poisons `sum`; min/max skip it unless
+ *    every sample of the bucket is NaN (as Prometheus' min_over_time/max_over_time); for
+ *    `increase` it is skipped (continuity runs from the last non-NaN value).
+ *  - increase over a bucket = sum over each sample v in the bucket with predecessor p (possibly in
+ *    an earlier bucket) of (v >= p ? v - p : v)  (Prometheus counter-reset rule).
+ *  - a sample with t <= the series' newest seen t is ignored (replays, duplicates).
+ *
+ * Thread safety: every function may be called from any thread, except open/close.
+ */
+#ifndef SLUICE_STORAGE_ROLLUP_H
+#define SLUICE_STORAGE_ROLLUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/catalog.h"
+
+#define ROLLUP_MAX_RESOLUTIONS 8
+#define ROLLUP_DEFAULT_RESOLUTIONS "1m:15d,1h:400d"
+
+typedef struct {
+    int64_t res_ms;       /* bucket width */
+    int64_t retention_ms; /* buckets older than now - retention are deleted */
+} rollup_resolution_t;
+
+typedef struct {
+    rollup_resolution_t v[ROLLUP_MAX_RESOLUTIONS]; /* strictly increasing res_ms */
+    size_t n;
+} rollup_resolutions_t;
+
+/* Parses "1m:15d,1h:400d" (Prometheus durations, comma separated, resolutions strictly
+ * increasing, each a multiple of the previous and of 1s, retention >= resolution).
+ * Returns 0, or -1 with a message in err. */
+int rollup_parse_resolutions(const char *s, rollup_resolutions_t *out, char *err, size_t errlen);
+
+typedef struct {
+    const char *resolutions;        /* NULL = ROLLUP_DEFAULT_RESOLUTIONS */
+    int64_t flush_interval_ms;      /* writer wake-up period; 0 = 1000 */
+    int64_t checkpoint_interval_ms; /* open buckets written at least this often; 0 = 60000 */
+    bool no_thread;                 /* tests: no writer thread, call rollup_flush yourself */
+} rollup_config_t;
+
+typedef struct rollup rollup_t;
+
+/* Opens the roll-up tables in the catalog's database, loads the checkpointed open buckets and
+ * starts the writer thread. cat must outlive the roll-up. Returns NULL with a message in err. */
+rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, size_t errlen);
+/* Stops the writer, writes every closed bucket and checkpoints every open (partial) bucket, then
+ * frees everything. Samples of a partial bucket that arrive after the restart merge into it. */
+void rollup_close(rollup_t *r);
+
+typedef struct {
+    uint64_t series_id;
+    int64_t t; /* ms */
+    double v;
+} rollup_sample_t;
+
+/* Aggregates samples into the open buckets (any order across series; per series, increasing t).
+ * Cheap: a shard lock and a hash lookup per sample, no I/O. The series must have been passed to
+ * catalog_add_series before (or the writer will still store its buckets, with no catalog row). */
+void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n);
+
+/* Synchronously runs one writer cycle: catalog pending rows, closed buckets, and (if
+ * checkpoint) every open bucket. Returns 0 or -1. */
+int rollup_flush(rollup_t *r, bool checkpoint);
+
+/* Closes, in memory, every open bucket that ends at or before `before_ms` (the writer does this
+ * by itself for buckets more than one resolution behind the newest sample seen, so series that
+ * stop sending still get their last bucket written). */
+void rollup_close_buckets_before(rollup_t *r, int64_t before_ms);
+
+/* Deletes stored buckets older than now_ms - retention, at most `budget` rows/blobs per call.
+ * Returns the number deleted (0 = nothing left to delete), or -1. The writer calls it with the
+ * wall clock; tests call it with their own now. */
+int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget);
+
+typedef struct {
+    int64_t ts; /* bucket start, multiple of the resolution */
+    uint64_t count;
+    double sum, min, max, last;
+    double increase; /* reset-adjusted counter increase */
+} rollup_bucket_t;
+
+/* Growable list of buckets. Zero-initialise; free with rollup_buckets_free. */
+typedef struct {
+    rollup_bucket_t *v;
+    size_t n, cap;
+} rollup_buckets_t;
+
+void rollup_buckets_free(rollup_buckets_t *b);
+
+/* Appends to out the buckets of series_id at resolution index res_idx whose start ts lies in
+ * [mint, maxt], in time order: stored ones, ones waiting for the writer, and the open ones.
+ * Returns 0 or -1. */
+int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt,
+                rollup_buckets_t *out);
+
+const rollup_resolutions_t *rollup_resolutions(const rollup_t *r);
+/* The resolution to read for a query over [mint, ...] evaluated at now_ms with step step_ms: the
+ * finest one whose retention covers mint and whose width is <= step; if none has width <= step,
+ * the finest that covers mint; if none covers mint, the coarsest. Returns an index. */
+size_t rollup_pick_resolution(const rollup_resolutions_t *rs, int64_t now_ms, int64_t mint, int64_t step_ms);
+
+typedef struct {
+    uint64_t series;          /* series with in-memory state */
+    uint64_t buckets_written; /* since open */
+    uint64_t samples_ignored; /* t <= newest seen */
+    uint64_t flushes, flush_errors;
+} rollup_stats_t;
+
+void rollup_get_stats(rollup_t *r, rollup_stats_t *out);
+
+#endif
