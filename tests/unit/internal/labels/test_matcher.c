@@ -1,0 +1,141 @@
+/* Unit tests for internal/labels/matcher.c: Prometheus matcher semantics and fast paths. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "internal/labels/matcher.h"
+
+static bool m1(matcher_type_t t, const char *re, const char *v)
+{
+    char err[256];
+    matcher_t *m = matcher_new(t, "x", re, err, sizeof(err));
+    assert_non_null(m);
+    bool r = matcher_matches(m, v, v ? strlen(v) : 0);
+    /* Every verdict must agree with plain PCRE2. */
+    matcher_t *p = matcher__new_no_fastpath(t, "x", re, err, sizeof(err));
+    assert_non_null(p);
+    assert_int_equal(r, matcher_matches(p, v, v ? strlen(v) : 0));
+    assert_int_equal(matcher_matches_empty(m), matcher_matches_empty(p));
+    matcher_free(m);
+    matcher_free(p);
+    return r;
+}
+
+static void test_equality(void **state)
+{
+    assert_true(m1(MATCHER_EQ, "a", "a"));
+    assert_false(m1(MATCHER_EQ, "a", "ab"));
+    assert_false(m1(MATCHER_EQ, "a", NULL));
+    assert_true(m1(MATCHER_EQ, "", NULL)); /* absent label == "" */
+    assert_true(m1(MATCHER_NEQ, "a", "b"));
+    assert_true(m1(MATCHER_NEQ, "a", NULL));
+    assert_false(m1(MATCHER_NEQ, "a", "a"));
+    assert_false(m1(MATCHER_NEQ, "", NULL));
+}
+
+static void test_anchoring(void **state)
+{
+    assert_true(m1(MATCHER_RE, "foo", "foo"));
+    assert_false(m1(MATCHER_RE, "foo", "xfoo"));
+    assert_false(m1(MATCHER_RE, "foo", "foox"));
+    assert_false(m1(MATCHER_RE, "fo+", "fooo\n"));      /* $ is end of text, like Go */
+    assert_true(m1(MATCHER_RE, "a|b", "b"));
+    assert_false(m1(MATCHER_RE, "a|b", "ab"));          /* ^(?:a|b)$, not ^a|b$ */
+    assert_true(m1(MATCHER_RE, "f.o", "fxo"));
+    assert_false(m1(MATCHER_RE, "f.o", "f\no"));        /* . excludes newline */
+    assert_true(m1(MATCHER_RE, "[a-c]+\\d", "abc1"));
+    assert_true(m1(MATCHER_NRE, "foo", "xfoo"));
+    assert_false(m1(MATCHER_NRE, "fo.*", "foo"));
+    assert_true(m1(MATCHER_RE, "(?i)FOO", "foo"));
+    assert_true(m1(MATCHER_RE, "\\pL+", "héllo"));      /* UTF-8 aware */
+    assert_true(m1(MATCHER_RE, "h.llo", "héllo"));      /* . is one code point */
+}
+
+static void test_fast_paths(void **state)
+{
+    const char *vals[] = {"", "a", "b", "c", "ab", "foo", "foobar", "fo", "x\ny", "a|b", "a.b",
+                          "axb", "\n", "foo\n", "ÿ", NULL};
+    const char *res[] = {".*", ".+", "a", "a|b|c", "foo.*", "fo.*", "a\\|b", "a\\.b", "|a",
+                         "foo|foobar|", "a.b", "", "x.y", "(a|b)", "b|a|b", NULL};
+    for (int i = 0; res[i]; i++)
+        for (int j = 0; vals[j]; j++) {
+            m1(MATCHER_RE, res[i], vals[j]);
+            m1(MATCHER_NRE, res[i], vals[j]);
+        }
+    assert_true(m1(MATCHER_RE, ".*", ""));
+    assert_false(m1(MATCHER_RE, ".*", "x\ny"));
+    assert_false(m1(MATCHER_RE, ".+", ""));
+    assert_true(m1(MATCHER_RE, "foo.*", "foobar"));
+    assert_true(m1(MATCHER_RE, "a\\|b", "a|b"));
+    assert_false(m1(MATCHER_RE, "a\\.b", "axb"));
+    assert_true(m1(MATCHER_RE, "|a", ""));
+
+    char err[128];
+    const char *const *set;
+    matcher_t *m = matcher_new(MATCHER_RE, "x", "c|a|b|a", err, sizeof(err));
+    assert_int_equal(matcher_literal_set(m, &set), 3);
+    assert_string_equal(set[0], "a");
+    assert_string_equal(set[2], "c");
+    assert_false(matcher_matches_empty(m));
+    matcher_free(m);
+    m = matcher_new(MATCHER_RE, "x", "a+", err, sizeof(err));
+    assert_int_equal(matcher_literal_set(m, &set), 0);
+    matcher_free(m);
+    m = matcher_new(MATCHER_NEQ, "x", "v", err, sizeof(err));
+    assert_int_equal(matcher_literal_set(m, &set), 1);
+    assert_true(matcher_matches_empty(m));
+    char buf[64];
+    assert_string_equal(matcher_format(m, buf, sizeof(buf)), "x!=\"v\"");
+    matcher_free(m);
+}
+
+static void test_empty_match_flags(void **state)
+{
+    struct {
+        matcher_type_t t;
+        const char *v;
+        bool empty;
+    } cases[] = {
+        {MATCHER_EQ, "", true},     {MATCHER_EQ, "a", false}, {MATCHER_NEQ, "a", true},
+        {MATCHER_NEQ, "", false},   {MATCHER_RE, ".*", true}, {MATCHER_RE, ".+", false},
+        {MATCHER_NRE, ".+", true},  {MATCHER_NRE, ".*", false}, {MATCHER_RE, "a?", true},
+        {MATCHER_RE, "a|", true},
+    };
+    char err[128];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        matcher_t *m = matcher_new(cases[i].t, "x", cases[i].v, err, sizeof(err));
+        assert_non_null(m);
+        assert_int_equal(matcher_matches_empty(m), cases[i].empty);
+        matcher_free(m);
+    }
+}
+
+static void test_bad_regex(void **state)
+{
+    char err[256] = "";
+    assert_null(matcher_new(MATCHER_RE, "x", "a(b", err, sizeof(err)));
+    assert_non_null(strstr(err, "error parsing regexp"));
+    assert_null(matcher_new(MATCHER_NRE, "x", "[z-a]", err, sizeof(err)));
+    /* Catastrophic backtracking is bounded, not a hang. */
+    matcher_t *m = matcher_new(MATCHER_RE, "x", "(a+)+b", err, sizeof(err));
+    assert_non_null(m);
+    char s[64];
+    memset(s, 'a', 40);
+    s[40] = 0;
+    assert_false(matcher_matches(m, s, 40));
+    matcher_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equality),         cmocka_unit_test(test_anchoring),
+        cmocka_unit_test(test_fast_paths),       cmocka_unit_test(test_empty_match_flags),
+        cmocka_unit_test(test_bad_regex),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
