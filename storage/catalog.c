@@ -1,0 +1,710 @@
+/*
+ * catalog — persistent series catalog (series id <-> labels) and label index in SQLite.
+ *
+ * File: <storage.path>/sluice.db, shared with the roll-up tier (storage/rollup.c), opened in WAL
+ * journal mode with synchronous=NORMAL: a commit is an append to the -wal file, fsync'd at
+ * checkpoints, so a power cut can lose the last commits but never corrupts the file.
+ *
+ * Tables (also documented for humans in docs/storage-rollups.md):
+ *
+ *   series(id INTEGER PRIMARY KEY,      stable series id, never reused
+ *          metric TEXT,                 value of __name__ ('' if none), indexed
+ *          labels TEXT,                 the other labels as {a="b",c="d"} (Prometheus escaping,
+ *                                       sorted by name) - for people with the sqlite3 CLI
+ *          enc BLOB,                    canonical encoding of the full sorted set, see below
+ *          first_seen INTEGER,          ms; widened by catalog_add_series
+ *          last_seen INTEGER)           ms; widened by catalog_touch_series / the roll-up writer
+ *   label_index(name, value, series_id) WITHOUT ROWID, primary key in that order: the postings
+ *          of every label pair, __name__ included, for matchers over series that left memory.
+ *   meta(key, value)                    key 'catalog_version' = 1.
+ *
+ * enc, for each label in name order:
+ *   | uvarint | name length n            |
+ *   | n bytes | name                     |
+ *   | uvarint | value length m           |
+ *   | m bytes | value                    |
+ * (uvarint = LEB128, 7 bits per byte, low group first, high bit = more follows.)
+ *
+ * Writes go through a pending list (a mutex-protected array of owned copies): ingest threads only
+ * append to it, the roll-up writer drains it inside its own transaction. The write connection is
+ * guarded by write_mu so catalog_flush and the roll-up writer never interleave statements.
+ * Lookups use a second connection guarded by read_mu; in WAL mode it reads the last committed
+ * state without waiting for the writer.
+ */
+#include "storage/catalog.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal/util/buf.h"
+#include "internal/util/log.h"
+
+/* ---- types ------------------------------------------------------------------------------ */
+
+typedef enum { PENDING_ADD = 0, PENDING_TOUCH } pending_kind_t;
+
+typedef struct {
+    pending_kind_t kind;
+    uint64_t id;
+    int64_t t;
+    labels_t ls; /* PENDING_ADD: ls.v and the strings live in one malloc'd block at ls.v */
+} pending_t;
+
+struct catalog {
+    char *path;
+    sqlite3 *wdb, *rdb;
+    pthread_mutex_t write_mu, read_mu, pending_mu;
+    pending_t *pending;
+    size_t npending, cappending;
+    _Atomic uint64_t next_id;
+};
+
+#define CAT_SCHEMA                                                                                 \
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"                  \
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('catalog_version', 1);"                         \
+    "CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, metric TEXT NOT NULL,"              \
+    " labels TEXT NOT NULL, enc BLOB NOT NULL, first_seen INTEGER NOT NULL,"                       \
+    " last_seen INTEGER NOT NULL);"                                                                \
+    "CREATE INDEX IF NOT EXISTS series_metric ON series(metric);"                                  \
+    "CREATE TABLE IF NOT EXISTS label_index(name TEXT NOT NULL, value TEXT NOT NULL,"              \
+    " series_id INTEGER NOT NULL, PRIMARY KEY(name, value, series_id)) WITHOUT ROWID;"
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static void put_uvarint(buf_t *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        buf_putc(b, (char)(v | 0x80));
+        v >>= 7;
+    }
+    buf_putc(b, (char)v);
+}
+
+static int get_uvarint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t c = *(*p)++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void encode_labels(buf_t *b, const labels_t *ls)
+{
+    for (size_t i = 0; i < ls->n; i++) {
+        size_t nl = strlen(ls->v[i].name), vl = strlen(ls->v[i].value);
+        put_uvarint(b, nl);
+        buf_append(b, ls->v[i].name, nl);
+        put_uvarint(b, vl);
+        buf_append(b, ls->v[i].value, vl);
+    }
+}
+
+/* Decodes enc into labels whose strings are allocated by alloc(ud, n). Returns 0 or -1. */
+typedef void *(*alloc_fn)(void *ud, size_t n);
+
+static int decode_labels(const uint8_t *p, size_t len, alloc_fn alloc, void *ud, labels_t *out)
+{
+    const uint8_t *end = p + len, *q = p;
+    size_t n = 0;
+    while (q < end) { /* count first so one array suffices */
+        uint64_t l;
+        for (int k = 0; k < 2; k++) {
+            if (get_uvarint(&q, end, &l) != 0 || l > (uint64_t)(end - q))
+                return -1;
+            q += l;
+        }
+        n++;
+    }
+    label_t *v = n ? alloc(ud, n * sizeof(label_t)) : NULL;
+    if (n && !v)
+        return -1;
+    q = p;
+    for (size_t i = 0; i < n; i++) {
+        char *s[2];
+        for (int k = 0; k < 2; k++) {
+            uint64_t l;
+            get_uvarint(&q, end, &l);
+            s[k] = alloc(ud, l + 1);
+            if (!s[k])
+                return -1;
+            memcpy(s[k], q, l);
+            s[k][l] = 0;
+            q += l;
+        }
+        v[i].name = s[0];
+        v[i].value = s[1];
+    }
+    out->v = v;
+    out->n = n;
+    return 0;
+}
+
+static bool sorted_unique(const labels_t *ls)
+{
+    for (size_t i = 1; i < ls->n; i++)
+        if (strcmp(ls->v[i - 1].name, ls->v[i].name) >= 0)
+            return false;
+    return true;
+}
+
+static void *arena_alloc_cb(void *ud, size_t n) { return arena_try_alloc(ud, n); }
+
+/* {a="b",c="d"} without __name__, escaping \ " and newline as the text exposition format does. */
+static void format_labels_text(buf_t *b, const labels_t *ls)
+{
+    buf_putc(b, '{');
+    bool first = true;
+    for (size_t i = 0; i < ls->n; i++) {
+        if (strcmp(ls->v[i].name, LABEL_METRIC_NAME) == 0)
+            continue;
+        if (!first)
+            buf_putc(b, ',');
+        first = false;
+        buf_puts(b, ls->v[i].name);
+        buf_puts(b, "=\"");
+        for (const char *s = ls->v[i].value; *s; s++) {
+            if (*s == '\\')
+                buf_puts(b, "\\\\");
+            else if (*s == '"')
+                buf_puts(b, "\\\"");
+            else if (*s == '\n')
+                buf_puts(b, "\\n");
+            else
+                buf_putc(b, *s);
+        }
+        buf_putc(b, '"');
+    }
+    buf_putc(b, '}');
+}
+
+static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        if (err)
+            snprintf(err, errlen, "sqlite: %s", msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static sqlite3 *open_db(const char *path, char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "open %s: %s", path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return NULL;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    if (exec_sql(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err, errlen) != 0) {
+        sqlite3_close(db);
+        return NULL;
+    }
+    return db;
+}
+
+/* ---- open / close ----------------------------------------------------------------------- */
+
+catalog_t *catalog_open(const char *dir, char *err, size_t errlen)
+{
+    catalog_t *cat = calloc(1, sizeof(*cat));
+    if (!cat) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&cat->write_mu, NULL);
+    pthread_mutex_init(&cat->read_mu, NULL);
+    pthread_mutex_init(&cat->pending_mu, NULL);
+    size_t n = strlen(dir) + sizeof("/sluice.db");
+    cat->path = malloc(n);
+    if (!cat->path) {
+        snprintf(err, errlen, "out of memory");
+        goto err;
+    }
+    snprintf(cat->path, n, "%s/sluice.db", dir);
+    cat->wdb = open_db(cat->path, err, errlen);
+    if (!cat->wdb)
+        goto err;
+    if (exec_sql(cat->wdb, CAT_SCHEMA, err, errlen) != 0)
+        goto err;
+    cat->rdb = open_db(cat->path, err, errlen);
+    if (!cat->rdb)
+        goto err;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(cat->wdb, "SELECT coalesce(max(id), 0) FROM series", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        snprintf(err, errlen, "sqlite: %s", sqlite3_errmsg(cat->wdb));
+        sqlite3_finalize(st);
+        goto err;
+    }
+    atomic_store(&cat->next_id, (uint64_t)sqlite3_column_int64(st, 0) + 1);
+    sqlite3_finalize(st);
+    return cat;
+err:
+    sqlite3_close(cat->rdb);
+    sqlite3_close(cat->wdb);
+    free(cat->path);
+    pthread_mutex_destroy(&cat->write_mu);
+    pthread_mutex_destroy(&cat->read_mu);
+    pthread_mutex_destroy(&cat->pending_mu);
+    free(cat);
+    return NULL;
+}
+
+static void pending_free(pending_t *p)
+{
+    if (p->kind == PENDING_ADD)
+        free(p->ls.v);
+}
+
+void catalog_close(catalog_t *cat)
+{
+    if (!cat)
+        return;
+    if (catalog_flush(cat) != 0)
+        log_error("catalog", "final flush failed; pending series rows lost", LF_S("path", cat->path));
+    for (size_t i = 0; i < cat->npending; i++)
+        pending_free(&cat->pending[i]);
+    free(cat->pending);
+    sqlite3_close(cat->rdb);
+    sqlite3_close(cat->wdb);
+    free(cat->path);
+    pthread_mutex_destroy(&cat->write_mu);
+    pthread_mutex_destroy(&cat->read_mu);
+    pthread_mutex_destroy(&cat->pending_mu);
+    free(cat);
+}
+
+const char *catalog_path(const catalog_t *cat) { return cat->path; }
+
+void catalog_ids_free(catalog_ids_t *ids)
+{
+    free(ids->v);
+    *ids = (catalog_ids_t){0};
+}
+
+static int ids_push(catalog_ids_t *ids, uint64_t id)
+{
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 64;
+        uint64_t *v = realloc(ids->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        ids->v = v;
+        ids->cap = cap;
+    }
+    ids->v[ids->n++] = id;
+    return 0;
+}
+
+/* ---- writes ----------------------------------------------------------------------------- */
+
+uint64_t catalog_next_id(catalog_t *cat) { return atomic_fetch_add(&cat->next_id, 1); }
+
+static int pending_push(catalog_t *cat, const pending_t *p)
+{
+    pthread_mutex_lock(&cat->pending_mu);
+    if (cat->npending == cat->cappending) {
+        size_t cap = cat->cappending ? cat->cappending * 2 : 256;
+        pending_t *v = realloc(cat->pending, cap * sizeof(*v));
+        if (!v) {
+            pthread_mutex_unlock(&cat->pending_mu);
+            return -1;
+        }
+        cat->pending = v;
+        cat->cappending = cap;
+    }
+    cat->pending[cat->npending++] = *p;
+    pthread_mutex_unlock(&cat->pending_mu);
+    return 0;
+}
+
+int catalog_add_series(catalog_t *cat, uint64_t id, const labels_t *ls, int64_t t)
+{
+    if (id == 0 || !sorted_unique(ls))
+        return -1;
+    /* One block: the label array, then the strings. */
+    size_t total = ls->n * sizeof(label_t);
+    for (size_t i = 0; i < ls->n; i++)
+        total += strlen(ls->v[i].name) + strlen(ls->v[i].value) + 2;
+    label_t *v = malloc(total ? total : 1);
+    if (!v)
+        return -1;
+    char *s = (char *)(v + ls->n);
+    for (size_t i = 0; i < ls->n; i++) {
+        size_t nl = strlen(ls->v[i].name) + 1, vl = strlen(ls->v[i].value) + 1;
+        memcpy(s, ls->v[i].name, nl);
+        v[i].name = s;
+        s += nl;
+        memcpy(s, ls->v[i].value, vl);
+        v[i].value = s;
+        s += vl;
+    }
+    /* Ids handed out elsewhere (e.g. replayed from the WAL) must never be handed out again. */
+    uint64_t cur = atomic_load(&cat->next_id);
+    while (cur <= id && !atomic_compare_exchange_weak(&cat->next_id, &cur, id + 1))
+        ;
+    pending_t p = {.kind = PENDING_ADD, .id = id, .t = t, .ls = {v, ls->n}};
+    if (pending_push(cat, &p) != 0) {
+        free(v);
+        return -1;
+    }
+    return 0;
+}
+
+int catalog_touch_series(catalog_t *cat, uint64_t id, int64_t t)
+{
+    pending_t p = {.kind = PENDING_TOUCH, .id = id, .t = t};
+    return pending_push(cat, &p);
+}
+
+sqlite3 *catalog__write_db(catalog_t *cat) { return cat->wdb; }
+void catalog__write_lock(catalog_t *cat) { pthread_mutex_lock(&cat->write_mu); }
+void catalog__write_unlock(catalog_t *cat) { pthread_mutex_unlock(&cat->write_mu); }
+
+static int write_one(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlite3_stmt *touch, const pending_t *p,
+                     buf_t *enc, buf_t *text)
+{
+    int rc = SQLITE_DONE;
+    if (p->kind == PENDING_TOUCH) {
+        sqlite3_bind_int64(touch, 1, p->t);
+        sqlite3_bind_int64(touch, 2, (sqlite3_int64)p->id);
+        rc = sqlite3_step(touch);
+        sqlite3_reset(touch);
+        return rc == SQLITE_DONE ? 0 : -1;
+    }
+    buf_reset(enc);
+    buf_reset(text);
+    encode_labels(enc, &p->ls);
+    format_labels_text(text, &p->ls);
+    const char *metric = NULL;
+    for (size_t i = 0; i < p->ls.n && !metric; i++)
+        if (strcmp(p->ls.v[i].name, LABEL_METRIC_NAME) == 0)
+            metric = p->ls.v[i].value;
+    sqlite3_bind_int64(ins, 1, (sqlite3_int64)p->id);
+    sqlite3_bind_text(ins, 2, metric ? metric : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(ins, 3, text->data, (int)text->len, SQLITE_STATIC);
+    sqlite3_bind_blob(ins, 4, enc->len ? enc->data : "", (int)enc->len, SQLITE_STATIC);
+    sqlite3_bind_int64(ins, 5, p->t);
+    rc = sqlite3_step(ins);
+    sqlite3_reset(ins);
+    if (rc != SQLITE_DONE)
+        return -1;
+    for (size_t i = 0; i < p->ls.n; i++) {
+        sqlite3_bind_text(idx, 1, p->ls.v[i].name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(idx, 2, p->ls.v[i].value, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(idx, 3, (sqlite3_int64)p->id);
+        rc = sqlite3_step(idx);
+        sqlite3_reset(idx);
+        if (rc != SQLITE_DONE)
+            return -1;
+    }
+    return 0;
+}
+
+int catalog__write_pending(catalog_t *cat)
+{
+    pthread_mutex_lock(&cat->pending_mu);
+    pending_t *batch = cat->pending;
+    size_t n = cat->npending;
+    cat->pending = NULL;
+    cat->npending = cat->cappending = 0;
+    pthread_mutex_unlock(&cat->pending_mu);
+    if (n == 0)
+        return 0;
+
+    sqlite3_stmt *ins = NULL, *idx = NULL, *touch = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(cat->wdb,
+                           "INSERT INTO series(id, metric, labels, enc, first_seen, last_seen)"
+                           " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(id) DO UPDATE SET"
+                           " first_seen = min(first_seen, excluded.first_seen),"
+                           " last_seen = max(last_seen, excluded.last_seen)",
+                           -1, &ins, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "INSERT OR IGNORE INTO label_index(name, value, series_id) VALUES(?, ?, ?)", -1,
+                           &idx, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &touch,
+                           NULL) != SQLITE_OK)
+        goto out;
+    buf_t enc = BUF_INIT, text = BUF_INIT;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (write_one(cat, ins, idx, touch, &batch[i], &enc, &text) != 0)
+            break;
+    buf_free(&enc);
+    buf_free(&text);
+    ret = i == n ? 0 : -1;
+out:
+    if (ret != 0)
+        log_error("catalog", "writing series rows failed", LF_S("err", sqlite3_errmsg(cat->wdb)));
+    sqlite3_finalize(ins);
+    sqlite3_finalize(idx);
+    sqlite3_finalize(touch);
+    if (ret == 0) {
+        for (size_t k = 0; k < n; k++)
+            pending_free(&batch[k]);
+        free(batch);
+        return 0;
+    }
+    /* The caller rolls back; keep every entry (writes are idempotent) for the next attempt. */
+    pthread_mutex_lock(&cat->pending_mu);
+    pending_t *v = realloc(batch, (n + cat->npending) * sizeof(*v));
+    if (v) {
+        memcpy(v + n, cat->pending, cat->npending * sizeof(*v));
+        free(cat->pending);
+        cat->pending = v;
+        cat->npending = cat->cappending = n + cat->npending;
+    } else {
+        for (size_t k = 0; k < n; k++)
+            pending_free(&batch[k]);
+        free(batch);
+    }
+    pthread_mutex_unlock(&cat->pending_mu);
+    return -1;
+}
+
+int catalog_flush(catalog_t *cat)
+{
+    catalog__write_lock(cat);
+    int rc = exec_sql(cat->wdb, "BEGIN IMMEDIATE", NULL, 0);
+    if (rc == 0)
+        rc = catalog__write_pending(cat);
+    if (rc == 0)
+        rc = exec_sql(cat->wdb, "COMMIT", NULL, 0);
+    else
+        exec_sql(cat->wdb, "ROLLBACK", NULL, 0);
+    catalog__write_unlock(cat);
+    return rc;
+}
+
+/* ---- reads ------------------------------------------------------------------------------ */
+
+int catalog_load(catalog_t *cat, catalog_load_fn fn, void *ud)
+{
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = 0;
+    arena_t *a = arena_create(0);
+    if (!a || sqlite3_prepare_v2(cat->rdb, "SELECT id, enc, first_seen, last_seen FROM series ORDER BY id", -1, &st,
+                                 NULL) != SQLITE_OK) {
+        ret = -1;
+        goto out;
+    }
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        labels_t ls;
+        arena_reset(a);
+        if (decode_labels(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), arena_alloc_cb, a, &ls) !=
+            0) {
+            log_warn("catalog", "undecodable labels; series skipped", LF_I("id", sqlite3_column_int64(st, 0)));
+            continue;
+        }
+        ret = fn(ud, (uint64_t)sqlite3_column_int64(st, 0), &ls, sqlite3_column_int64(st, 2),
+                 sqlite3_column_int64(st, 3));
+        if (ret != 0)
+            break;
+    }
+    if (ret == 0 && rc != SQLITE_DONE)
+        ret = -1;
+out:
+    sqlite3_finalize(st);
+    arena_destroy(a);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
+
+static int collect_ids(sqlite3_stmt *st, catalog_ids_t *out)
+{
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (ids_push(out, (uint64_t)sqlite3_column_int64(st, 0)) != 0)
+            return -1;
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int catalog_series_by_labels(catalog_t *cat, const label_t *eq, size_t n, int64_t mint, int64_t maxt,
+                             catalog_ids_t *out)
+{
+    if (n == 0)
+        return -1;
+    buf_t sql = BUF_INIT;
+    buf_puts(&sql, "SELECT id FROM series WHERE first_seen <= ?1 AND last_seen >= ?2 AND id IN (");
+    for (size_t i = 0; i < n; i++)
+        buf_printf(&sql, "%sSELECT series_id FROM label_index WHERE name = ?%zu AND value = ?%zu",
+                   i ? " INTERSECT " : "", 3 + 2 * i, 4 + 2 * i);
+    buf_puts(&sql, ") ORDER BY id");
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(cat->rdb, sql.data, (int)sql.len, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, maxt);
+        sqlite3_bind_int64(st, 2, mint);
+        for (size_t i = 0; i < n; i++) {
+            sqlite3_bind_text(st, (int)(3 + 2 * i), eq[i].name, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, (int)(4 + 2 * i), eq[i].value, -1, SQLITE_STATIC);
+        }
+        ret = collect_ids(st, out);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    buf_free(&sql);
+    return ret;
+}
+
+int catalog_series_with_name(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, catalog_ids_t *out)
+{
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(cat->rdb,
+                           "SELECT id FROM series WHERE first_seen <= ?1 AND last_seen >= ?2 AND id IN"
+                           " (SELECT series_id FROM label_index WHERE name = ?3) ORDER BY id",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, maxt);
+        sqlite3_bind_int64(st, 2, mint);
+        sqlite3_bind_text(st, 3, name, -1, SQLITE_STATIC);
+        ret = collect_ids(st, out);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
+
+/* Collects column 0 (text) of every row into an arena array. */
+static int collect_strings(sqlite3_stmt *st, arena_t *a, const char ***out, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    const char **v = arena_try_alloc(a, cap * sizeof(*v));
+    int rc;
+    while (v && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (k == cap) {
+            const char **nv = arena_try_alloc(a, 2 * cap * sizeof(*v));
+            if (!nv)
+                return -1;
+            memcpy(nv, v, k * sizeof(*v));
+            v = nv;
+            cap *= 2;
+        }
+        const char *s = (const char *)sqlite3_column_text(st, 0);
+        v[k] = arena_strndup(a, s ? s : "", (size_t)sqlite3_column_bytes(st, 0));
+        k++;
+    }
+    if (!v || rc != SQLITE_DONE)
+        return -1;
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static bool unbounded(int64_t mint, int64_t maxt) { return mint == INT64_MIN && maxt == INT64_MAX; }
+
+int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a,
+                         const char ***values, size_t *n)
+{
+    /* Unbounded: DISTINCT over the (name, value, ...) primary key, no join. */
+    const char *sql = unbounded(mint, maxt)
+                          ? "SELECT DISTINCT value FROM label_index WHERE name = ?3 ORDER BY value"
+                          : "SELECT DISTINCT li.value FROM label_index li JOIN series s ON s.id = li.series_id"
+                            " WHERE li.name = ?3 AND s.first_seen <= ?1 AND s.last_seen >= ?2 ORDER BY li.value";
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(cat->rdb, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (!unbounded(mint, maxt)) {
+            sqlite3_bind_int64(st, 1, maxt);
+            sqlite3_bind_int64(st, 2, mint);
+        }
+        sqlite3_bind_text(st, 3, name, -1, SQLITE_STATIC);
+        ret = collect_strings(st, a, values, n);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
+
+int catalog_label_names(catalog_t *cat, int64_t mint, int64_t maxt, arena_t *a, const char ***names, size_t *n)
+{
+    /* A skip scan over the primary key: one seek per distinct name instead of reading every
+     * posting. With a time bound, a name counts if any of its postings belongs to a series seen
+     * in range. */
+    const char *sql = unbounded(mint, maxt)
+                          ? "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_index UNION ALL"
+                            " SELECT (SELECT min(name) FROM label_index WHERE name > nm.name) FROM nm"
+                            " WHERE nm.name IS NOT NULL) SELECT name FROM nm WHERE name IS NOT NULL"
+                          : "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_index UNION ALL"
+                            " SELECT (SELECT min(name) FROM label_index WHERE name > nm.name) FROM nm"
+                            " WHERE nm.name IS NOT NULL) SELECT name FROM nm WHERE name IS NOT NULL AND EXISTS"
+                            " (SELECT 1 FROM label_index li JOIN series s ON s.id = li.series_id WHERE"
+                            " li.name = nm.name AND s.first_seen <= ?1 AND s.last_seen >= ?2)";
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(cat->rdb, sql, -1, &st, NULL) == SQLITE_OK) {
+        if (!unbounded(mint, maxt)) {
+            sqlite3_bind_int64(st, 1, maxt);
+            sqlite3_bind_int64(st, 2, mint);
+        }
+        ret = collect_strings(st, a, names, n);
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
+
+static int copy_labels_to_arena(const labels_t *src, arena_t *a, labels_t *out)
+{
+    label_t *v = src->n ? arena_try_alloc(a, src->n * sizeof(label_t)) : NULL;
+    if (src->n && !v)
+        return -1;
+    for (size_t i = 0; i < src->n; i++) {
+        v[i].name = arena_strdup(a, src->v[i].name);
+        v[i].value = arena_strdup(a, src->v[i].value);
+    }
+    out->v = v;
+    out->n = src->n;
+    return 0;
+}
+
+int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
+{
+    int ret = 1;
+    pthread_mutex_lock(&cat->pending_mu);
+    for (size_t i = cat->npending; i-- > 0;) {
+        if (cat->pending[i].kind == PENDING_ADD && cat->pending[i].id == id) {
+            ret = copy_labels_to_arena(&cat->pending[i].ls, a, out);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cat->pending_mu);
+    if (ret != 1)
+        return ret;
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    ret = -1;
+    if (sqlite3_prepare_v2(cat->rdb, "SELECT enc FROM series WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            ret = decode_labels(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), arena_alloc_cb, a,
+                                out);
+        else if (rc == SQLITE_DONE)
+            ret = 1;
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
