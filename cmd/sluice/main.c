@@ -1,3 +1,228 @@
-/* sluice — placeholder main while the daemon core is written. */
+/*
+ * sluice — the daemon's entry point: settings, logging, the data directory, the HTTP server and
+ * its handlers, signals.
+ *
+ * Start-up order: parse settings (exit 2 on a bad flag or config file) → lock the data directory →
+ * bind the listener (fail fast on a busy port) → register handlers and metrics → start workers
+ * with /-/ready false → recover storage → ready. The main thread then only waits for signals:
+ * SIGTERM/SIGINT stop accepting, finish in-flight requests (bounded by --web.shutdown-timeout),
+ * flush, exit 0; SIGHUP reloads the config file's reloadable settings (log level and format).
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void) { puts("sluice"); return 0; }
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/router.h"
+#include "api/server.h"
+#include "api/status.h"
+#include "cmd/sluice/config.h"
+#include "internal/util/buildinfo.h"
+#include "internal/util/log.h"
+#include "internal/util/metrics.h"
+
+typedef struct {
+    config_t *cfg;
+    api_server_t *srv;
+    struct event_base *base;
+    int exit_code;
+} main_ctx_t;
+
+static int main_apply_logging(const config_t *c, char *err, size_t errlen)
+{
+    log_level_t lvl;
+    log_format_t fmt;
+    if (log_parse_level(c->log_level, &lvl) != 0) {
+        snprintf(err, errlen, "invalid log level \"%s\"", c->log_level);
+        return -1;
+    }
+    if (log_parse_format(c->log_format, &fmt) != 0) {
+        snprintf(err, errlen, "invalid log format \"%s\"", c->log_format);
+        return -1;
+    }
+    log_set_level(lvl);
+    log_set_format(fmt);
+    return 0;
+}
+
+/* mkdir -p */
+static int main_mkdirs(const char *path, char *err, size_t errlen)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                goto fail;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot create data directory %s: %s", tmp, strerror(errno));
+    return -1;
+}
+
+/* One daemon per data directory: a second one would corrupt the WAL. */
+static int main_lock_data_dir(const char *path, char *err, size_t errlen)
+{
+    char lock[4096];
+    snprintf(lock, sizeof(lock), "%s/lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        snprintf(err, errlen, "data directory %s is in use by another sluice process", path);
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) == 0 && write(fd, pid, (size_t)n) < 0)
+        log_debug("main", "cannot write pid to lock file");
+    return fd; /* kept open (and locked) until exit */
+}
+
+static void main_http_metrics(void *ud, buf_t *out) { api_server_write_metrics(ud, out); }
+static void main_process_metrics(void *ud, buf_t *out)
+{
+    (void)ud;
+    metrics_write_process(out);
+    buf_printf(out,
+               "# HELP sluice_build_info A metric with a constant '1' value labeled by version, revision and branch.\n"
+               "# TYPE sluice_build_info gauge\nsluice_build_info{branch=\"%s\",revision=\"%s\",version=\"%s\"} 1\n",
+               SLUICE_BRANCH, SLUICE_REVISION, SLUICE_VERSION);
+}
+
+static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    main_ctx_t *m = arg;
+    log_info("main", "received signal, shutting down", LF_S("signal", sig == SIGINT ? "SIGINT" : "SIGTERM"));
+    event_base_loopbreak(m->base);
+}
+
+static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
+{
+    main_ctx_t *m = arg;
+    if (!m->cfg->config_file || !m->cfg->config_file[0]) {
+        log_info("main", "SIGHUP: no --config.file to reload");
+        api_status_note_config_load(true);
+        return;
+    }
+    config_t fresh;
+    char err[512];
+    config_init(&fresh);
+    if (config_load_file(&fresh, m->cfg->config_file, err, sizeof(err)) != 0 ||
+        main_apply_logging(&fresh, err, sizeof(err)) != 0) {
+        log_error("main", "config reload failed; keeping the running configuration", LF_S("err", err));
+        api_status_note_config_load(false);
+        config_free(&fresh);
+        return;
+    }
+    log_info("main", "configuration reloaded", LF_S("file", m->cfg->config_file), LF_S("log_level", fresh.log_level));
+    api_status_note_config_load(true);
+    config_free(&fresh);
+}
+
+int main(int argc, char **argv)
+{
+    config_t cfg;
+    char err[1024];
+    config_init(&cfg);
+    config_parse_result_t pr = config_parse_args(&cfg, argc, argv, err, sizeof(err));
+    if (pr == CONFIG_PARSE_EXIT_OK) {
+        config_free(&cfg);
+        return 0;
+    }
+    if (pr == CONFIG_PARSE_ERROR || main_apply_logging(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "sluice: error: %s\n", err);
+        config_free(&cfg);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    log_info("main", "starting sluice", LF_S("version", SLUICE_VERSION), LF_S("revision", SLUICE_REVISION));
+
+    int rc = 1;
+    int lock_fd = -1;
+    api_server_t *srv = NULL;
+    struct event_base *base = NULL;
+    buf_t flags = BUF_INIT;
+
+    if (main_mkdirs(cfg.storage_path, err, sizeof(err)) != 0 ||
+        (lock_fd = main_lock_data_dir(cfg.storage_path, err, sizeof(err))) < 0) {
+        log_error("main", "cannot use the data directory", LF_S("err", err));
+        goto out;
+    }
+
+    api_server_options_t so = {
+        .listen_address = cfg.listen_address,
+        .workers = (int)cfg.workers,
+        .max_connections = cfg.max_connections,
+        .max_body_bytes = cfg.max_body_bytes,
+        .max_header_bytes = cfg.max_header_bytes,
+        .read_timeout_ms = cfg.read_timeout_ms,
+    };
+    srv = api_server_create(&so, err, sizeof(err));
+    if (!srv) {
+        log_error("main", "cannot listen", LF_S("err", err));
+        goto out;
+    }
+
+    config_format_flags_json(&cfg, &flags);
+    api_status_options_t sto = {.flags_json = flags.data, .storage_path = cfg.storage_path,
+                                .retention_raw_ms = cfg.retention_raw_ms};
+    api_status_register(&sto);
+    metrics_register("process", main_process_metrics, NULL);
+    metrics_register("http", main_http_metrics, srv);
+
+    if (api_server_start(srv, err, sizeof(err)) != 0) {
+        log_error("main", "cannot start the HTTP server", LF_S("err", err));
+        goto out;
+    }
+    log_info("main", "listening", LF_S("address", cfg.listen_address), LF_I("port", api_server_port(srv)),
+             LF_I("workers", api_server_worker_count(srv)), LF_S("storage_path", cfg.storage_path));
+
+    /* Recovery of persisted state happens here; until it is done /-/ready answers 503. */
+    api_status_set_ready(true);
+    log_info("main", "server is ready to receive requests");
+
+    base = event_base_new();
+    main_ctx_t m = {.cfg = &cfg, .srv = srv, .base = base};
+    struct event *ev_term = evsignal_new(base, SIGTERM, main_on_stop_signal, &m);
+    struct event *ev_int = evsignal_new(base, SIGINT, main_on_stop_signal, &m);
+    struct event *ev_hup = evsignal_new(base, SIGHUP, main_on_reload_signal, &m);
+    event_add(ev_term, NULL);
+    event_add(ev_int, NULL);
+    event_add(ev_hup, NULL);
+    event_base_dispatch(base);
+
+    api_status_set_ready(false);
+    api_server_stop(srv, cfg.shutdown_timeout_ms);
+    event_free(ev_term);
+    event_free(ev_int);
+    event_free(ev_hup);
+    log_info("main", "shutdown complete");
+    rc = 0;
+out:
+    api_server_destroy(srv);
+    if (base)
+        event_base_free(base);
+    api_routes_clear();
+    metrics_unregister_all();
+    buf_free(&flags);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,116 @@
+/*
+ * router + request — the one place HTTP requests are dispatched and answered.
+ *
+ * Handlers register once, before the server starts, with a method mask and a path (exact, or a
+ * prefix when it ends in '*'). A request is matched by method + path; the longest matching path
+ * wins; a path that matches with another method gets 405. Each request gets an arena freed when
+ * the reply is sent. Handlers answer with one of the api_reply_* calls — or park the request
+ * (long-polls, streams) and answer later from the same worker thread.
+ *
+ * Error mapping lives here too: api_reply_prom_error() turns the Prometheus API error kinds into
+ * their status codes and JSON envelope; api_reply_text_error() is the plain-text style that the
+ * Pushgateway API uses.
+ */
+#ifndef SLUICE_API_ROUTER_H
+#define SLUICE_API_ROUTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/util/arena.h"
+#include "internal/util/buf.h"
+
+struct evhttp_request;
+struct event_base;
+
+enum {
+    API_GET = 1 << 0,
+    API_POST = 1 << 1,
+    API_PUT = 1 << 2,
+    API_DELETE = 1 << 3,
+    API_HEAD = 1 << 4,
+    API_OPTIONS = 1 << 5,
+    API_PATCH = 1 << 6,
+};
+
+typedef enum {
+    API_ERR_BAD_DATA,    /* 400 */
+    API_ERR_EXECUTION,   /* 422 */
+    API_ERR_CANCELED,    /* 503 */
+    API_ERR_TIMEOUT,     /* 503 */
+    API_ERR_INTERNAL,    /* 500 */
+    API_ERR_NOT_FOUND,   /* 404 */
+    API_ERR_UNAVAILABLE, /* 503 */
+} api_error_kind_t;
+
+typedef struct api_req api_req_t;
+typedef void (*api_handler_fn)(api_req_t *req, void *ud);
+
+struct api_req {
+    struct evhttp_request *ev;
+    arena_t *arena;    /* freed when the reply is sent */
+    int method;        /* one API_* bit */
+    const char *path;  /* percent-decoded path, without the query */
+    const char *raw_path; /* path as sent (still percent-encoded), without the query */
+    const char *query; /* raw query string or NULL */
+    int route;         /* index of the matched route (for metrics) */
+    int worker;        /* worker index */
+    uint64_t start_ns;
+    bool replied;
+    bool parked;
+    /* private */
+    void *params_;     /* lazily parsed query + form parameters */
+    uint8_t *body_;
+    size_t body_len_;
+    bool body_read_;
+    void (*park_cb_)(api_req_t *req, void *ud);
+    void *park_ud_;
+    int *outcome_; /* set while the handler runs: replied or parked */
+};
+
+/* Registers a route. `path` ending in '*' is a prefix route. `name` labels /metrics ("push",
+ * "query_range", ...). Not thread-safe: call before api_server_start. Returns route index. */
+int api_route_add(int methods, const char *path, const char *name, api_handler_fn fn, void *ud);
+/* Number of routes and their names (for /metrics). */
+int api_route_count(void);
+const char *api_route_name(int route);
+/* Removes every route (tests). */
+void api_routes_clear(void);
+/* Dispatches a request (called by the server for every request). */
+void api_router_dispatch(api_req_t *req);
+
+/* --- reading the request --------------------------------------------------------------------- */
+const char *api_req_header(api_req_t *req, const char *name);
+/* A parameter from the query string or, for POST with application/x-www-form-urlencoded, the
+ * body (both, like Go's r.FormValue). NULL when absent. Repeated parameters: api_req_params. */
+const char *api_req_param(api_req_t *req, const char *name);
+/* All values of a repeated parameter (e.g. match[]); returns count, *out arena-owned. */
+size_t api_req_params(api_req_t *req, const char *name, const char ***out);
+/* The whole body, contiguous, arena-owned (NUL-terminated past len). */
+const uint8_t *api_req_body(api_req_t *req, size_t *len);
+struct event_base *api_req_base(api_req_t *req);
+
+/* --- answering --------------------------------------------------------------------------------- */
+void api_reply(api_req_t *req, int code, const char *content_type, const void *body, size_t len);
+void api_reply_buf(api_req_t *req, int code, const char *content_type, const buf_t *body);
+void api_reply_text(api_req_t *req, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Adds a response header; call before api_reply*. */
+void api_reply_header(api_req_t *req, const char *name, const char *value);
+/* {"status":"success","data":<data_json>} */
+void api_reply_prom_success(api_req_t *req, const char *data_json, size_t len);
+/* {"status":"error","errorType":"bad_data","error":"..."} with the matching status code. */
+void api_reply_prom_error(api_req_t *req, api_error_kind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int api_error_status(api_error_kind_t kind);
+const char *api_error_type(api_error_kind_t kind);
+
+/* Parks the request: the handler returns without replying and answers later on this worker's
+ * event base. on_close (may be NULL) is called if the client goes away first; after it, req is
+ * gone. */
+void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), void *ud);
+
+/* Internal to api/: frees the request after the reply. */
+void api__req_finish(api_req_t *req, int code);
+
+#endif

@@ -1,0 +1,594 @@
+/*
+ * server — worker threads, the shared listener, connection tracking and HTTP self-metrics.
+ * See server.h for the model. Threading: everything of a worker (its base, evhttp, connection
+ * list) is touched only by that worker's thread, except through event_base_once (thread-safe
+ * once evthread_use_pthreads() ran). Metrics are atomics shared by all workers.
+ */
+#include "api/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/router.h"
+#include "internal/util/log.h"
+
+#define SERVER_MAX_ROUTES 128
+#define SERVER_MAX_WORKERS 256
+#define SERVER_MAX_HOOKS 16
+
+/* --- metrics ----------------------------------------------------------------------------------- */
+
+static const double server_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+#define SERVER_NBUCKETS (sizeof(server_buckets) / sizeof(server_buckets[0]))
+
+typedef struct {
+    _Atomic uint64_t codes[600];
+    _Atomic uint64_t bucket[SERVER_NBUCKETS];
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_ns;
+} server_route_metrics_t;
+
+static server_route_metrics_t server_metrics[SERVER_MAX_ROUTES + 1]; /* last = unmatched */
+static _Atomic int64_t server_open_connections;
+static _Atomic uint64_t server_accepted_total;
+static _Atomic uint64_t server_rejected_total;
+static _Atomic uint64_t server_slow_closed_total;
+static _Atomic int64_t server_inflight;
+static int64_t server_max_connections = 4096;
+
+void api__server_observe(int worker, int route, int code, double seconds)
+{
+    if (route < 0 || route >= SERVER_MAX_ROUTES)
+        route = SERVER_MAX_ROUTES;
+    server_route_metrics_t *m = &server_metrics[route];
+    if (code >= 100 && code < 600)
+        atomic_fetch_add_explicit(&m->codes[code], 1, memory_order_relaxed);
+    for (size_t i = 0; i < SERVER_NBUCKETS; i++)
+        if (seconds <= server_buckets[i])
+            atomic_fetch_add_explicit(&m->bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->sum_ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
+    atomic_fetch_sub_explicit(&server_inflight, 1, memory_order_relaxed);
+}
+
+/* --- connection tracking ------------------------------------------------------------------------ */
+
+typedef struct server_conn {
+    struct bufferevent *bev; /* we hold one reference */
+    struct server_conn *next;
+    int64_t created_ms;
+    bool saw_request;
+} server_conn_t;
+
+typedef struct server_worker {
+    struct api_server *srv;
+    int index;
+    pthread_t thread;
+    struct event_base *base;
+    struct evhttp *http;
+    struct evhttp_bound_socket *bound;
+    struct event *sweep;
+    server_conn_t *conns;
+    /* bufferevent -> conn, open addressing (single-threaded: this worker only) */
+    server_conn_t **map;
+    size_t map_cap, map_used;
+} server_worker_t;
+
+struct api_server {
+    api_server_options_t opt;
+    char *listen_address;
+    int fd;
+    int port;
+    int nworkers;
+    server_worker_t *workers;
+    bool started;
+    struct {
+        void (*fn)(void *);
+        void *ud;
+    } hooks[SERVER_MAX_HOOKS];
+    int nhooks;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t map_slot(const server_worker_t *w, const void *bev)
+{
+    uintptr_t h = (uintptr_t)bev;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 7) & (w->map_cap - 1);
+}
+
+static void map_rebuild(server_worker_t *w, size_t cap)
+{
+    free(w->map);
+    w->map = calloc(cap, sizeof(*w->map));
+    if (!w->map)
+        abort();
+    w->map_cap = cap;
+    w->map_used = 0;
+    for (server_conn_t *c = w->conns; c; c = c->next) {
+        size_t i = map_slot(w, c->bev);
+        while (w->map[i])
+            i = (i + 1) & (w->map_cap - 1);
+        w->map[i] = c;
+        w->map_used++;
+    }
+}
+
+static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev)
+{
+    if (!w->map_cap)
+        return NULL;
+    for (size_t i = map_slot(w, bev);; i = (i + 1) & (w->map_cap - 1)) {
+        if (!w->map[i])
+            return NULL;
+        if (w->map[i]->bev == bev)
+            return w->map[i];
+    }
+}
+
+/* evhttp asks us for each new connection's bufferevent: keep a reference to track its life. */
+static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
+{
+    server_worker_t *w = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev)
+        return NULL;
+    server_conn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return bev; /* untracked but served */
+    bufferevent_incref(bev);
+    c->bev = bev;
+    c->created_ms = now_ms();
+    c->next = w->conns;
+    w->conns = c;
+    if ((w->map_used + 1) * 2 > w->map_cap)
+        map_rebuild(w, w->map_cap ? w->map_cap * 2 : 256);
+    else {
+        size_t i = map_slot(w, bev);
+        while (w->map[i])
+            i = (i + 1) & (w->map_cap - 1);
+        w->map[i] = c;
+        w->map_used++;
+    }
+    atomic_fetch_add(&server_open_connections, 1);
+    atomic_fetch_add(&server_accepted_total, 1);
+    return bev;
+}
+
+/* Once a second: release connections evhttp has freed (it clears their callbacks when it lets go)
+ * and shut down connections that never delivered a complete request within the read timeout. */
+static void server_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    server_worker_t *w = arg;
+    int64_t now = now_ms();
+    bool removed = false;
+    for (server_conn_t **pp = &w->conns; *pp;) {
+        server_conn_t *c = *pp;
+        bufferevent_data_cb rcb = NULL, wcb = NULL;
+        bufferevent_event_cb ecb = NULL;
+        bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, NULL);
+        if (!rcb && !wcb && !ecb) {
+            *pp = c->next;
+            bufferevent_decref(c->bev);
+            free(c);
+            atomic_fetch_sub(&server_open_connections, 1);
+            removed = true;
+            continue;
+        }
+        if (!c->saw_request && now - c->created_ms > w->srv->opt.read_timeout_ms) {
+            evutil_socket_t cfd = bufferevent_getfd(c->bev);
+            if (cfd >= 0) {
+                shutdown(cfd, SHUT_RDWR);
+                atomic_fetch_add(&server_slow_closed_total, 1);
+            }
+            c->saw_request = true; /* once */
+        }
+        pp = &c->next;
+    }
+    if (removed)
+        map_rebuild(w, w->map_cap < 256 ? 256 : w->map_cap);
+}
+
+/* --- requests ------------------------------------------------------------------------------------ */
+
+static int server_method(enum evhttp_cmd_type t)
+{
+    switch (t) {
+    case EVHTTP_REQ_GET: return API_GET;
+    case EVHTTP_REQ_POST: return API_POST;
+    case EVHTTP_REQ_PUT: return API_PUT;
+    case EVHTTP_REQ_DELETE: return API_DELETE;
+    case EVHTTP_REQ_HEAD: return API_HEAD;
+    case EVHTTP_REQ_OPTIONS: return API_OPTIONS;
+    case EVHTTP_REQ_PATCH: return API_PATCH;
+    default: return 0;
+    }
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void server_gencb(struct evhttp_request *ev, void *arg)
+{
+    server_worker_t *w = arg;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(ev);
+    if (evcon) {
+        server_conn_t *c = map_find(w, evhttp_connection_get_bufferevent(evcon));
+        if (c)
+            c->saw_request = true;
+    }
+    atomic_fetch_add_explicit(&server_inflight, 1, memory_order_relaxed);
+    api_req_t *req = calloc(1, sizeof(*req));
+    arena_t *arena = arena_create(0);
+    if (!req || !arena) {
+        free(req);
+        arena_destroy(arena);
+        evhttp_send_error(ev, 503, "out of memory");
+        atomic_fetch_sub_explicit(&server_inflight, 1, memory_order_relaxed);
+        return;
+    }
+    req->ev = ev;
+    req->arena = arena;
+    req->worker = w->index;
+    req->start_ns = mono_ns();
+    req->route = -1;
+    req->method = server_method(evhttp_request_get_command(ev));
+
+    const char *uri = evhttp_request_get_uri(ev);
+    const char *q = strchr(uri, '?');
+    size_t plen = q ? (size_t)(q - uri) : strlen(uri);
+    req->raw_path = arena_strndup(arena, uri, plen);
+    req->query = q ? arena_strdup(arena, q + 1) : NULL;
+    size_t dlen = 0;
+    char *decoded = evhttp_uridecode(req->raw_path, 0, &dlen);
+    if (!decoded || strlen(decoded) != dlen) {
+        free(decoded);
+        req->path = req->raw_path;
+        api_reply_text(req, 400, "invalid percent-encoding in path\n");
+        return;
+    }
+    req->path = arena_strndup(arena, decoded, dlen);
+    free(decoded);
+
+    if (atomic_load(&server_open_connections) > server_max_connections) {
+        atomic_fetch_add(&server_rejected_total, 1);
+        api_reply_header(req, "Connection", "close");
+        api_reply_text(req, 503, "too many open connections (limit %lld)\n", (long long)server_max_connections);
+        return;
+    }
+    api_router_dispatch(req);
+}
+
+/* --- lifecycle ------------------------------------------------------------------------------------ */
+
+static int server_parse_address(const char *addr, char *host, size_t hostcap, char *port, size_t portcap)
+{
+    const char *colon;
+    if (addr[0] == '[') {
+        const char *close = strchr(addr, ']');
+        if (!close || close[1] != ':')
+            return -1;
+        snprintf(host, hostcap, "%.*s", (int)(close - addr - 1), addr + 1);
+        colon = close + 1;
+    } else {
+        colon = strrchr(addr, ':');
+        if (!colon)
+            return -1;
+        snprintf(host, hostcap, "%.*s", (int)(colon - addr), addr);
+    }
+    snprintf(port, portcap, "%s", colon + 1);
+    if (!port[0])
+        return -1;
+    for (const char *p = port; *p; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    return atoi(port) <= 65535 ? 0 : -1;
+}
+
+api_server_t *api_server_create(const api_server_options_t *opt, char *err, size_t errlen)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, (void (*)(void))evthread_use_pthreads);
+
+    char host[256], port[16];
+    if (server_parse_address(opt->listen_address, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(err, errlen, "invalid listen address \"%s\" (want host:port, :port or [ipv6]:port)",
+                 opt->listen_address);
+        return NULL;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
+    if (gai != 0) {
+        snprintf(err, errlen, "cannot resolve listen address \"%s\": %s", opt->listen_address, gai_strerror(gai));
+        return NULL;
+    }
+    /* Prefer IPv6 any-address (dual stack) for ":port", like Go's net.Listen. */
+    struct addrinfo *pick = ai;
+    if (!host[0])
+        for (struct addrinfo *p = ai; p; p = p->ai_next)
+            if (p->ai_family == AF_INET6)
+                pick = p;
+    int fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 && pick->ai_family == AF_INET6 && pick != ai) {
+        pick = ai;
+        fd = socket(pick->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        freeaddrinfo(ai);
+        return NULL;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (pick->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, pick->ai_addr, pick->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+        snprintf(err, errlen, "listen on %s: %s", opt->listen_address, strerror(errno));
+        close(fd);
+        freeaddrinfo(ai);
+        return NULL;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    int bound_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+
+    api_server_t *s = calloc(1, sizeof(*s));
+    if (!s) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->opt = *opt;
+    s->listen_address = strdup(opt->listen_address);
+    s->opt.listen_address = s->listen_address;
+    s->fd = fd;
+    s->port = bound_port;
+    s->nworkers = opt->workers > 0 ? opt->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (s->nworkers < 1)
+        s->nworkers = 1;
+    if (s->nworkers > SERVER_MAX_WORKERS)
+        s->nworkers = SERVER_MAX_WORKERS;
+    server_max_connections = opt->max_connections > 0 ? opt->max_connections : INT64_MAX;
+    return s;
+}
+
+int api_server_port(const api_server_t *s) { return s->port; }
+int api_server_worker_count(const api_server_t *s) { return s->nworkers; }
+struct event_base *api_server_worker_base(api_server_t *s, int worker) { return s->workers[worker].base; }
+int64_t api_server_inflight(const api_server_t *s) { return atomic_load(&server_inflight); }
+
+void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud)
+{
+    if (s->nhooks < SERVER_MAX_HOOKS) {
+        s->hooks[s->nhooks].fn = fn;
+        s->hooks[s->nhooks].ud = ud;
+        s->nhooks++;
+    }
+}
+
+static void *server_worker_main(void *arg)
+{
+    server_worker_t *w = arg;
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+int api_server_start(api_server_t *s, char *err, size_t errlen)
+{
+    s->workers = calloc((size_t)s->nworkers, sizeof(*s->workers));
+    if (!s->workers) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = s->opt.read_timeout_ms / 1000, .tv_usec = (s->opt.read_timeout_ms % 1000) * 1000};
+    for (int i = 0; i < s->nworkers; i++) {
+        server_worker_t *w = &s->workers[i];
+        w->srv = s;
+        w->index = i;
+        w->base = event_base_new();
+        w->http = w->base ? evhttp_new(w->base) : NULL;
+        if (!w->http) {
+            snprintf(err, errlen, "cannot create event loop %d", i);
+            return -1;
+        }
+        evhttp_set_max_body_size(w->http, (ev_ssize_t)s->opt.max_body_bytes);
+        evhttp_set_max_headers_size(w->http, (ev_ssize_t)s->opt.max_header_bytes);
+        evhttp_set_timeout_tv(w->http, &tv);
+        evhttp_set_allowed_methods(w->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                                EVHTTP_REQ_HEAD | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+        evhttp_set_default_content_type(w->http, "text/plain; charset=utf-8");
+        evhttp_set_bevcb(w->http, server_bevcb, w);
+        evhttp_set_gencb(w->http, server_gencb, w);
+        w->bound = evhttp_accept_socket_with_handle(w->http, s->fd);
+        if (!w->bound) {
+            snprintf(err, errlen, "cannot accept on the listening socket");
+            return -1;
+        }
+        w->sweep = event_new(w->base, -1, EV_PERSIST, server_sweep, w);
+        struct timeval one = {1, 0};
+        event_add(w->sweep, &one);
+    }
+    for (int i = 0; i < s->nworkers; i++) {
+        if (pthread_create(&s->workers[i].thread, NULL, server_worker_main, &s->workers[i]) != 0) {
+            snprintf(err, errlen, "cannot start worker thread: %s", strerror(errno));
+            return -1;
+        }
+    }
+    s->started = true;
+    return 0;
+}
+
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} server_call_t;
+
+static void server_call_cb(evutil_socket_t fd, short what, void *arg)
+{
+    server_call_t *c = arg;
+    c->fn(c->arg);
+    free(c);
+}
+
+int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *arg)
+{
+    server_call_t *c = malloc(sizeof(*c));
+    if (!c)
+        return -1;
+    c->fn = fn;
+    c->arg = arg;
+    struct timeval zero = {0, 0};
+    if (event_base_once(s->workers[worker].base, -1, EV_TIMEOUT, server_call_cb, c, &zero) != 0) {
+        free(c);
+        return -1;
+    }
+    return 0;
+}
+
+static void server_stop_accepting(void *arg)
+{
+    server_worker_t *w = arg;
+    if (w->bound) {
+        evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
+    }
+}
+
+void api_server_stop(api_server_t *s, int64_t timeout_ms)
+{
+    if (!s->started)
+        return;
+    for (int i = 0; i < s->nworkers; i++)
+        api_server_run_on(s, i, server_stop_accepting, &s->workers[i]);
+    for (int i = 0; i < s->nhooks; i++)
+        s->hooks[i].fn(s->hooks[i].ud);
+    int64_t deadline = now_ms() + timeout_ms;
+    while (atomic_load(&server_inflight) > 0 && now_ms() < deadline) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    int64_t left = atomic_load(&server_inflight);
+    if (left > 0)
+        log_warn("http", "shutdown timeout: abandoning in-flight requests", LF_I("inflight", left));
+    for (int i = 0; i < s->nworkers; i++)
+        event_base_loopbreak(s->workers[i].base);
+    for (int i = 0; i < s->nworkers; i++)
+        pthread_join(s->workers[i].thread, NULL);
+    s->started = false;
+}
+
+void api_server_destroy(api_server_t *s)
+{
+    if (!s)
+        return;
+    if (s->started)
+        api_server_stop(s, 0);
+    for (int i = 0; s->workers && i < s->nworkers; i++) {
+        server_worker_t *w = &s->workers[i];
+        if (w->sweep)
+            event_free(w->sweep);
+        if (w->http)
+            evhttp_free(w->http);
+        while (w->conns) {
+            server_conn_t *c = w->conns;
+            w->conns = c->next;
+            bufferevent_decref(c->bev);
+            free(c);
+            atomic_fetch_sub(&server_open_connections, 1);
+        }
+        free(w->map);
+        if (w->base)
+            event_base_free(w->base);
+    }
+    free(s->workers);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->listen_address);
+    free(s);
+}
+
+void api_server_write_metrics(api_server_t *s, buf_t *out)
+{
+    int nroutes = api_route_count();
+    buf_puts(out, "# HELP sluice_http_requests_total Requests answered, by handler and status code.\n"
+                  "# TYPE sluice_http_requests_total counter\n");
+    for (int r = 0; r <= nroutes && r <= SERVER_MAX_ROUTES; r++) {
+        int idx = r == nroutes ? SERVER_MAX_ROUTES : r;
+        const char *name = r == nroutes ? "other" : api_route_name(r);
+        for (int code = 100; code < 600; code++) {
+            uint64_t n = atomic_load_explicit(&server_metrics[idx].codes[code], memory_order_relaxed);
+            if (n)
+                buf_printf(out, "sluice_http_requests_total{code=\"%d\",handler=\"%s\"} %llu\n", code, name,
+                           (unsigned long long)n);
+        }
+    }
+    buf_puts(out, "# HELP sluice_http_request_duration_seconds Time from request read to reply queued.\n"
+                  "# TYPE sluice_http_request_duration_seconds histogram\n");
+    for (int r = 0; r <= nroutes && r <= SERVER_MAX_ROUTES; r++) {
+        int idx = r == nroutes ? SERVER_MAX_ROUTES : r;
+        const char *name = r == nroutes ? "other" : api_route_name(r);
+        server_route_metrics_t *m = &server_metrics[idx];
+        uint64_t count = atomic_load(&m->count);
+        if (!count)
+            continue;
+        for (size_t i = 0; i < SERVER_NBUCKETS; i++) {
+            buf_printf(out, "sluice_http_request_duration_seconds_bucket{handler=\"%s\",le=\"", name);
+            buf_put_float(out, server_buckets[i]);
+            buf_printf(out, "\"} %llu\n", (unsigned long long)atomic_load(&m->bucket[i]));
+        }
+        buf_printf(out, "sluice_http_request_duration_seconds_bucket{handler=\"%s\",le=\"+Inf\"} %llu\n", name,
+                   (unsigned long long)count);
+        buf_printf(out, "sluice_http_request_duration_seconds_sum{handler=\"%s\"} ", name);
+        buf_put_float(out, (double)atomic_load(&m->sum_ns) / 1e9);
+        buf_printf(out, "\nsluice_http_request_duration_seconds_count{handler=\"%s\"} %llu\n", name,
+                   (unsigned long long)count);
+    }
+    buf_printf(out,
+               "# HELP sluice_http_open_connections HTTP connections currently open.\n"
+               "# TYPE sluice_http_open_connections gauge\nsluice_http_open_connections %lld\n"
+               "# HELP sluice_http_connections_accepted_total HTTP connections accepted.\n"
+               "# TYPE sluice_http_connections_accepted_total counter\nsluice_http_connections_accepted_total %llu\n"
+               "# HELP sluice_http_connections_rejected_total Requests refused because of --web.max-connections.\n"
+               "# TYPE sluice_http_connections_rejected_total counter\nsluice_http_connections_rejected_total %llu\n"
+               "# HELP sluice_http_slow_connections_closed_total Connections closed for not sending a request within --web.read-timeout.\n"
+               "# TYPE sluice_http_slow_connections_closed_total counter\nsluice_http_slow_connections_closed_total %llu\n"
+               "# HELP sluice_http_requests_in_flight Requests being served, including parked long-polls.\n"
+               "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n",
+               (long long)atomic_load(&server_open_connections), (unsigned long long)atomic_load(&server_accepted_total),
+               (unsigned long long)atomic_load(&server_rejected_total),
+               (unsigned long long)atomic_load(&server_slow_closed_total), (long long)atomic_load(&server_inflight));
+    (void)s;
+}

@@ -1,0 +1,61 @@
+/*
+ * server — the HTTP front: N worker threads, each with its own event_base and evhttp, all
+ * accepting from one shared listening socket. Requests go to api/router.c.
+ *
+ * Limits enforced here: body size (413, by evhttp), header size, idle read/write timeout, a
+ * deadline for a new connection to deliver its first request (so a client trickling one byte per
+ * second cannot hold a connection slot), and a cap on open connections (beyond it requests get
+ * 503 and the connection is closed). Connections are tracked through evhttp's bufferevent hook:
+ * each worker keeps a reference to every connection's bufferevent and a once-a-second sweep
+ * notices the ones evhttp has let go, so the open-connection count is exact.
+ *
+ * Shutdown: api_server_stop() stops accepting, waits (bounded) for in-flight and parked requests,
+ * runs the shutdown hooks (which answer parked long-polls), then stops the loops.
+ */
+#ifndef SLUICE_API_SERVER_H
+#define SLUICE_API_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/util/buf.h"
+
+struct event_base;
+
+typedef struct {
+    const char *listen_address; /* ":9091", "127.0.0.1:0", "[::1]:9091" */
+    int workers;                /* 0 = CPUs */
+    int64_t max_connections;
+    uint64_t max_body_bytes;
+    uint64_t max_header_bytes;
+    int64_t read_timeout_ms;
+} api_server_options_t;
+
+typedef struct api_server api_server_t;
+
+/* Binds and listens (so a bad address fails before anything else starts). NULL + err. */
+api_server_t *api_server_create(const api_server_options_t *opt, char *err, size_t errlen);
+/* The port actually bound (useful with :0). */
+int api_server_port(const api_server_t *s);
+/* Starts the worker threads. 0 or -1 + err. */
+int api_server_start(api_server_t *s, char *err, size_t errlen);
+/* Stops accepting, waits up to timeout_ms for in-flight requests, stops the workers, joins them. */
+void api_server_stop(api_server_t *s, int64_t timeout_ms);
+void api_server_destroy(api_server_t *s);
+int api_server_worker_count(const api_server_t *s);
+struct event_base *api_server_worker_base(api_server_t *s, int worker);
+/* Runs fn(arg) on a worker's event loop thread (thread-safe). */
+int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *arg);
+/* Appends sluice_http_* metrics in Prometheus text format. */
+void api_server_write_metrics(api_server_t *s, buf_t *out);
+/* Registers fn to run on shutdown before in-flight requests are waited for (e.g. to answer parked
+ * long-polls). Call before api_server_start. */
+void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud);
+/* Requests in flight (including parked ones). */
+int64_t api_server_inflight(const api_server_t *s);
+
+/* Records a finished request (used by the router). */
+void api__server_observe(int worker, int route, int code, double seconds);
+
+#endif

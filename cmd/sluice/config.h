@@ -1,0 +1,56 @@
+/*
+ * config — every setting of the daemon, from three layers: embedded defaults < YAML config file
+ * (--config.file) < command-line flags. Flags are Prometheus style (`--web.listen-address=:9091`
+ * or `--web.listen-address :9091`; booleans `--flag`, `--no-flag`, `--flag=false`). The config file
+ * uses the same names, either flat (`web.listen-address: ":9091"`) or nested (`web:
+ * {listen-address: ":9091"}`). Settings are described once, in a table in config.c: adding a
+ * setting is one line there plus the field here.
+ */
+#ifndef SLUICE_CMD_CONFIG_H
+#define SLUICE_CMD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "internal/util/buf.h"
+
+typedef struct {
+    /* web */
+    char *listen_address;
+    int64_t workers;
+    int64_t max_connections;
+    uint64_t max_body_bytes;
+    uint64_t max_header_bytes;
+    int64_t read_timeout_ms;
+    int64_t shutdown_timeout_ms;
+    bool enable_admin_api;
+    /* storage */
+    char *storage_path;
+    int64_t retention_raw_ms;
+    /* logging */
+    char *log_level;
+    char *log_format;
+    /* the file the rest came from, if any */
+    char *config_file;
+} config_t;
+
+typedef enum { CONFIG_PARSE_OK = 0, CONFIG_PARSE_EXIT_OK = 1, CONFIG_PARSE_ERROR = -1 } config_parse_result_t;
+
+/* Fills defaults. Strings in config_t are owned by it; release with config_free. */
+void config_init(config_t *c);
+void config_free(config_t *c);
+/* Applies argv (and the config file it names). Returns CONFIG_PARSE_EXIT_OK after printing
+ * --help or --version to out, CONFIG_PARSE_ERROR with a one-line message in err. */
+config_parse_result_t config_parse_args(config_t *c, int argc, char **argv, char *err, size_t errlen);
+/* Applies a YAML config file over c. 0 or -1 with err. */
+int config_load_file(config_t *c, const char *path, char *err, size_t errlen);
+/* Checks cross-setting rules (e.g. log level names) after everything is applied. */
+int config_validate(const config_t *c, char *err, size_t errlen);
+/* Writes --help text. */
+void config_print_help(const char *prog, FILE *out);
+/* Appends {"flag.name":"value",...} (Prometheus /api/v1/status/flags shape, values as strings). */
+void config_format_flags_json(const config_t *c, buf_t *out);
+
+#endif
