@@ -45,7 +45,8 @@ typedef struct {
 int chunk_xor_appender_init(chunk_xor_appender_t *a);
 void chunk_xor_appender_free(chunk_xor_appender_t *a);
 /* Appends (t, v). t must be > the last timestamp (callers enforce ordering). Returns 0, or -1 on
- * OOM; never fails for being "full" (callers check chunk_xor_num / their own cut policy). */
+ * OOM (or if the chunk already holds 65535 samples and the 16-bit count would wrap); never fails
+ * for being "full" (callers check chunk_xor_num / their own cut policy). */
 int chunk_xor_append(chunk_xor_appender_t *a, int64_t t, double v);
 /* Encoded bytes so far, length in bytes (last byte zero-padded). */
 const uint8_t *chunk_xor_bytes(const chunk_xor_appender_t *a, size_t *len);
