@@ -167,6 +167,8 @@ typedef struct {
     bool truncated;          /* a torn/corrupt tail was cut off */
     bool corrupt_middle;     /* corruption before the last segment: later segments set aside */
     uint64_t bytes_dropped;  /* bytes cut off or set aside */
+    uint64_t buffer_bytes;   /* largest payload buffer replay allocated (bounded by what the
+                                file holds, whatever a length field claims) */
 } wal_replay_stats_t;
 
 /* Reads segments numbered >= first_segment of `dir` in order, calling cb for every record.

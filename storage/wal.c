@@ -1,0 +1,1433 @@
+/*
+ * wal — write-ahead log: numbered segment files of CRC-framed records, group commit, replay with
+ * repair. The API and its contract with the head (checkpoint order, duplicates) are in wal.h.
+ *
+ * ---- Files ------------------------------------------------------------------------------------
+ *
+ *   <dir>/00000001.wal  00000002.wal  ...      segments, decimal, 8 digits, replayed in order
+ *   <dir>/00000007.wal.corrupt                 set aside by replay (never read again)
+ *
+ * wal_open always starts a NEW segment numbered after every file present (.corrupt included), so
+ * a segment is only ever appended to by the process that created it, and a repaired tail is never
+ * written after.
+ *
+ * ---- Segment header (16 bytes, little-endian) ----------------------------------------------------
+ *
+ *   offset  size  field
+ *   0       4     magic "SLWL"
+ *   4       2     format version = 1
+ *   6       2     reserved, 0
+ *   8       4     segment number (equals the number in the file name)
+ *   12      4     CRC-32C of bytes 0..11
+ *
+ * ---- Record (12-byte header + payload, little-endian) --------------------------------------------
+ *
+ *   offset  size  field
+ *   0       1     type: 1 series, 2 samples, 3 blob (0 never written: zero-filled space is invalid)
+ *   1       1     flags, 0 (room for e.g. compression)
+ *   2       2     reserved, 0
+ *   4       4     payload length L, 0 < L <= WAL_MAX_RECORD_BYTES (64 MiB)
+ *   8       4     CRC-32C of header bytes 0..7 followed by the L payload bytes
+ *   12      L     payload
+ *
+ * Payloads (uvarint = LEB128 unsigned; svarint = zigzag then uvarint; f64 = IEEE bits, LE):
+ *
+ *   SERIES   u32 count, then count times:
+ *              uvarint id, uvarint nlabels, nlabels times (uvarint len, name bytes,
+ *                                                         uvarint len, value bytes)
+ *   SAMPLES  u32 count (>= 1), then the first sample:  uvarint id, svarint t_ms, f64 v
+ *              and each next one, relative to the previous: svarint (id - prev_id) (mod 2^64),
+ *              svarint (t_ms - prev_t) (mod 2^64), f64 v
+ *            (a push stamps all its samples with the same second: t deltas are one 0 byte)
+ *   BLOB     u8 tag, then the caller's bytes
+ *
+ * Records of an unknown type with a good CRC are skipped (counted in replay stats), so a newer
+ * version's new record kinds do not stop an older replay. A good CRC with a payload that does not
+ * decode is treated like corruption.
+ *
+ * ---- Writing ------------------------------------------------------------------------------------
+ *
+ * Appenders encode their record(s) outside the lock, then under `mu` append the bytes to
+ * `pending` and put a waiter (on their stack) on the pending list. Then, until their waiter is
+ * done: if nobody holds the I/O token (`io_busy`), they take it and become the leader: they swap
+ * out `pending` and its waiter list, drop the lock, pwrite the batch at the end of the segment
+ * (and fsync in ALWAYS mode), retake the lock, mark every waiter of that batch done with the
+ * batch's result, and broadcast. Otherwise they wait on `cv`. Whoever appends while a leader
+ * writes lands in the next batch: that is the group commit. The background thread takes the
+ * token every fsync_interval_ms to write anything pending and fsync.
+ *
+ * The segment fields (fd, seg_no, seg_size, dirty, need_repair) belong to whoever holds the token;
+ * the leader publishes them into `stats` under `mu` for everyone else.
+ *
+ * A failed pwrite may have written part of the batch. The leader immediately ftruncates the
+ * segment back to `seg_size` (the end of the last good batch); if even that fails, `need_repair`
+ * makes every later leader retry the ftruncate before writing anything, failing until it works.
+ * So the file never holds a partial record followed by good ones, and nothing is reported
+ * written that is not. A failed fsync fails its batch too (the kernel may have dropped the pages).
+ *
+ * ---- Recovery (wal_replay) ------------------------------------------------------------------------
+ *
+ *            read header ──bad/torn──▶ [last segment, torn creation (short or zeroed header)]
+ *                │                         └─ unlink it, warn, done
+ *                │                     [otherwise] ─▶ SET ASIDE this and later segments, error, done
+ *                ▼
+ *        ┌─▶ read record ──ok──▶ deliver to callbacks ─┐
+ *        │       │  └─ end of file exactly ──▶ next segment
+ *        └───────┼─────────────────────────────────────┘
+ *                │ short header, short payload, bad length, reserved bits, CRC mismatch,
+ *                ▼ undecodable payload
+ *        [last segment]  ftruncate at the record's start, log_warn(file, offset), replay succeeds
+ *        [earlier one]   ftruncate it there, rename every later segment to *.wal.corrupt,
+ *                        log_error(file, offset), replay succeeds with what came before
+ *
+ * Later segments are set aside rather than replayed because their records may depend on what was
+ * lost (a series record for an id they use) and would leave a silent hole in the middle of the
+ * history; they are renamed, not deleted, so an operator can look at them. Within one segment,
+ * nothing after the first bad record is trusted: without a sync marker there is no safe way to
+ * find the next record boundary.
+ */
+#include "storage/wal.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal/util/buf.h"
+#include "internal/util/log.h"
+
+#define WAL_SEG_MAGIC "SLWL"
+#define WAL_SEG_VERSION 1
+#define WAL_SEG_HEADER_BYTES 16
+#define WAL_REC_HEADER_BYTES 12
+/* Split sample batches so one record stays modest (replay allocates one record at a time). */
+#define WAL_SAMPLES_PER_RECORD 65536
+/* Start a new series record once the current payload passes this. */
+#define WAL_SERIES_RECORD_SOFT_BYTES (1u << 20)
+/* Smallest encoded sample: 1-byte id, 1-byte t, 8-byte value. */
+#define WAL_MIN_SAMPLE_BYTES 10
+
+/* ============================================================================================
+ * CRC-32C
+ * ============================================================================================ */
+
+static uint32_t crc32c_table[8][256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+static int crc32c_have_hw;
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc32c_table[t][i] =
+                (crc32c_table[t - 1][i] >> 8) ^ crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    crc32c_have_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+/* Slicing-by-8 over the reflected polynomial; the portable path and the reference in tests. */
+uint32_t wal__crc32c_sw(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&crc32c_once, crc32c_init);
+    const uint8_t *p = data;
+    uint32_t c = ~crc;
+    while (len >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        c = crc32c_table[7][lo & 0xff] ^ crc32c_table[6][(lo >> 8) & 0xff] ^
+            crc32c_table[5][(lo >> 16) & 0xff] ^ crc32c_table[4][lo >> 24] ^
+            crc32c_table[3][p[4]] ^ crc32c_table[2][p[5]] ^ crc32c_table[1][p[6]] ^
+            crc32c_table[0][p[7]];
+        p += 8;
+        len -= 8;
+    }
+    while (len--)
+        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
+    return ~c;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *data,
+                                                              size_t len)
+{
+    const uint8_t *p = data;
+    uint64_t c = (uint32_t)~crc;
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        len -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (len--)
+        c32 = _mm_crc32_u8(c32, *p++);
+    return ~c32;
+}
+#endif
+
+uint32_t wal_crc32c(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&crc32c_once, crc32c_init);
+#if defined(__x86_64__)
+    if (crc32c_have_hw)
+        return crc32c_hw(crc, data, len);
+#endif
+    return wal__crc32c_sw(crc, data, len);
+}
+
+/* ============================================================================================
+ * Small encoding helpers
+ * ============================================================================================ */
+
+static void put_u16le(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32le(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint16_t get_u16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+static void buf_put_u64le(buf_t *b, uint64_t v)
+{
+    uint8_t t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = (uint8_t)(v >> (8 * i));
+    buf_append(b, t, 8);
+}
+
+static void buf_put_uvarint(buf_t *b, uint64_t v)
+{
+    uint8_t t[10];
+    size_t n = 0;
+    while (v >= 0x80) {
+        t[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    t[n++] = (uint8_t)v;
+    buf_append(b, t, n);
+}
+
+static void buf_put_svarint(buf_t *b, int64_t v)
+{
+    buf_put_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+typedef struct {
+    const uint8_t *p, *end;
+    int err;
+} rd_t;
+
+static uint64_t rd_uvarint(rd_t *r)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (r->p >= r->end) {
+            r->err = -1;
+            return 0;
+        }
+        uint8_t c = *r->p++;
+        if (shift == 63 && c > 1) {
+            r->err = -1; /* overflows 64 bits */
+            return 0;
+        }
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return v;
+    }
+    r->err = -1;
+    return 0;
+}
+
+static int64_t rd_svarint(rd_t *r)
+{
+    uint64_t u = rd_uvarint(r);
+    return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+}
+
+static uint64_t rd_u64le(rd_t *r)
+{
+    if (r->end - r->p < 8) {
+        r->err = -1;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)r->p[i] << (8 * i);
+    r->p += 8;
+    return v;
+}
+
+static uint32_t rd_u32le(rd_t *r)
+{
+    if (r->end - r->p < 4) {
+        r->err = -1;
+        return 0;
+    }
+    uint32_t v = get_u32le(r->p);
+    r->p += 4;
+    return v;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ============================================================================================
+ * Record framing
+ * ============================================================================================ */
+
+/* Starts a record in b: reserves the header; returns its offset for rec_finish. */
+static size_t rec_begin(buf_t *b)
+{
+    size_t off = b->len;
+    uint8_t zero[WAL_REC_HEADER_BYTES] = {0};
+    buf_append(b, zero, sizeof zero);
+    return off;
+}
+
+/* Fills in the header of the record started at off. Returns 0 or WAL_ERR_TOO_LARGE. */
+static int rec_finish(buf_t *b, size_t off, uint8_t type)
+{
+    size_t plen = b->len - off - WAL_REC_HEADER_BYTES;
+    if (plen == 0 || plen > WAL_MAX_RECORD_BYTES)
+        return WAL_ERR_TOO_LARGE;
+    uint8_t *h = (uint8_t *)b->data + off;
+    h[0] = type;
+    h[1] = 0;
+    put_u16le(h + 2, 0);
+    put_u32le(h + 4, (uint32_t)plen);
+    uint32_t crc = wal_crc32c(0, h, 8);
+    crc = wal_crc32c(crc, h + WAL_REC_HEADER_BYTES, plen);
+    put_u32le(h + 8, crc);
+    return WAL_OK;
+}
+
+static int encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t *nrec)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t off = rec_begin(b);
+        size_t count_at = b->len;
+        buf_append(b, "\0\0\0\0", 4);
+        uint32_t count = 0;
+        while (i < n && (count == 0 || b->len - count_at < WAL_SERIES_RECORD_SOFT_BYTES)) {
+            buf_put_uvarint(b, s[i].id);
+            buf_put_uvarint(b, s[i].labels.n);
+            for (size_t k = 0; k < s[i].labels.n; k++) {
+                const label_t *l = &s[i].labels.v[k];
+                if (!l->name || !l->value)
+                    return WAL_ERR_ARG;
+                size_t nl = strlen(l->name), vl = strlen(l->value);
+                buf_put_uvarint(b, nl);
+                buf_append(b, l->name, nl);
+                buf_put_uvarint(b, vl);
+                buf_append(b, l->value, vl);
+            }
+            count++;
+            i++;
+        }
+        put_u32le((uint8_t *)b->data + count_at, count);
+        int rc = rec_finish(b, off, WAL_REC_SERIES);
+        if (rc != WAL_OK)
+            return rc;
+        (*nrec)++;
+    }
+    return WAL_OK;
+}
+
+static void encode_samples(buf_t *b, const wal_sample_t *s, size_t n, uint64_t *nrec)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t cnt = n - i < WAL_SAMPLES_PER_RECORD ? n - i : WAL_SAMPLES_PER_RECORD;
+        buf_reserve(b, WAL_REC_HEADER_BYTES + 4 + cnt * 28);
+        size_t off = rec_begin(b);
+        uint8_t c4[4];
+        put_u32le(c4, (uint32_t)cnt);
+        buf_append(b, c4, 4);
+        uint64_t pid = 0;
+        int64_t pt = 0;
+        for (size_t k = 0; k < cnt; k++) {
+            const wal_sample_t *x = &s[i + k];
+            uint64_t vb;
+            memcpy(&vb, &x->v, 8);
+            if (k == 0) {
+                buf_put_uvarint(b, x->series_id);
+                buf_put_svarint(b, x->t_ms);
+            } else {
+                buf_put_svarint(b, (int64_t)(x->series_id - pid));
+                buf_put_svarint(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
+            }
+            buf_put_u64le(b, vb);
+            pid = x->series_id;
+            pt = x->t_ms;
+        }
+        /* 65536 samples * 28 bytes < 64 MiB: cannot be too large */
+        int rc = rec_finish(b, off, WAL_REC_SAMPLES);
+        assert(rc == WAL_OK);
+        (void)rc;
+        (*nrec)++;
+        i += cnt;
+    }
+}
+
+/* ============================================================================================
+ * Segment files
+ * ============================================================================================ */
+
+static void seg_name(char *out, size_t n, uint32_t no, const char *suffix)
+{
+    snprintf(out, n, "%08" PRIu32 ".wal%s", no, suffix);
+}
+
+/* Parses "NNNNNNNN.wal" (kind 0) or "NNNNNNNN.wal.corrupt" (kind 1). Returns -1 for others. */
+static int seg_parse_name(const char *name, uint32_t *no)
+{
+    for (int i = 0; i < 8; i++)
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+    if (strncmp(name + 8, ".wal", 4) != 0)
+        return -1;
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v * 10 + (uint32_t)(name[i] - '0');
+    *no = v;
+    if (name[12] == 0)
+        return 0;
+    if (strcmp(name + 12, ".corrupt") == 0)
+        return 1;
+    return -1;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Lists live segments (sorted) and the highest number of any segment file, corrupt ones too.
+ * *segs is malloc'd (may be NULL when *n = 0). Returns 0, or -errno (ENOENT: no directory). */
+static int seg_list(const char *dir, uint32_t **segs, size_t *n, uint32_t *max_any)
+{
+    *segs = NULL;
+    *n = 0;
+    *max_any = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        uint32_t no;
+        int kind = seg_parse_name(e->d_name, &no);
+        if (kind < 0)
+            continue;
+        if (no > *max_any)
+            *max_any = no;
+        if (kind != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint32_t *p = realloc(*segs, cap * sizeof *p);
+            if (!p) {
+                closedir(d);
+                free(*segs);
+                *segs = NULL;
+                return -ENOMEM;
+            }
+            *segs = p;
+        }
+        (*segs)[(*n)++] = no;
+    }
+    closedir(d);
+    if (*n)
+        qsort(*segs, *n, sizeof **segs, cmp_u32);
+    return 0;
+}
+
+static void seg_header(uint8_t h[WAL_SEG_HEADER_BYTES], uint32_t no)
+{
+    memcpy(h, WAL_SEG_MAGIC, 4);
+    put_u16le(h + 4, WAL_SEG_VERSION);
+    put_u16le(h + 6, 0);
+    put_u32le(h + 8, no);
+    put_u32le(h + 12, wal_crc32c(0, h, 12));
+}
+
+static int fsync_dir(int dirfd) { return fsync(dirfd) == 0 ? 0 : -errno; }
+
+static int pwrite_all(int fd, const void *p, size_t n, off_t off)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = pwrite(fd, c, n, off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (w == 0)
+            return -EIO;
+        c += w;
+        n -= (size_t)w;
+        off += w;
+    }
+    return 0;
+}
+
+/* Creates segment `no` with its header, durable in the directory. Returns an fd or -errno. */
+static int seg_create(int dirfd, uint32_t no)
+{
+    char name[32];
+    seg_name(name, sizeof name, no, "");
+    int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    uint8_t h[WAL_SEG_HEADER_BYTES];
+    seg_header(h, no);
+    int rc = pwrite_all(fd, h, sizeof h, 0);
+    if (rc == 0 && fsync(fd) != 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = fsync_dir(dirfd);
+    if (rc != 0) {
+        close(fd);
+        unlinkat(dirfd, name, 0);
+        return rc;
+    }
+    return fd;
+}
+
+/* ============================================================================================
+ * The log
+ * ============================================================================================ */
+
+typedef struct wal_waiter {
+    struct wal_waiter *next;
+    bool done;
+    int rc;
+    char *err;
+    size_t errlen;
+} wal_waiter_t;
+
+struct wal {
+    char *dir;
+    int dirfd;
+    wal_options_t opts;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* a leader finished a batch */
+    pthread_cond_t bg_cv; /* wakes the group-commit thread early (close) */
+    pthread_t bg;
+    bool bg_started;
+    bool closing;
+
+    /* under mu */
+    buf_t pending;
+    uint64_t pending_records;
+    wal_waiter_t *wait_head, **wait_tail;
+    bool io_busy;
+    wal_stats_t stats;
+
+    /* owned by the holder of the io_busy token */
+    int fd;
+    uint32_t seg_no;
+    uint64_t seg_size; /* end of the last good batch in the segment */
+    bool dirty;        /* written since the last successful fsync */
+    bool need_repair;  /* the file may extend past seg_size with a partial batch */
+    buf_t spare;       /* the batch being written; its allocation is reused */
+};
+
+void wal_options_default(wal_options_t *o)
+{
+    o->fsync_mode = WAL_FSYNC_INTERVAL;
+    o->fsync_interval_ms = 1000;
+    o->segment_max_bytes = 64u << 20;
+}
+
+/* Closes the current segment and starts seg_no+1. Token held. On failure the old segment stays
+ * current. */
+static int wal_roll(wal_t *w, char *msg, size_t msglen)
+{
+    if (w->dirty) {
+        if (fsync(w->fd) != 0) {
+            int e = errno;
+            seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
+            return WAL_ERR_IO;
+        }
+        w->dirty = false;
+    }
+    int fd = seg_create(w->dirfd, w->seg_no + 1);
+    if (fd < 0) {
+        seterr(msg, msglen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no + 1, w->dir,
+               strerror(-fd));
+        return WAL_ERR_IO;
+    }
+    close(w->fd);
+    w->fd = fd;
+    w->seg_no++;
+    w->seg_size = WAL_SEG_HEADER_BYTES;
+    w->need_repair = false;
+    return WAL_OK;
+}
+
+typedef struct {
+    int rc;          /* batch result: what every waiter of the batch gets */
+    int cut_rc;      /* wal_cut only */
+    uint64_t fsync_ns;
+    bool fsynced, fsync_failed, write_failed, rolled;
+    uint64_t written, records;
+    char msg[256];
+} io_result_t;
+
+/*
+ * The leader step. Called with mu held and the token free; takes the token, writes everything
+ * pending (fsync if `sync`), rolls the segment if it is full (or `cut`), publishes, gives the
+ * token back and wakes everybody. Returns with mu held.
+ */
+static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
+{
+    assert(!w->io_busy);
+    memset(res, 0, sizeof *res);
+    w->io_busy = true;
+
+    buf_t batch = w->pending;
+    w->pending = w->spare;
+    buf_reset(&w->pending);
+    uint64_t nrec = w->pending_records;
+    w->pending_records = 0;
+    wal_waiter_t *waiters = w->wait_head;
+    w->wait_head = NULL;
+    w->wait_tail = &w->wait_head;
+    pthread_mutex_unlock(&w->mu);
+
+    int rc = WAL_OK;
+    if (w->need_repair) {
+        if (ftruncate(w->fd, (off_t)w->seg_size) == 0) {
+            w->need_repair = false;
+        } else {
+            rc = WAL_ERR_IO;
+            seterr(res->msg, sizeof res->msg,
+                   "wal: cannot cut segment %08" PRIu32 " back to %" PRIu64 " after a failed write: %s",
+                   w->seg_no, w->seg_size, strerror(errno));
+        }
+    }
+    if (rc == WAL_OK && batch.len) {
+        int e = pwrite_all(w->fd, batch.data, batch.len, (off_t)w->seg_size);
+        if (e == 0) {
+            w->seg_size += batch.len;
+            w->dirty = true;
+            res->written = batch.len;
+            res->records = nrec;
+        } else {
+            rc = WAL_ERR_IO;
+            res->write_failed = true;
+            seterr(res->msg, sizeof res->msg, "wal: write segment %08" PRIu32 " in %s: %s",
+                   w->seg_no, w->dir, strerror(-e));
+            /* drop the partial batch so the next good one follows a complete record */
+            if (ftruncate(w->fd, (off_t)w->seg_size) != 0)
+                w->need_repair = true;
+        }
+    }
+    if (rc == WAL_OK && sync && w->dirty) {
+        uint64_t t0 = mono_ns();
+        int fr = fsync(w->fd);
+        int e = errno;
+        res->fsync_ns = mono_ns() - t0;
+        if (fr == 0) {
+            w->dirty = false;
+            res->fsynced = true;
+        } else {
+            rc = WAL_ERR_IO;
+            res->fsync_failed = true;
+            seterr(res->msg, sizeof res->msg, "wal: fsync segment %08" PRIu32 " in %s: %s",
+                   w->seg_no, w->dir, strerror(e));
+        }
+    }
+    res->rc = rc;
+    if (cut || (rc == WAL_OK && w->seg_size >= w->opts.segment_max_bytes)) {
+        char rmsg[256] = "";
+        bool was_dirty = w->dirty;
+        int rr = rc == WAL_OK ? wal_roll(w, rmsg, sizeof rmsg) : rc;
+        if (rr == WAL_OK) {
+            res->rolled = true;
+            if (was_dirty)
+                res->fsynced = true;
+        } else if (rc == WAL_OK) {
+            /* size-triggered: the batch itself is fine, retry the roll next time */
+            if (!cut)
+                log_error("wal", "cannot start a new segment", LF_S("dir", w->dir), LF_S("err", rmsg));
+            else
+                snprintf(res->msg, sizeof res->msg, "%s", rmsg);
+        }
+        res->cut_rc = rr;
+    }
+
+    pthread_mutex_lock(&w->mu);
+    w->stats.bytes_written += res->written;
+    w->stats.records_written += res->records;
+    if (res->written)
+        w->stats.writes++;
+    if (res->write_failed)
+        w->stats.write_errors++;
+    if (res->fsynced)
+        w->stats.fsyncs++;
+    if (res->fsync_failed)
+        w->stats.fsync_errors++;
+    w->stats.fsync_duration_ns += res->fsync_ns;
+    if (res->rolled) {
+        w->stats.segments_created++;
+        w->stats.segments_on_disk++;
+    }
+    w->stats.segment_current = w->seg_no;
+    w->stats.segment_bytes = w->seg_size;
+    for (wal_waiter_t *x = waiters; x; x = x->next) {
+        x->done = true;
+        x->rc = rc;
+        if (rc != WAL_OK)
+            seterr(x->err, x->errlen, "%s", res->msg);
+    }
+    buf_reset(&batch);
+    w->spare = batch;
+    w->io_busy = false;
+    pthread_cond_broadcast(&w->cv);
+}
+
+static void *wal_bg_main(void *arg)
+{
+    wal_t *w = arg;
+    pthread_mutex_lock(&w->mu);
+    while (!w->closing) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->opts.fsync_interval_ms * 1000000u;
+        ts.tv_sec += (time_t)(ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        int r = 0;
+        while (!w->closing && r != ETIMEDOUT)
+            r = pthread_cond_timedwait(&w->bg_cv, &w->mu, &ts);
+        if (w->closing)
+            break;
+        while (w->io_busy)
+            pthread_cond_wait(&w->cv, &w->mu);
+        io_result_t res;
+        wal_lead(w, true, false, &res);
+        if (res.rc != WAL_OK)
+            log_error("wal", "background flush failed", LF_S("err", res.msg));
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t errlen)
+{
+    wal_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        seterr(err, errlen, "wal: out of memory");
+        return NULL;
+    }
+    w->fd = -1;
+    w->dirfd = -1;
+    if (opts)
+        w->opts = *opts;
+    else
+        wal_options_default(&w->opts);
+    if (w->opts.fsync_interval_ms == 0)
+        w->opts.fsync_interval_ms = 1000;
+    if (w->opts.segment_max_bytes < 4096)
+        w->opts.segment_max_bytes = 4096;
+    w->wait_tail = &w->wait_head;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    {
+        /* monotonic, so a wall-clock jump cannot stall the group commit */
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&w->bg_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    w->dir = strdup(dir);
+    if (!w->dir) {
+        seterr(err, errlen, "wal: out of memory");
+        goto fail;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        seterr(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w->dirfd < 0) {
+        seterr(err, errlen, "wal: open %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    uint32_t *segs, max_any;
+    size_t nseg;
+    int lr = seg_list(dir, &segs, &nseg, &max_any);
+    free(segs);
+    if (lr != 0) {
+        seterr(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
+        goto fail;
+    }
+    if (max_any >= 99999999u) {
+        seterr(err, errlen, "wal: segment numbers exhausted in %s", dir);
+        goto fail;
+    }
+    w->seg_no = max_any + 1;
+    w->fd = seg_create(w->dirfd, w->seg_no);
+    if (w->fd < 0) {
+        seterr(err, errlen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no, dir,
+               strerror(-w->fd));
+        goto fail;
+    }
+    w->seg_size = WAL_SEG_HEADER_BYTES;
+    w->stats.segments_created = 1;
+    w->stats.segments_on_disk = (uint32_t)nseg + 1;
+    w->stats.segment_current = w->seg_no;
+    w->stats.segment_bytes = w->seg_size;
+    if (pthread_create(&w->bg, NULL, wal_bg_main, w) != 0) {
+        seterr(err, errlen, "wal: cannot start the group-commit thread");
+        goto fail;
+    }
+    w->bg_started = true;
+    return w;
+fail:
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->dirfd >= 0)
+        close(w->dirfd);
+    pthread_cond_destroy(&w->bg_cv);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->dir);
+    free(w);
+    return NULL;
+}
+
+int wal_close(wal_t *w, char *err, size_t errlen)
+{
+    if (!w)
+        return WAL_OK;
+    pthread_mutex_lock(&w->mu);
+    w->closing = true;
+    pthread_cond_signal(&w->bg_cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->bg_started)
+        pthread_join(w->bg, NULL);
+
+    pthread_mutex_lock(&w->mu);
+    while (w->io_busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    assert(w->wait_head == NULL); /* no appender may still be running */
+    io_result_t res;
+    wal_lead(w, true, false, &res);
+    pthread_mutex_unlock(&w->mu);
+    if (res.rc != WAL_OK)
+        seterr(err, errlen, "%s", res.msg);
+
+    close(w->fd);
+    close(w->dirfd);
+    buf_free(&w->pending);
+    buf_free(&w->spare);
+    pthread_cond_destroy(&w->bg_cv);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->dir);
+    free(w);
+    return res.rc;
+}
+
+/* Queues encoded records and waits until they are written (and fsync'd in ALWAYS mode). */
+static int wal_submit(wal_t *w, buf_t *enc, uint64_t nrec, char *err, size_t errlen)
+{
+    wal_waiter_t me = {.err = err, .errlen = errlen};
+    pthread_mutex_lock(&w->mu);
+    assert(!w->closing);
+    if (buf_try_reserve(&w->pending, enc->len) != 0) {
+        pthread_mutex_unlock(&w->mu);
+        seterr(err, errlen, "wal: out of memory");
+        return WAL_ERR_NOMEM;
+    }
+    buf_append(&w->pending, enc->data, enc->len);
+    w->pending_records += nrec;
+    *w->wait_tail = &me;
+    w->wait_tail = &me.next;
+    bool sync = w->opts.fsync_mode == WAL_FSYNC_ALWAYS;
+    while (!me.done) {
+        if (!w->io_busy) {
+            io_result_t res;
+            wal_lead(w, sync, false, &res);
+        } else {
+            pthread_cond_wait(&w->cv, &w->mu);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return me.rc;
+}
+
+int wal_log_series(wal_t *w, const wal_series_t *series, size_t n, char *err, size_t errlen)
+{
+    if (n == 0)
+        return WAL_OK;
+    buf_t enc = BUF_INIT;
+    uint64_t nrec = 0;
+    int rc = encode_series(&enc, series, n, &nrec);
+    if (rc == WAL_OK)
+        rc = wal_submit(w, &enc, nrec, err, errlen);
+    else if (rc == WAL_ERR_TOO_LARGE)
+        seterr(err, errlen, "wal: a series record exceeds %u bytes", WAL_MAX_RECORD_BYTES);
+    else
+        seterr(err, errlen, "wal: label with a NULL name or value");
+    buf_free(&enc);
+    return rc;
+}
+
+int wal_log_samples(wal_t *w, const wal_sample_t *samples, size_t n, char *err, size_t errlen)
+{
+    if (n == 0)
+        return WAL_OK;
+    buf_t enc = BUF_INIT;
+    uint64_t nrec = 0;
+    encode_samples(&enc, samples, n, &nrec);
+    int rc = wal_submit(w, &enc, nrec, err, errlen);
+    buf_free(&enc);
+    return rc;
+}
+
+int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (len >= WAL_MAX_RECORD_BYTES) {
+        seterr(err, errlen, "wal: blob of %zu bytes exceeds %u", len, WAL_MAX_RECORD_BYTES - 1);
+        return WAL_ERR_TOO_LARGE;
+    }
+    buf_t enc = BUF_INIT;
+    if (buf_try_reserve(&enc, WAL_REC_HEADER_BYTES + 1 + len) != 0) {
+        seterr(err, errlen, "wal: out of memory");
+        return WAL_ERR_NOMEM;
+    }
+    size_t off = rec_begin(&enc);
+    buf_append(&enc, &type, 1);
+    if (len)
+        buf_append(&enc, data, len);
+    int rc = rec_finish(&enc, off, WAL_REC_BLOB);
+    assert(rc == WAL_OK);
+    rc = wal_submit(w, &enc, 1, err, errlen);
+    buf_free(&enc);
+    return rc;
+}
+
+int wal_sync(wal_t *w, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->io_busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    io_result_t res;
+    wal_lead(w, true, false, &res);
+    pthread_mutex_unlock(&w->mu);
+    if (res.rc != WAL_OK)
+        seterr(err, errlen, "%s", res.msg);
+    return res.rc;
+}
+
+int wal_cut(wal_t *w, uint32_t *segment_no, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->io_busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    io_result_t res;
+    wal_lead(w, true, true, &res);
+    uint32_t cur = w->stats.segment_current;
+    pthread_mutex_unlock(&w->mu);
+    int rc = res.rc != WAL_OK ? res.rc : res.cut_rc;
+    if (rc != WAL_OK) {
+        seterr(err, errlen, "%s", res.msg);
+        return rc;
+    }
+    if (segment_no)
+        *segment_no = cur;
+    return WAL_OK;
+}
+
+int wal_truncate_before(wal_t *w, uint32_t segment_no, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&w->mu);
+    uint32_t cur = w->stats.segment_current;
+    pthread_mutex_unlock(&w->mu);
+    if (segment_no > cur)
+        segment_no = cur; /* never the segment being written */
+
+    uint32_t *segs, max_any;
+    size_t n;
+    int lr = seg_list(w->dir, &segs, &n, &max_any);
+    if (lr != 0) {
+        seterr(err, errlen, "wal: list %s: %s", w->dir, strerror(-lr));
+        return WAL_ERR_IO;
+    }
+    int rc = WAL_OK;
+    uint32_t removed = 0;
+    for (size_t i = 0; i < n && segs[i] < segment_no; i++) {
+        char name[32];
+        seg_name(name, sizeof name, segs[i], "");
+        if (unlinkat(w->dirfd, name, 0) == 0) {
+            removed++;
+        } else if (errno != ENOENT) {
+            seterr(err, errlen, "wal: remove %s/%s: %s", w->dir, name, strerror(errno));
+            rc = WAL_ERR_IO;
+        }
+    }
+    free(segs);
+    if (removed && fsync_dir(w->dirfd) != 0 && rc == WAL_OK) {
+        seterr(err, errlen, "wal: fsync %s: %s", w->dir, strerror(errno));
+        rc = WAL_ERR_IO;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->stats.segments_on_disk = (uint32_t)(n - removed);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void wal_get_stats(wal_t *w, wal_stats_t *out)
+{
+    pthread_mutex_lock(&w->mu);
+    *out = w->stats;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* ============================================================================================
+ * Replay
+ * ============================================================================================ */
+
+typedef struct {
+    const wal_replay_cb_t *cb;
+    void *ud;
+    wal_replay_stats_t *st;
+    buf_t payload;
+    buf_t scratch;       /* decoded label strings */
+    label_t *labels;     /* decoded label array */
+    size_t labels_cap;
+    wal_sample_t *samples;
+    size_t samples_cap;
+} replay_t;
+
+/* Decodes and delivers one good-CRC record. Returns 0, 1 (payload does not decode: treat as
+ * corruption), WAL_ERR_ABORTED or WAL_ERR_NOMEM. The whole record is validated before the first
+ * callback, so a bad record delivers nothing. */
+static int replay_series(replay_t *r, const uint8_t *p, size_t len)
+{
+    rd_t rd = {p, p + len, 0};
+    uint32_t count = rd_u32le(&rd);
+    if (rd.err || count == 0 || count > len / 2)
+        return 1;
+    /* pass 1: validate, size the scratch */
+    size_t max_labels = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        rd_uvarint(&rd);
+        uint64_t nl = rd_uvarint(&rd);
+        if (rd.err || nl > len)
+            return 1;
+        if (nl > max_labels)
+            max_labels = nl;
+        for (uint64_t k = 0; k < 2 * nl; k++) {
+            uint64_t sl = rd_uvarint(&rd);
+            if (rd.err || sl > (uint64_t)(rd.end - rd.p))
+                return 1;
+            if (memchr(rd.p, 0, sl))
+                return 1; /* labels are C strings */
+            rd.p += sl;
+        }
+    }
+    if (rd.p != rd.end)
+        return 1;
+    if (max_labels > r->labels_cap) {
+        label_t *nl = realloc(r->labels, max_labels * sizeof *nl);
+        if (!nl)
+            return WAL_ERR_NOMEM;
+        r->labels = nl;
+        r->labels_cap = max_labels;
+    }
+    /* pass 2: deliver */
+    rd = (rd_t){p + 4, p + len, 0};
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t id = rd_uvarint(&rd);
+        uint64_t nl = rd_uvarint(&rd);
+        buf_reset(&r->scratch);
+        if (buf_try_reserve(&r->scratch, len + 2 * nl) != 0)
+            return WAL_ERR_NOMEM;
+        for (uint64_t k = 0; k < nl; k++) {
+            size_t sl = (size_t)rd_uvarint(&rd);
+            size_t name_at = r->scratch.len;
+            buf_append(&r->scratch, rd.p, sl);
+            buf_putc(&r->scratch, 0);
+            rd.p += sl;
+            sl = (size_t)rd_uvarint(&rd);
+            size_t val_at = r->scratch.len;
+            buf_append(&r->scratch, rd.p, sl);
+            buf_putc(&r->scratch, 0);
+            rd.p += sl;
+            /* scratch never reallocates here (reserved above), so pointers stay valid */
+            r->labels[k].name = r->scratch.data + name_at;
+            r->labels[k].value = r->scratch.data + val_at;
+        }
+        labels_t ls = {r->labels, (size_t)nl};
+        r->st->series++;
+        if (r->cb->on_series && r->cb->on_series(r->ud, id, &ls) != 0)
+            return WAL_ERR_ABORTED;
+    }
+    return 0;
+}
+
+static int replay_samples(replay_t *r, const uint8_t *p, size_t len)
+{
+    rd_t rd = {p, p + len, 0};
+    uint32_t count = rd_u32le(&rd);
+    if (rd.err || count == 0 || count > len / WAL_MIN_SAMPLE_BYTES)
+        return 1;
+    if (count > r->samples_cap) {
+        wal_sample_t *ns = realloc(r->samples, (size_t)count * sizeof *ns);
+        if (!ns)
+            return WAL_ERR_NOMEM;
+        r->samples = ns;
+        r->samples_cap = count;
+    }
+    uint64_t id = 0;
+    int64_t t = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (i == 0) {
+            id = rd_uvarint(&rd);
+            t = rd_svarint(&rd);
+        } else {
+            id += (uint64_t)rd_svarint(&rd);
+            t = (int64_t)((uint64_t)t + (uint64_t)rd_svarint(&rd));
+        }
+        uint64_t vb = rd_u64le(&rd);
+        if (rd.err)
+            return 1;
+        r->samples[i].series_id = id;
+        r->samples[i].t_ms = t;
+        memcpy(&r->samples[i].v, &vb, 8);
+    }
+    if (rd.p != rd.end)
+        return 1;
+    r->st->samples += count;
+    if (r->cb->on_samples && r->cb->on_samples(r->ud, r->samples, count) != 0)
+        return WAL_ERR_ABORTED;
+    return 0;
+}
+
+static int replay_record(replay_t *r, uint8_t type, const uint8_t *p, size_t len)
+{
+    switch (type) {
+    case WAL_REC_SERIES:
+        return replay_series(r, p, len);
+    case WAL_REC_SAMPLES:
+        return replay_samples(r, p, len);
+    case WAL_REC_BLOB:
+        if (len < 1)
+            return 1;
+        r->st->blobs++;
+        if (r->cb->on_blob && r->cb->on_blob(r->ud, p[0], p + 1, len - 1) != 0)
+            return WAL_ERR_ABORTED;
+        return 0;
+    default:
+        r->st->skipped++;
+        return 0;
+    }
+}
+
+static int pread_full(int fd, void *p, size_t n, uint64_t off, size_t *got)
+{
+    char *c = p;
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = pread(fd, c + *got, n - *got, (off_t)(off + *got));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+typedef enum { SEG_OK, SEG_BAD_HEADER, SEG_TORN_HEADER, SEG_BAD_RECORD } seg_outcome_t;
+
+/*
+ * Replays one segment file. On SEG_BAD_RECORD, *bad_off is where the first bad record starts and
+ * *why says what was wrong. Returns 0 with *out set, or a negative WAL_ERR_*.
+ */
+static int replay_segment(replay_t *r, int fd, uint32_t no, uint64_t fsize, seg_outcome_t *out,
+                          uint64_t *bad_off, const char **why, char *err, size_t errlen)
+{
+    uint8_t h[WAL_SEG_HEADER_BYTES];
+    size_t got;
+    int e = pread_full(fd, h, sizeof h, 0, &got);
+    if (e) {
+        seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
+        return WAL_ERR_IO;
+    }
+    if (got < sizeof h) {
+        *out = SEG_TORN_HEADER;
+        *why = "short segment header";
+        *bad_off = 0;
+        return 0;
+    }
+    uint8_t expect[WAL_SEG_HEADER_BYTES];
+    seg_header(expect, no);
+    if (memcmp(h, expect, sizeof h) != 0) {
+        static const uint8_t zero[WAL_SEG_HEADER_BYTES];
+        *out = memcmp(h, zero, sizeof h) == 0 ? SEG_TORN_HEADER : SEG_BAD_HEADER;
+        *why = get_u16le(h + 4) != WAL_SEG_VERSION && memcmp(h, WAL_SEG_MAGIC, 4) == 0
+                   ? "unsupported segment version"
+                   : "bad segment header";
+        *bad_off = 0;
+        return 0;
+    }
+    uint64_t off = WAL_SEG_HEADER_BYTES;
+    for (;;) {
+        if (off == fsize) {
+            *out = SEG_OK;
+            return 0;
+        }
+        *bad_off = off;
+        *out = SEG_BAD_RECORD;
+        uint8_t rh[WAL_REC_HEADER_BYTES];
+        e = pread_full(fd, rh, sizeof rh, off, &got);
+        if (e) {
+            seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
+            return WAL_ERR_IO;
+        }
+        if (got < sizeof rh) {
+            *why = "short record header";
+            return 0;
+        }
+        uint32_t len = get_u32le(rh + 4);
+        if (rh[0] == 0 || rh[1] != 0 || get_u16le(rh + 2) != 0) {
+            *why = "bad record header";
+            return 0;
+        }
+        if (len == 0 || len > WAL_MAX_RECORD_BYTES) {
+            *why = "bad record length";
+            return 0;
+        }
+        /* never trust a length past the end of the file: no allocation beyond what is there */
+        if ((uint64_t)len > fsize - off - WAL_REC_HEADER_BYTES) {
+            *why = "short record payload";
+            return 0;
+        }
+        buf_reset(&r->payload);
+        if (buf_try_reserve(&r->payload, len) != 0) {
+            seterr(err, errlen, "wal: out of memory for a %" PRIu32 "-byte record", len);
+            return WAL_ERR_NOMEM;
+        }
+        if (r->payload.cap > r->st->buffer_bytes)
+            r->st->buffer_bytes = r->payload.cap;
+        e = pread_full(fd, r->payload.data, len, off + WAL_REC_HEADER_BYTES, &got);
+        if (e) {
+            seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
+            return WAL_ERR_IO;
+        }
+        if (got < len) {
+            *why = "short record payload";
+            return 0;
+        }
+        uint32_t crc = wal_crc32c(0, rh, 8);
+        crc = wal_crc32c(crc, r->payload.data, len);
+        if (crc != get_u32le(rh + 8)) {
+            *why = "record checksum mismatch";
+            return 0;
+        }
+        int rr = replay_record(r, rh[0], (const uint8_t *)r->payload.data, len);
+        if (rr < 0) {
+            if (rr == WAL_ERR_ABORTED)
+                seterr(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32
+                       " at offset %" PRIu64, no, off);
+            else
+                seterr(err, errlen, "wal: out of memory during replay");
+            return rr;
+        }
+        if (rr > 0) {
+            *why = "record payload does not decode";
+            return 0;
+        }
+        r->st->records++;
+        off += WAL_REC_HEADER_BYTES + len;
+    }
+}
+
+int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud,
+               wal_replay_stats_t *stats, char *err, size_t errlen)
+{
+    wal_replay_stats_t local;
+    if (!stats)
+        stats = &local;
+    memset(stats, 0, sizeof *stats);
+    static const wal_replay_cb_t none = {0};
+    replay_t r = {.cb = cb ? cb : &none, .ud = ud, .st = stats};
+
+    uint32_t *segs, max_any;
+    size_t n;
+    int lr = seg_list(dir, &segs, &n, &max_any);
+    if (lr == -ENOENT)
+        return WAL_OK;
+    if (lr != 0) {
+        seterr(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
+        return lr == -ENOMEM ? WAL_ERR_NOMEM : WAL_ERR_IO;
+    }
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        seterr(err, errlen, "wal: open %s: %s", dir, strerror(errno));
+        free(segs);
+        return WAL_ERR_IO;
+    }
+    size_t first = 0;
+    while (first < n && segs[first] < first_segment)
+        first++;
+
+    int rc = WAL_OK;
+    for (size_t i = first; i < n && rc == WAL_OK; i++) {
+        uint32_t no = segs[i];
+        bool last = i + 1 == n;
+        char name[32], path[4096];
+        seg_name(name, sizeof name, no, "");
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        int fd = openat(dirfd, name, O_RDWR | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            seterr(err, errlen, "wal: open %s: %s", path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            rc = WAL_ERR_IO;
+            break;
+        }
+        uint64_t fsize = (uint64_t)sb.st_size;
+        seg_outcome_t outcome = SEG_OK;
+        uint64_t bad_off = 0;
+        const char *why = "";
+        rc = replay_segment(&r, fd, no, fsize, &outcome, &bad_off, &why, err, errlen);
+        stats->segments++;
+        stats->last_segment = no;
+        if (rc != WAL_OK || outcome == SEG_OK) {
+            close(fd);
+            continue;
+        }
+
+        if (last && outcome == SEG_TORN_HEADER) {
+            /* the crash came while the segment was being created: it holds no record */
+            log_warn("wal", "removing a segment torn at creation", LF_S("file", path),
+                     LF_I("size", fsize), LF_S("reason", why));
+            close(fd);
+            if (unlinkat(dirfd, name, 0) != 0) {
+                seterr(err, errlen, "wal: remove %s: %s", path, strerror(errno));
+                rc = WAL_ERR_IO;
+            }
+            fsync_dir(dirfd);
+            stats->truncated = true;
+            stats->bytes_dropped += fsize;
+            break;
+        }
+        if (outcome == SEG_BAD_RECORD) {
+            if (last)
+                log_warn("wal", "torn or corrupt WAL tail, truncating", LF_S("file", path),
+                         LF_I("offset", bad_off), LF_I("dropped_bytes", fsize - bad_off),
+                         LF_S("reason", why));
+            else
+                log_error("wal", "corrupt WAL segment, truncating it and setting later segments aside",
+                          LF_S("file", path), LF_I("offset", bad_off),
+                          LF_I("dropped_bytes", fsize - bad_off), LF_S("reason", why));
+            int tr = ftruncate(fd, (off_t)bad_off);
+            int te = errno;
+            if (tr == 0 && fsync(fd) != 0) {
+                tr = -1;
+                te = errno;
+            }
+            close(fd);
+            if (tr != 0) {
+                seterr(err, errlen, "wal: truncate %s at %" PRIu64 ": %s", path, bad_off, strerror(te));
+                rc = WAL_ERR_IO;
+                break;
+            }
+            stats->truncated = true;
+            stats->bytes_dropped += fsize - bad_off;
+            i++; /* this segment keeps its good prefix; set aside only the later ones */
+        } else {
+            close(fd);
+            log_error("wal", "corrupt WAL segment header, setting it and later segments aside",
+                      LF_S("file", path), LF_S("reason", why));
+        }
+        if (i < n)
+            stats->corrupt_middle = true;
+        for (; i < n; i++) {
+            char from[32], to[48];
+            seg_name(from, sizeof from, segs[i], "");
+            seg_name(to, sizeof to, segs[i], ".corrupt");
+            struct stat s2;
+            if (fstatat(dirfd, from, &s2, 0) == 0)
+                stats->bytes_dropped += (uint64_t)s2.st_size;
+            if (renameat(dirfd, from, dirfd, to) != 0) {
+                seterr(err, errlen, "wal: rename %s/%s: %s", dir, from, strerror(errno));
+                rc = WAL_ERR_IO;
+                break;
+            }
+            log_error("wal", "set aside WAL segment", LF_S("file", from), LF_S("now", to));
+        }
+        if (fsync_dir(dirfd) != 0 && rc == WAL_OK) {
+            seterr(err, errlen, "wal: fsync %s: %s", dir, strerror(errno));
+            rc = WAL_ERR_IO;
+        }
+        break;
+    }
+    close(dirfd);
+    free(segs);
+    buf_free(&r.payload);
+    buf_free(&r.scratch);
+    free(r.labels);
+    free(r.samples);
+    return rc;
+}
