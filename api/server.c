@@ -53,6 +53,7 @@ static _Atomic uint64_t server_accepted_total;
 static _Atomic uint64_t server_rejected_total;
 static _Atomic uint64_t server_slow_closed_total;
 static _Atomic int64_t server_inflight;
+static _Atomic int64_t server_busy_connections;
 static int64_t server_max_connections = 4096;
 
 void api__server_observe(int worker, int route, int code, double seconds)
@@ -74,9 +75,11 @@ void api__server_observe(int worker, int route, int code, double seconds)
 
 typedef struct server_conn {
     struct bufferevent *bev; /* we hold one reference */
+    struct evbuffer_cb_entry *input_cb;
     struct server_conn *next;
     int64_t created_ms;
     bool saw_request;
+    bool busy; /* bytes arrived since the last request was dispatched: a request is being read */
 } server_conn_t;
 
 typedef struct server_worker {
@@ -152,6 +155,21 @@ static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev
     }
 }
 
+static void server_conn_set_busy(server_conn_t *c, bool busy)
+{
+    if (c->busy != busy) {
+        c->busy = busy;
+        atomic_fetch_add(&server_busy_connections, busy ? 1 : -1);
+    }
+}
+
+/* Bytes arrived on a connection: until its request is dispatched, shutdown waits for it. */
+static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    if (info->n_added > 0)
+        server_conn_set_busy(arg, true);
+}
+
 /* evhttp asks us for each new connection's bufferevent: keep a reference to track its life. */
 static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
 {
@@ -164,6 +182,7 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
         return bev; /* untracked but served */
     bufferevent_incref(bev);
     c->bev = bev;
+    c->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), server_conn_input, c);
     c->created_ms = now_ms();
     c->next = w->conns;
     w->conns = c;
@@ -181,6 +200,14 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     return bev;
 }
 
+static void server_conn_release(server_conn_t *c)
+{
+    server_conn_set_busy(c, false);
+    if (c->input_cb)
+        evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->input_cb);
+    bufferevent_decref(c->bev);
+}
+
 /* Once a second: release connections evhttp has freed (it clears their callbacks when it lets go)
  * and shut down connections that never delivered a complete request within the read timeout. */
 static void server_sweep(evutil_socket_t fd, short what, void *arg)
@@ -195,7 +222,7 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
         bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, NULL);
         if (!rcb && !wcb && !ecb) {
             *pp = c->next;
-            bufferevent_decref(c->bev);
+            server_conn_release(c);
             free(c);
             atomic_fetch_sub(&server_open_connections, 1);
             removed = true;
@@ -244,8 +271,10 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
     struct evhttp_connection *evcon = evhttp_request_get_connection(ev);
     if (evcon) {
         server_conn_t *c = map_find(w, evhttp_connection_get_bufferevent(evcon));
-        if (c)
+        if (c) {
             c->saw_request = true;
+            server_conn_set_busy(c, false);
+        }
     }
     atomic_fetch_add_explicit(&server_inflight, 1, memory_order_relaxed);
     api_req_t *req = calloc(1, sizeof(*req));
@@ -496,13 +525,15 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms)
     for (int i = 0; i < s->nhooks; i++)
         s->hooks[i].fn(s->hooks[i].ud);
     int64_t deadline = now_ms() + timeout_ms;
-    while (atomic_load(&server_inflight) > 0 && now_ms() < deadline) {
+    /* Like Go's http.Server.Shutdown: wait for requests being handled and for requests still
+     * being read (connections that received bytes not yet dispatched). */
+    while ((atomic_load(&server_inflight) > 0 || atomic_load(&server_busy_connections) > 0) && now_ms() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    int64_t left = atomic_load(&server_inflight);
-    if (left > 0)
-        log_warn("http", "shutdown timeout: abandoning in-flight requests", LF_I("inflight", left));
+    int64_t left = atomic_load(&server_inflight), reading = atomic_load(&server_busy_connections);
+    if (left > 0 || reading > 0)
+        log_warn("http", "shutdown timeout: abandoning requests", LF_I("inflight", left), LF_I("reading", reading));
     for (int i = 0; i < s->nworkers; i++)
         event_base_loopbreak(s->workers[i].base);
     for (int i = 0; i < s->nworkers; i++)
@@ -525,7 +556,7 @@ void api_server_destroy(api_server_t *s)
         while (w->conns) {
             server_conn_t *c = w->conns;
             w->conns = c->next;
-            bufferevent_decref(c->bev);
+            server_conn_release(c);
             free(c);
             atomic_fetch_sub(&server_open_connections, 1);
         }
