@@ -85,9 +85,11 @@ int rollup_flush(rollup_t *r, bool checkpoint);
  * stop sending still get their last bucket written). */
 void rollup_close_buckets_before(rollup_t *r, int64_t before_ms);
 
-/* Deletes stored buckets older than now_ms - retention, at most `budget` rows/blobs per call.
- * Returns the number deleted (0 = nothing left to delete), or -1. The writer calls it with the
- * wall clock; tests call it with their own now. */
+/* One slice of a retention pass: deletes stored buckets older than now_ms - retention (blobs:
+ * once their whole span is older), touching at most `budget` blobs (or, for the plain hourly
+ * rows, `budget` series) per call. Returns 1 if the pass has more to do (call again), 0 when the
+ * pass is complete, -1 on error. The writer runs a pass every hour with the wall clock; tests
+ * call it with their own now. */
 int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget);
 
 typedef struct {

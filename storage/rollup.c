@@ -1,0 +1,1439 @@
+/*
+ * rollup — fixed-resolution aggregates of every series, kept in SQLite for long retentions.
+ *
+ * ---- Life of a sample -------------------------------------------------------------------------
+ *
+ *   ingest thread                        writer thread (only SQLite writer)
+ *   rollup_add_samples                   every flush interval (rollup_flush):
+ *     shard lock (id % SHARDS)             1. close open buckets whose series went quiet
+ *     state = per-series record            2. move every shard's closed list to `inflight`
+ *     update open bucket per resolution       and snapshot the states that changed
+ *     bucket start moved on?               3. one transaction: catalog rows, buckets merged into
+ *       -> push old bucket on the shard's     blobs / plain rows, state rows, last_seen
+ *          closed list                     4. COMMIT and forget `inflight` in one step w.r.t.
+ *                                             readers (view lock held exclusively)
+ *
+ * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
+ * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
+ * ts from several places (a late sample re-opened an already written bucket) are merged.
+ *
+ * ---- Per-series state --------------------------------------------------------------------------
+ * last_t (newest sample t; samples at or before it are ignored, which makes WAL replay
+ * harmless), prev/prev_ok (last non-NaN value, for the counter increase; a staleness marker
+ * clears prev_ok), and one open bucket per resolution. A state whose buckets are all closed is
+ * evicted from memory (its continuity is lost: a series silent for more than ~2 of the coarsest
+ * resolution starts its increase afresh). States are checkpointed to rollup_state every
+ * checkpoint interval, whenever one of their buckets is written (so a checkpointed open bucket
+ * is never also on disk), and at close; rollup_open loads them back.
+ *
+ * ---- Tables ----------------------------------------------------------------------------------
+ *   rollup_blob(res, series_id, start, n, data)   PK (res, series_id, start), index (res, start)
+ *       buckets of resolutions other than 1h: one row per series per span of BLOB_SPAN buckets
+ *       (1m: 4 h), data encoded as below.
+ *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
+ *       the 1h resolution, one plain row per bucket, so the rollup_1h view needs no decoder.
+ *       SQLite stores NaN as NULL: sum/min/max/last NULL = NaN.
+ *   rollup_state(series_id PRIMARY KEY, last_t, prev, prev_ok, open)
+ *       open = for each open bucket, 64 bytes little-endian: res_ms i64, ts i64, count u64, sum,
+ *       min, max, last, increase f64.
+ *   VIEW rollup_1h(series_id, metric, labels, ts, count, sum, min, max, last, increase)
+ *
+ * ---- Blob format (rollup_blob.data) ------------------------------------------------------------
+ *   | 1 byte  | format: 1 = payload follows raw, 2 = zlib (deflate) stream of the payload |
+ *   | uvarint | format 2 only: payload length (<= MAX_PAYLOAD)                            |
+ *   payload:
+ *   | uvarint      | n, number of buckets (1..BLOB_SPAN)                                  |
+ *   | n uvarints   | bucket slot: first = (ts - start) / res, then gap to previous - 1    |
+ *   | n uvarints   | count, zigzag delta from the previous count (first from 0)           |
+ *   | 5 columns    | sum, min, max, last, increase, each:                                 |
+ *   |   1 byte     |   mode 0: integers - n zigzag uvarints, delta from previous (from 0) |
+ *   |              |   mode 1: floats - n uvarints of bswap64(bits XOR previous bits)     |
+ * Mode 0 is chosen when every value of the column is integral, |v| < 2^53 and not -0, which is
+ * what counters and most Flink gauges look like; mode 1 keeps constant or slowly moving floats
+ * short (a repeated value costs one byte; byte-swapping puts the mantissa's trailing zero bytes
+ * at the high end, where uvarint drops them). zlib then squeezes the runs.
+ *
+ * ---- Aggregation rules: see rollup.h.
+ */
+#include "storage/rollup.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zlib.h>
+
+#include "internal/util/buf.h"
+#include "internal/util/log.h"
+#include "internal/util/parse.h"
+
+#define SHARDS 64
+#define BLOB_SPAN 240
+#define PLAIN_RES_MS 3600000
+#define MAX_PAYLOAD (1u << 20)
+#define STATE_ENTRY_BYTES 64
+#define NO_BUCKET INT64_MIN
+#define STALE_NAN_BITS 0x7ff0000000000002ull
+#define RETENTION_PASS_MS 3600000
+#define RETENTION_BUDGET 256
+
+/* ---- types ------------------------------------------------------------------------------ */
+
+typedef struct sstate {
+    struct sstate *next; /* hash chain */
+    uint64_t id;
+    int64_t last_t;
+    double prev;
+    bool prev_ok;
+    bool dirty;  /* changed since its last checkpoint */
+    bool closed; /* a bucket went to the closed list since the last snapshot */
+    rollup_bucket_t open[]; /* one per resolution; ts == NO_BUCKET when none */
+} sstate_t;
+
+typedef struct {
+    uint64_t id;
+    uint32_t res_idx;
+    uint32_t seq; /* order of arrival, so merging keeps the later `last` */
+    rollup_bucket_t b;
+} closed_t;
+
+typedef struct {
+    closed_t *v;
+    size_t n, cap;
+} closed_vec_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    sstate_t **tab;
+    size_t nbuckets, count;
+    closed_vec_t closed;
+} shard_t;
+
+/* A copy of a state for the state table (or a deletion when evicted). */
+typedef struct {
+    uint64_t id;
+    bool evicted;
+    int64_t last_t;
+    double prev;
+    bool prev_ok;
+    uint8_t *open; /* nopen * STATE_ENTRY_BYTES */
+    size_t nopen;
+} snap_t;
+
+struct rollup {
+    catalog_t *cat;
+    rollup_resolutions_t rs;
+    int64_t flush_ms, ckpt_ms;
+    sqlite3 *rdb;
+    pthread_mutex_t read_mu;  /* rdb */
+    pthread_mutex_t cycle_mu; /* one writer cycle at a time */
+    pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
+    shard_t shards[SHARDS];
+    closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq) while waiting for COMMIT */
+    snap_t *snaps;
+    size_t nsnaps, capsnaps;
+    uint64_t *evicted;
+    size_t nevicted, capevicted;
+    _Atomic int64_t high_water; /* newest sample t seen */
+    _Atomic uint32_t seq;
+    bool force_checkpoint;
+    int64_t last_ckpt_wall, last_retention_wall;
+    size_t ret_res;      /* retention pass: resolution being cleaned */
+    uint64_t ret_cursor; /* and series id cursor for plain rows */
+    bool ret_active;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+    bool stop;
+    _Atomic uint64_t st_written, st_ignored, st_flushes, st_flush_errors, st_series;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t floor_to(int64_t t, int64_t res)
+{
+    int64_t q = t / res;
+    if (t % res != 0 && t < 0)
+        q--;
+    return q * res;
+}
+
+static uint64_t dbits(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    return u;
+}
+
+static double bitsd(uint64_t u)
+{
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static int64_t unzigzag(uint64_t u) { return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); }
+
+static void put_uvarint(buf_t *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        buf_putc(b, (char)(v | 0x80));
+        v >>= 7;
+    }
+    buf_putc(b, (char)v);
+}
+
+static int get_uvarint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t c = *(*p)++;
+        v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static double nan_min(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a); }
+static double nan_max(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a); }
+
+static void bucket_start(rollup_bucket_t *b, int64_t ts)
+{
+    *b = (rollup_bucket_t){.ts = ts, .min = NAN, .max = NAN, .last = NAN};
+}
+
+/* b (later) merged into a (earlier), same ts. */
+static void bucket_merge(rollup_bucket_t *a, const rollup_bucket_t *b)
+{
+    assert(a->ts == b->ts);
+    a->count += b->count;
+    a->sum += b->sum;
+    a->min = nan_min(a->min, b->min);
+    a->max = nan_max(a->max, b->max);
+    a->last = b->last;
+    a->increase += b->increase;
+}
+
+static int closed_push(closed_vec_t *cv, const closed_t *c)
+{
+    if (cv->n == cv->cap) {
+        size_t cap = cv->cap ? cv->cap * 2 : 64;
+        closed_t *v = realloc(cv->v, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        cv->v = v;
+        cv->cap = cap;
+    }
+    cv->v[cv->n++] = *c;
+    return 0;
+}
+
+static int closed_cmp(const void *pa, const void *pb)
+{
+    const closed_t *a = pa, *b = pb;
+    if (a->id != b->id)
+        return a->id < b->id ? -1 : 1;
+    if (a->res_idx != b->res_idx)
+        return a->res_idx < b->res_idx ? -1 : 1;
+    if (a->b.ts != b->b.ts)
+        return a->b.ts < b->b.ts ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static bool is_plain(const rollup_t *r, size_t i) { return r->rs.v[i].res_ms == PLAIN_RES_MS; }
+
+/* ---- resolutions -------------------------------------------------------------------------- */
+
+int rollup_parse_resolutions(const char *s, rollup_resolutions_t *out, char *err, size_t errlen)
+{
+    rollup_resolutions_t rs = {0};
+    char tmp[256];
+    if (!s || strlen(s) >= sizeof(tmp) || !*s) {
+        snprintf(err, errlen, "roll-up resolutions: empty or too long");
+        return -1;
+    }
+    strcpy(tmp, s);
+    char *save = NULL;
+    for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon) {
+            snprintf(err, errlen, "roll-up resolutions: %s: want <resolution>:<retention>", tok);
+            return -1;
+        }
+        *colon = 0;
+        int64_t res, ret;
+        if (parse_duration_ms(tok, &res) != 0 || parse_duration_ms(colon + 1, &ret) != 0) {
+            snprintf(err, errlen, "roll-up resolutions: bad duration in %s:%s", tok, colon + 1);
+            return -1;
+        }
+        if (res < 1000 || res % 1000 != 0) {
+            snprintf(err, errlen, "roll-up resolutions: %s is not a positive whole number of seconds", tok);
+            return -1;
+        }
+        if (ret < res) {
+            snprintf(err, errlen, "roll-up resolutions: retention %s shorter than resolution %s", colon + 1, tok);
+            return -1;
+        }
+        if (rs.n == ROLLUP_MAX_RESOLUTIONS) {
+            snprintf(err, errlen, "roll-up resolutions: more than %d", ROLLUP_MAX_RESOLUTIONS);
+            return -1;
+        }
+        if (rs.n > 0 && (res <= rs.v[rs.n - 1].res_ms || res % rs.v[rs.n - 1].res_ms != 0)) {
+            snprintf(err, errlen, "roll-up resolutions: %s must be larger than and a multiple of the previous", tok);
+            return -1;
+        }
+        rs.v[rs.n++] = (rollup_resolution_t){res, ret};
+    }
+    if (rs.n == 0) {
+        snprintf(err, errlen, "roll-up resolutions: none given");
+        return -1;
+    }
+    *out = rs;
+    return 0;
+}
+
+const rollup_resolutions_t *rollup_resolutions(const rollup_t *r) { return &r->rs; }
+
+size_t rollup_pick_resolution(const rollup_resolutions_t *rs, int64_t now_ms, int64_t mint, int64_t step_ms)
+{
+    assert(rs->n > 0);
+    size_t finest_cover = rs->n;
+    for (size_t i = 0; i < rs->n; i++) {
+        bool covers = now_ms - rs->v[i].retention_ms <= mint;
+        if (covers && rs->v[i].res_ms <= step_ms)
+            return i;
+        if (covers && finest_cover == rs->n)
+            finest_cover = i;
+    }
+    return finest_cover < rs->n ? finest_cover : rs->n - 1;
+}
+
+/* ---- blob codec -------------------------------------------------------------------------- */
+
+static bool col_integral(const rollup_bucket_t *b, size_t n, size_t off)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        memcpy(&v, (const char *)&b[i] + off, sizeof(v));
+        if (!(fabs(v) < 9007199254740992.0) || v != floor(v) || (v == 0 && signbit(v)))
+            return false;
+    }
+    return true;
+}
+
+static const size_t col_off[5] = {offsetof(rollup_bucket_t, sum), offsetof(rollup_bucket_t, min),
+                                  offsetof(rollup_bucket_t, max), offsetof(rollup_bucket_t, last),
+                                  offsetof(rollup_bucket_t, increase)};
+
+/* Encodes sorted, distinct-ts buckets b[0..n) of span [start, ...) into out. */
+static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t start, int64_t res)
+{
+    buf_t p = BUF_INIT;
+    put_uvarint(&p, n);
+    int64_t prev_slot = -1;
+    for (size_t i = 0; i < n; i++) {
+        int64_t slot = (b[i].ts - start) / res;
+        assert(slot > prev_slot && slot < BLOB_SPAN);
+        put_uvarint(&p, (uint64_t)(slot - prev_slot - 1));
+        prev_slot = slot;
+    }
+    uint64_t pc = 0;
+    for (size_t i = 0; i < n; i++) {
+        put_uvarint(&p, zigzag((int64_t)(b[i].count - pc)));
+        pc = b[i].count;
+    }
+    for (int c = 0; c < 5; c++) {
+        bool integral = col_integral(b, n, col_off[c]);
+        buf_putc(&p, integral ? 0 : 1);
+        int64_t pi = 0;
+        uint64_t pb = 0;
+        for (size_t i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, (const char *)&b[i] + col_off[c], sizeof(v));
+            if (integral) {
+                int64_t iv = (int64_t)v;
+                put_uvarint(&p, zigzag(iv - pi));
+                pi = iv;
+            } else {
+                put_uvarint(&p, __builtin_bswap64(dbits(v) ^ pb));
+                pb = dbits(v);
+            }
+        }
+    }
+    uLongf zlen = compressBound(p.len);
+    uint8_t *z = malloc(zlen);
+    buf_reset(out);
+    if (z && compress2(z, &zlen, (const Bytef *)p.data, p.len, 6) == Z_OK && zlen + 4 < p.len) {
+        buf_putc(out, 2);
+        put_uvarint(out, p.len);
+        buf_append(out, z, zlen);
+    } else {
+        buf_putc(out, 1);
+        buf_append(out, p.data, p.len);
+    }
+    free(z);
+    buf_free(&p);
+}
+
+/* Decodes a blob into out (appending). Never reads past len. Returns 0 or -1. */
+static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t res, rollup_buckets_t *out)
+{
+    if (len < 1)
+        return -1;
+    const uint8_t *p = data + 1, *end = data + len;
+    uint8_t *raw = NULL;
+    int ret = -1;
+    if (data[0] == 2) {
+        uint64_t plen;
+        if (get_uvarint(&p, end, &plen) != 0 || plen == 0 || plen > MAX_PAYLOAD)
+            return -1;
+        raw = malloc(plen);
+        uLongf dlen = plen;
+        if (!raw || uncompress(raw, &dlen, p, (uLong)(end - p)) != Z_OK || dlen != plen)
+            goto out;
+        p = raw;
+        end = raw + plen;
+    } else if (data[0] != 1) {
+        return -1;
+    }
+    uint64_t n;
+    if (get_uvarint(&p, end, &n) != 0 || n == 0 || n > BLOB_SPAN)
+        goto out;
+    if (out->cap - out->n < n) {
+        size_t cap = out->n + n + out->cap;
+        rollup_bucket_t *v = realloc(out->v, cap * sizeof(*v));
+        if (!v)
+            goto out;
+        out->v = v;
+        out->cap = cap;
+    }
+    rollup_bucket_t *b = out->v + out->n;
+    int64_t slot = -1;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t gap;
+        if (get_uvarint(&p, end, &gap) != 0 || gap >= BLOB_SPAN)
+            goto out;
+        slot += (int64_t)gap + 1;
+        if (slot >= BLOB_SPAN)
+            goto out;
+        b[i] = (rollup_bucket_t){.ts = start + slot * res};
+    }
+    uint64_t pc = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t z;
+        if (get_uvarint(&p, end, &z) != 0)
+            goto out;
+        pc += (uint64_t)unzigzag(z);
+        b[i].count = pc;
+    }
+    for (int c = 0; c < 5; c++) {
+        if (p >= end || *p > 1)
+            goto out;
+        bool integral = *p++ == 0;
+        int64_t pi = 0;
+        uint64_t pb = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t u;
+            if (get_uvarint(&p, end, &u) != 0)
+                goto out;
+            double v;
+            if (integral) {
+                pi = (int64_t)((uint64_t)pi + (uint64_t)unzigzag(u));
+                v = (double)pi;
+            } else {
+                pb ^= __builtin_bswap64(u);
+                v = bitsd(pb);
+            }
+            memcpy((char *)&b[i] + col_off[c], &v, sizeof(v));
+        }
+    }
+    if (p != end)
+        goto out;
+    out->n += n;
+    ret = 0;
+out:
+    free(raw);
+    return ret;
+}
+
+/* ---- shards and states -------------------------------------------------------------------- */
+
+static size_t shard_of(uint64_t id) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 58) & (SHARDS - 1); }
+static size_t slot_of(const shard_t *sh, uint64_t id)
+{
+    return (size_t)((id * 0xC2B2AE3D27D4EB4Full) >> 20) & (sh->nbuckets - 1);
+}
+
+static sstate_t *state_find(shard_t *sh, uint64_t id)
+{
+    for (sstate_t *s = sh->tab[slot_of(sh, id)]; s; s = s->next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+static void shard_grow(shard_t *sh)
+{
+    size_t nb = sh->nbuckets * 2;
+    sstate_t **tab = calloc(nb, sizeof(*tab));
+    if (!tab)
+        return; /* keep the longer chains */
+    shard_t tmp = {.tab = tab, .nbuckets = nb};
+    for (size_t i = 0; i < sh->nbuckets; i++) {
+        for (sstate_t *s = sh->tab[i], *next; s; s = next) {
+            next = s->next;
+            size_t k = slot_of(&tmp, s->id);
+            s->next = tab[k];
+            tab[k] = s;
+        }
+    }
+    free(sh->tab);
+    sh->tab = tab;
+    sh->nbuckets = nb;
+}
+
+static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
+{
+    sstate_t *s = state_find(sh, id);
+    if (s)
+        return s;
+    s = calloc(1, sizeof(*s) + r->rs.n * sizeof(rollup_bucket_t));
+    if (!s)
+        return NULL;
+    s->id = id;
+    s->last_t = INT64_MIN;
+    for (size_t i = 0; i < r->rs.n; i++)
+        s->open[i].ts = NO_BUCKET;
+    if (sh->count >= sh->nbuckets)
+        shard_grow(sh);
+    size_t k = slot_of(sh, id);
+    s->next = sh->tab[k];
+    sh->tab[k] = s;
+    sh->count++;
+    atomic_fetch_add(&r->st_series, 1);
+    return s;
+}
+
+/* Moves the open bucket i of s to the shard's closed list (shard locked). */
+static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
+{
+    if (s->open[i].ts == NO_BUCKET)
+        return;
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = s->open[i]};
+    if (closed_push(&sh->closed, &c) != 0)
+        log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
+    s->open[i].ts = NO_BUCKET;
+    s->closed = true;
+    s->dirty = true;
+}
+
+static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
+{
+    sstate_t *s = state_get(r, sh, smp->series_id);
+    if (!s) {
+        log_error("rollup", "out of memory; sample dropped", LF_I("series", smp->series_id));
+        return;
+    }
+    if (smp->t <= s->last_t) {
+        atomic_fetch_add(&r->st_ignored, 1);
+        return;
+    }
+    s->last_t = smp->t;
+    s->dirty = true;
+    double v = smp->v;
+    if (dbits(v) == STALE_NAN_BITS) {
+        s->prev_ok = false; /* ends continuity, is not aggregated */
+        return;
+    }
+    double inc = 0;
+    if (!isnan(v)) {
+        if (s->prev_ok)
+            inc = v >= s->prev ? v - s->prev : v;
+        s->prev = v;
+        s->prev_ok = true;
+    }
+    for (size_t i = 0; i < r->rs.n; i++) {
+        int64_t ts = floor_to(smp->t, r->rs.v[i].res_ms);
+        rollup_bucket_t *b = &s->open[i];
+        if (b->ts != ts) {
+            close_open(r, sh, s, i);
+            bucket_start(b, ts);
+        }
+        b->count++;
+        b->sum += v;
+        b->min = nan_min(b->min, v);
+        b->max = nan_max(b->max, v);
+        b->last = v;
+        b->increase += inc;
+    }
+}
+
+void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
+{
+    int64_t hw = atomic_load(&r->high_water);
+    size_t i = 0;
+    while (i < n) {
+        /* Consecutive samples of one shard share one lock acquisition. */
+        size_t k = shard_of(s[i].series_id);
+        shard_t *sh = &r->shards[k];
+        pthread_mutex_lock(&sh->mu);
+        for (; i < n && shard_of(s[i].series_id) == k; i++) {
+            add_one(r, sh, &s[i]);
+            if (s[i].t > hw)
+                hw = s[i].t;
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+    int64_t cur = atomic_load(&r->high_water);
+    while (hw > cur && !atomic_compare_exchange_weak(&r->high_water, &cur, hw))
+        ;
+}
+
+/* Shard locked. Closes buckets ending at or before `before` (per resolution: before[i]) and
+ * evicts states with nothing open. */
+static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool evict)
+{
+    for (size_t k = 0; k < sh->nbuckets; k++) {
+        sstate_t **pp = &sh->tab[k];
+        while (*pp) {
+            sstate_t *s = *pp;
+            bool any_open = false;
+            for (size_t i = 0; i < r->rs.n; i++) {
+                if (s->open[i].ts != NO_BUCKET && s->open[i].ts + r->rs.v[i].res_ms <= before[i])
+                    close_open(r, sh, s, i);
+                any_open |= s->open[i].ts != NO_BUCKET;
+            }
+            if (evict && !any_open && s->last_t < before[r->rs.n - 1]) {
+                if (r->nevicted == r->capevicted) {
+                    size_t cap = r->capevicted ? r->capevicted * 2 : 256;
+                    uint64_t *v = realloc(r->evicted, cap * sizeof(*v));
+                    if (!v) {
+                        pp = &s->next;
+                        continue;
+                    }
+                    r->evicted = v;
+                    r->capevicted = cap;
+                }
+                r->evicted[r->nevicted++] = s->id;
+                *pp = s->next;
+                free(s);
+                sh->count--;
+                atomic_fetch_sub(&r->st_series, 1);
+                continue;
+            }
+            pp = &s->next;
+        }
+    }
+}
+
+void rollup_close_buckets_before(rollup_t *r, int64_t before_ms)
+{
+    int64_t before[ROLLUP_MAX_RESOLUTIONS];
+    for (size_t i = 0; i < r->rs.n; i++)
+        before[i] = before_ms;
+    for (size_t k = 0; k < SHARDS; k++) {
+        pthread_mutex_lock(&r->shards[k].mu);
+        shard_sweep(r, &r->shards[k], before, false);
+        pthread_mutex_unlock(&r->shards[k].mu);
+    }
+}
+
+/* ---- state snapshots ------------------------------------------------------------------------ */
+
+static void put_state_entry(uint8_t *p, int64_t res_ms, const rollup_bucket_t *b)
+{
+    uint64_t w[8] = {(uint64_t)res_ms, (uint64_t)b->ts, b->count, dbits(b->sum), dbits(b->min), dbits(b->max),
+                     dbits(b->last), dbits(b->increase)};
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++)
+            p[i * 8 + k] = (uint8_t)(w[i] >> (8 * k));
+}
+
+static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *b)
+{
+    uint64_t w[8] = {0};
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++)
+            w[i] |= (uint64_t)p[i * 8 + k] << (8 * k);
+    *res_ms = (int64_t)w[0];
+    *b = (rollup_bucket_t){.ts = (int64_t)w[1], .count = w[2], .sum = bitsd(w[3]), .min = bitsd(w[4]),
+                           .max = bitsd(w[5]), .last = bitsd(w[6]), .increase = bitsd(w[7])};
+}
+
+static void snap_state(rollup_t *r, const sstate_t *s)
+{
+    if (r->nsnaps == r->capsnaps) {
+        size_t cap = r->capsnaps ? r->capsnaps * 2 : 256;
+        snap_t *v = realloc(r->snaps, cap * sizeof(*v));
+        if (!v)
+            return; /* state stays dirty; the next checkpoint writes it */
+        r->snaps = v;
+        r->capsnaps = cap;
+    }
+    snap_t *sn = &r->snaps[r->nsnaps];
+    *sn = (snap_t){.id = s->id, .last_t = s->last_t, .prev = s->prev, .prev_ok = s->prev_ok};
+    size_t nopen = 0;
+    for (size_t i = 0; i < r->rs.n; i++)
+        nopen += s->open[i].ts != NO_BUCKET;
+    if (nopen) {
+        sn->open = malloc(nopen * STATE_ENTRY_BYTES);
+        if (!sn->open)
+            return;
+        for (size_t i = 0; i < r->rs.n; i++)
+            if (s->open[i].ts != NO_BUCKET)
+                put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &s->open[i]);
+    }
+    r->nsnaps++;
+}
+
+static void snaps_clear(rollup_t *r)
+{
+    for (size_t i = 0; i < r->nsnaps; i++)
+        free(r->snaps[i].open);
+    r->nsnaps = 0;
+    r->nevicted = 0;
+}
+
+/* ---- SQL ---------------------------------------------------------------------------------- */
+
+#define ROLLUP_SCHEMA                                                                              \
+    "CREATE TABLE IF NOT EXISTS rollup_blob(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"     \
+    " start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL,"                             \
+    " PRIMARY KEY(res, series_id, start)) WITHOUT ROWID;"                                          \
+    "CREATE INDEX IF NOT EXISTS rollup_blob_start ON rollup_blob(res, start);"                     \
+    "CREATE TABLE IF NOT EXISTS rollup_plain(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"    \
+    " ts INTEGER NOT NULL, count INTEGER NOT NULL, sum REAL, min REAL, max REAL, last REAL,"       \
+    " increase REAL, PRIMARY KEY(res, series_id, ts)) WITHOUT ROWID;"                              \
+    "CREATE TABLE IF NOT EXISTS rollup_state(series_id INTEGER PRIMARY KEY, last_t INTEGER NOT NULL," \
+    " prev REAL, prev_ok INTEGER NOT NULL, open BLOB);"                                            \
+    "CREATE VIEW IF NOT EXISTS rollup_1h AS SELECT p.series_id AS series_id, s.metric AS metric,"  \
+    " s.labels AS labels, p.ts AS ts, p.count AS count, p.sum AS sum, p.min AS min, p.max AS max," \
+    " p.last AS last, p.increase AS increase FROM rollup_plain p LEFT JOIN series s"               \
+    " ON s.id = p.series_id WHERE p.res = 3600000;"
+
+static int exec_sql(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        log_error("rollup", "sqlite", LF_S("err", msg ? msg : sqlite3_errmsg(db)), LF_S("sql", sql));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static double col_double(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* Writes buckets c[0..n) (same id, resolution, span; sorted by ts, seq) merged into their blob. */
+static int write_blob_group(rollup_t *r, sqlite3_stmt *sel, sqlite3_stmt *up, const closed_t *c, size_t n,
+                            int64_t start, buf_t *enc)
+{
+    int64_t res = r->rs.v[c[0].res_idx].res_ms;
+    rollup_buckets_t have = {0};
+    int ret = -1;
+    sqlite3_bind_int64(sel, 1, res);
+    sqlite3_bind_int64(sel, 2, (sqlite3_int64)c[0].id);
+    sqlite3_bind_int64(sel, 3, start);
+    int rc = sqlite3_step(sel);
+    if (rc == SQLITE_ROW) {
+        if (blob_decode(sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start, res, &have) != 0) {
+            log_error("rollup", "corrupt blob replaced", LF_I("series", c[0].id), LF_I("start", start));
+            have.n = 0;
+        }
+    } else if (rc != SQLITE_DONE) {
+        goto out;
+    }
+    sqlite3_reset(sel);
+    /* Merge: both sorted by ts; new buckets of an existing ts merge in (they are later). */
+    rollup_buckets_t m = {0};
+    m.cap = have.n + n;
+    m.v = malloc(m.cap * sizeof(*m.v));
+    if (!m.v)
+        goto out;
+    size_t i = 0, k = 0;
+    while (i < have.n || k < n) {
+        const rollup_bucket_t *next;
+        if (k >= n || (i < have.n && have.v[i].ts <= c[k].b.ts))
+            next = &have.v[i++];
+        else
+            next = &c[k++].b;
+        if (m.n > 0 && m.v[m.n - 1].ts == next->ts)
+            bucket_merge(&m.v[m.n - 1], next);
+        else
+            m.v[m.n++] = *next;
+    }
+    blob_encode(enc, m.v, m.n, start, res);
+    sqlite3_bind_int64(up, 1, res);
+    sqlite3_bind_int64(up, 2, (sqlite3_int64)c[0].id);
+    sqlite3_bind_int64(up, 3, start);
+    sqlite3_bind_int64(up, 4, (sqlite3_int64)m.n);
+    sqlite3_bind_blob(up, 5, enc->data, (int)enc->len, SQLITE_STATIC);
+    if (sqlite3_step(up) == SQLITE_DONE)
+        ret = 0;
+    sqlite3_reset(up);
+    rollup_buckets_free(&m);
+out:
+    sqlite3_reset(sel);
+    rollup_buckets_free(&have);
+    return ret;
+}
+
+static int bind_double(sqlite3_stmt *st, int i, double v)
+{
+    return isnan(v) ? sqlite3_bind_null(st, i) : sqlite3_bind_double(st, i, v);
+}
+
+static int write_plain(rollup_t *r, sqlite3_stmt *st, const closed_t *c)
+{
+    sqlite3_bind_int64(st, 1, r->rs.v[c->res_idx].res_ms);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)c->id);
+    sqlite3_bind_int64(st, 3, c->b.ts);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)c->b.count);
+    bind_double(st, 5, c->b.sum);
+    bind_double(st, 6, c->b.min);
+    bind_double(st, 7, c->b.max);
+    bind_double(st, 8, c->b.last);
+    bind_double(st, 9, c->b.increase);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* The body of one transaction: inflight buckets, snapshots, evictions. */
+static int write_batch(rollup_t *r, sqlite3 *db)
+{
+    sqlite3_stmt *plain = NULL, *state = NULL, *del = NULL, *seen = NULL, *bsel = NULL, *bup = NULL;
+    buf_t enc = BUF_INIT;
+    int ret = -1;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)"
+                           " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
+                           " count = count + excluded.count, sum = sum + excluded.sum,"
+                           " min = min(coalesce(min, excluded.min), coalesce(excluded.min, min)),"
+                           " max = max(coalesce(max, excluded.max), coalesce(excluded.max, max)),"
+                           " last = excluded.last, increase = increase + excluded.increase",
+                           -1, &plain, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "INSERT OR REPLACE INTO rollup_state(series_id, last_t, prev, prev_ok, open)"
+                           " VALUES(?, ?, ?, ?, ?)",
+                           -1, &state, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &del, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &seen, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1,
+                           &bsel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?, ?, ?, ?, ?)"
+                           " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
+                           -1, &bup, NULL) != SQLITE_OK)
+        goto out;
+    const closed_t *c = r->inflight.v;
+    size_t n = r->inflight.n;
+    for (size_t i = 0; i < n;) {
+        if (is_plain(r, c[i].res_idx)) {
+            if (write_plain(r, plain, &c[i]) != 0)
+                goto out;
+            i++;
+            continue;
+        }
+        int64_t span = r->rs.v[c[i].res_idx].res_ms * BLOB_SPAN;
+        int64_t start = floor_to(c[i].b.ts, span);
+        size_t k = i + 1;
+        while (k < n && c[k].id == c[i].id && c[k].res_idx == c[i].res_idx && c[k].b.ts < start + span)
+            k++;
+        if (write_blob_group(r, bsel, bup, &c[i], k - i, start, &enc) != 0)
+            goto out;
+        i = k;
+    }
+    for (size_t i = 0; i < r->nsnaps; i++) {
+        const snap_t *sn = &r->snaps[i];
+        sqlite3_bind_int64(state, 1, (sqlite3_int64)sn->id);
+        sqlite3_bind_int64(state, 2, sn->last_t);
+        sqlite3_bind_double(state, 3, sn->prev_ok ? sn->prev : 0);
+        sqlite3_bind_int(state, 4, sn->prev_ok);
+        if (sn->nopen)
+            sqlite3_bind_blob(state, 5, sn->open, (int)(sn->nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
+        else
+            sqlite3_bind_null(state, 5);
+        int rc = sqlite3_step(state);
+        sqlite3_reset(state);
+        if (rc != SQLITE_DONE)
+            goto out;
+        sqlite3_bind_int64(seen, 1, sn->last_t);
+        sqlite3_bind_int64(seen, 2, (sqlite3_int64)sn->id);
+        rc = sqlite3_step(seen);
+        sqlite3_reset(seen);
+        if (rc != SQLITE_DONE)
+            goto out;
+    }
+    for (size_t i = 0; i < r->nevicted; i++) {
+        sqlite3_bind_int64(del, 1, (sqlite3_int64)r->evicted[i]);
+        int rc = sqlite3_step(del);
+        sqlite3_reset(del);
+        if (rc != SQLITE_DONE)
+            goto out;
+    }
+    ret = 0;
+out:
+    if (ret != 0)
+        log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
+    sqlite3_finalize(plain);
+    sqlite3_finalize(state);
+    sqlite3_finalize(del);
+    sqlite3_finalize(seen);
+    sqlite3_finalize(bsel);
+    sqlite3_finalize(bup);
+    buf_free(&enc);
+    return ret;
+}
+
+/* ---- the writer cycle --------------------------------------------------------------------- */
+
+int rollup_flush(rollup_t *r, bool checkpoint)
+{
+    pthread_mutex_lock(&r->cycle_mu);
+    bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
+    /* 1. Buckets of series that went quiet: close once the newest sample is a full resolution
+     *    past their end; evict states with nothing open. */
+    int64_t hw = atomic_load(&r->high_water);
+    int64_t before[ROLLUP_MAX_RESOLUTIONS];
+    for (size_t i = 0; i < r->rs.n; i++)
+        before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
+
+    /* 2. Closed lists -> inflight, snapshots, under the exclusive view lock. */
+    pthread_rwlock_wrlock(&r->view_rw);
+    size_t old_inflight = r->inflight.n;
+    for (size_t k = 0; k < SHARDS; k++) {
+        shard_t *sh = &r->shards[k];
+        pthread_mutex_lock(&sh->mu);
+        shard_sweep(r, sh, before, true);
+        for (size_t j = 0; j < sh->closed.n; j++)
+            if (closed_push(&r->inflight, &sh->closed.v[j]) != 0)
+                log_error("rollup", "out of memory; bucket dropped", LF_I("series", sh->closed.v[j].id));
+        sh->closed.n = 0;
+        for (size_t b = 0; b < sh->nbuckets; b++) {
+            for (sstate_t *s = sh->tab[b]; s; s = s->next) {
+                if (s->closed || all || (checkpoint && s->dirty)) {
+                    snap_state(r, s);
+                    s->closed = s->dirty = false;
+                }
+            }
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+    qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
+    pthread_rwlock_unlock(&r->view_rw);
+
+    /* 3. One transaction. Readers still see `inflight` until the COMMIT below. */
+    catalog_t *cat = r->cat;
+    sqlite3 *db = catalog__write_db(cat);
+    catalog__write_lock(cat);
+    int rc = exec_sql(db, "BEGIN IMMEDIATE");
+    if (rc == 0)
+        rc = catalog__write_pending(cat);
+    if (rc == 0)
+        rc = write_batch(r, db);
+    /* 4. COMMIT and forget inflight atomically for readers. */
+    pthread_rwlock_wrlock(&r->view_rw);
+    if (rc == 0)
+        rc = exec_sql(db, "COMMIT");
+    if (rc == 0) {
+        atomic_fetch_add(&r->st_written, r->inflight.n);
+        r->inflight.n = 0;
+        r->force_checkpoint = false;
+    } else {
+        exec_sql(db, "ROLLBACK");
+        /* inflight stays for the next cycle; states may have moved on, so rewrite all of them. */
+        r->force_checkpoint = true;
+        atomic_fetch_add(&r->st_flush_errors, 1);
+        log_warn("rollup", "flush failed; will retry", LF_I("buckets", r->inflight.n),
+                 LF_I("carried", old_inflight));
+    }
+    pthread_rwlock_unlock(&r->view_rw);
+    catalog__write_unlock(cat);
+    snaps_clear(r);
+    atomic_fetch_add(&r->st_flushes, 1);
+    pthread_mutex_unlock(&r->cycle_mu);
+    return rc;
+}
+
+/* ---- retention -------------------------------------------------------------------------- */
+
+int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
+{
+    pthread_mutex_lock(&r->cycle_mu);
+    catalog_t *cat = r->cat;
+    sqlite3 *db = catalog__write_db(cat);
+    int ret = 0;
+    catalog__write_lock(cat);
+    if (r->ret_res >= r->rs.n) {
+        r->ret_res = 0;
+        r->ret_cursor = 0;
+    }
+    size_t i = r->ret_res;
+    int64_t res = r->rs.v[i].res_ms;
+    int64_t cutoff = now_ms - r->rs.v[i].retention_ms; /* buckets with ts < cutoff go */
+    sqlite3_stmt *st = NULL, *nx = NULL;
+    if (!is_plain(r, i)) {
+        /* Whole blobs only: a blob goes once its last slot is past retention. The (res, start)
+         * index makes this a bounded range delete. */
+        int64_t span = res * BLOB_SPAN;
+        if (sqlite3_prepare_v2(db,
+                               "DELETE FROM rollup_blob WHERE (res, series_id, start) IN (SELECT res, series_id,"
+                               " start FROM rollup_blob WHERE res = ?1 AND start <= ?2 LIMIT ?3)",
+                               -1, &st, NULL) != SQLITE_OK) {
+            ret = -1;
+            goto out;
+        }
+        sqlite3_bind_int64(st, 1, res);
+        sqlite3_bind_int64(st, 2, cutoff - span);
+        sqlite3_bind_int(st, 3, budget);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            ret = -1;
+            goto out;
+        }
+        int changed = sqlite3_changes(db);
+        if (changed < budget) {
+            r->ret_res++;
+            r->ret_cursor = 0;
+        }
+        ret = r->ret_res < r->rs.n ? 1 : 0;
+        goto out;
+    }
+    /* Plain rows have no time index (it would double their size): walk series ids from a
+     * cursor, `budget` series per call, each a primary-key range delete. */
+    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &nx,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_plain WHERE res = ?1 AND series_id = ?2 AND ts < ?3", -1, &st,
+                           NULL) != SQLITE_OK) {
+        ret = -1;
+        goto out;
+    }
+    exec_sql(db, "BEGIN IMMEDIATE");
+    int visited = 0;
+    for (; visited < budget; visited++) {
+        sqlite3_bind_int64(nx, 1, res);
+        sqlite3_bind_int64(nx, 2, (sqlite3_int64)r->ret_cursor);
+        if (sqlite3_step(nx) != SQLITE_ROW || sqlite3_column_type(nx, 0) == SQLITE_NULL) {
+            sqlite3_reset(nx);
+            break;
+        }
+        r->ret_cursor = (uint64_t)sqlite3_column_int64(nx, 0);
+        sqlite3_reset(nx);
+        sqlite3_bind_int64(st, 1, res);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)r->ret_cursor);
+        sqlite3_bind_int64(st, 3, cutoff);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            ret = -1;
+            break;
+        }
+    }
+    if (ret == 0 && exec_sql(db, "COMMIT") != 0)
+        ret = -1;
+    if (ret != 0) {
+        exec_sql(db, "ROLLBACK");
+        goto out;
+    }
+    if (visited < budget) { /* this resolution is done */
+        r->ret_res++;
+        r->ret_cursor = 0;
+    }
+    ret = r->ret_res < r->rs.n ? 1 : 0;
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(nx);
+    catalog__write_unlock(cat);
+    if (ret == 0)
+        r->ret_res = 0; /* the next call starts a new pass */
+    pthread_mutex_unlock(&r->cycle_mu);
+    return ret;
+}
+
+/* ---- reads -------------------------------------------------------------------------------- */
+
+void rollup_buckets_free(rollup_buckets_t *b)
+{
+    free(b->v);
+    *b = (rollup_buckets_t){0};
+}
+
+typedef struct {
+    rollup_bucket_t b;
+    uint32_t seq;
+} rd_t;
+
+static int rd_cmp(const void *pa, const void *pb)
+{
+    const rd_t *a = pa, *b = pb;
+    if (a->b.ts != b->b.ts)
+        return a->b.ts < b->b.ts ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, uint32_t seq)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        rd_t *nv = realloc(*v, nc * sizeof(*nv));
+        if (!nv)
+            return -1;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = (rd_t){*b, seq};
+    return 0;
+}
+
+static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *tmp)
+{
+    int64_t res = r->rs.v[ri].res_ms;
+    sqlite3_stmt *st = NULL;
+    int ret = -1, rc;
+    pthread_mutex_lock(&r->read_mu);
+    if (is_plain(r, ri)) {
+        if (sqlite3_prepare_v2(r->rdb,
+                               "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
+                               " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
+                               -1, &st, NULL) != SQLITE_OK)
+            goto out;
+        sqlite3_bind_int64(st, 1, res);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+        sqlite3_bind_int64(st, 3, mint);
+        sqlite3_bind_int64(st, 4, maxt);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (tmp->n == tmp->cap) {
+                size_t cap = tmp->cap ? tmp->cap * 2 : 64;
+                rollup_bucket_t *v = realloc(tmp->v, cap * sizeof(*v));
+                if (!v)
+                    goto out;
+                tmp->v = v;
+                tmp->cap = cap;
+            }
+            tmp->v[tmp->n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(st, 0),
+                                                 .count = (uint64_t)sqlite3_column_int64(st, 1),
+                                                 .sum = col_double(st, 2),
+                                                 .min = col_double(st, 3),
+                                                 .max = col_double(st, 4),
+                                                 .last = col_double(st, 5),
+                                                 .increase = col_double(st, 6)};
+        }
+    } else {
+        int64_t span = res * BLOB_SPAN;
+        if (sqlite3_prepare_v2(r->rdb,
+                               "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
+                               " AND start <= ? ORDER BY start",
+                               -1, &st, NULL) != SQLITE_OK)
+            goto out;
+        sqlite3_bind_int64(st, 1, res);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+        sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
+        sqlite3_bind_int64(st, 4, maxt);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (blob_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                            sqlite3_column_int64(st, 0), res, tmp) != 0)
+                log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", sqlite3_column_int64(st, 0)));
+        }
+    }
+    ret = rc == SQLITE_DONE ? 0 : -1;
+out:
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&r->read_mu);
+    return ret;
+}
+
+int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out)
+{
+    if (res_idx >= r->rs.n || mint > maxt)
+        return res_idx >= r->rs.n ? -1 : 0;
+    rd_t *v = NULL;
+    size_t n = 0, cap = 0;
+    rollup_buckets_t disk = {0};
+    int ret = 0;
+    pthread_rwlock_rdlock(&r->view_rw);
+    if (read_disk(r, series_id, res_idx, mint, maxt, &disk) != 0)
+        ret = -1;
+    for (size_t i = 0; ret == 0 && i < disk.n; i++)
+        if (disk.v[i].ts >= mint && disk.v[i].ts <= maxt && rd_push(&v, &n, &cap, &disk.v[i], 0) != 0)
+            ret = -1;
+    /* inflight is sorted by (id, res_idx, ts): binary search for the first entry of the series. */
+    size_t lo = 0, hi = r->inflight.n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const closed_t *c = &r->inflight.v[mid];
+        if (c->id < series_id || (c->id == series_id && c->res_idx < res_idx))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; ret == 0 && i < r->inflight.n; i++) {
+        const closed_t *c = &r->inflight.v[i];
+        if (c->id != series_id || c->res_idx != res_idx)
+            break;
+        if (c->b.ts >= mint && c->b.ts <= maxt && rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
+            ret = -1;
+    }
+    shard_t *sh = &r->shards[shard_of(series_id)];
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = 0; ret == 0 && i < sh->closed.n; i++) {
+        const closed_t *c = &sh->closed.v[i];
+        if (c->id == series_id && c->res_idx == res_idx && c->b.ts >= mint && c->b.ts <= maxt &&
+            rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
+            ret = -1;
+    }
+    sstate_t *s = state_find(sh, series_id);
+    if (ret == 0 && s && s->open[res_idx].ts != NO_BUCKET && s->open[res_idx].ts >= mint &&
+        s->open[res_idx].ts <= maxt && rd_push(&v, &n, &cap, &s->open[res_idx], UINT32_MAX) != 0)
+        ret = -1;
+    pthread_mutex_unlock(&sh->mu);
+    pthread_rwlock_unlock(&r->view_rw);
+    rollup_buckets_free(&disk);
+    if (ret == 0 && n > 0) {
+        qsort(v, n, sizeof(*v), rd_cmp);
+        for (size_t i = 0; ret == 0 && i < n; i++) {
+            if (out->n > 0 && out->v[out->n - 1].ts == v[i].b.ts && i > 0 && v[i - 1].b.ts == v[i].b.ts) {
+                bucket_merge(&out->v[out->n - 1], &v[i].b);
+                continue;
+            }
+            if (out->n == out->cap) {
+                size_t nc = out->cap ? out->cap * 2 : 64;
+                rollup_bucket_t *nv = realloc(out->v, nc * sizeof(*nv));
+                if (!nv) {
+                    ret = -1;
+                    break;
+                }
+                out->v = nv;
+                out->cap = nc;
+            }
+            out->v[out->n++] = v[i].b;
+        }
+    }
+    free(v);
+    return ret;
+}
+
+/* ---- open / close / thread ---------------------------------------------------------------- */
+
+static int load_states(rollup_t *r)
+{
+    sqlite3_stmt *st = NULL;
+    int rc;
+    if (sqlite3_prepare_v2(r->rdb, "SELECT series_id, last_t, prev, prev_ok, open FROM rollup_state", -1, &st, NULL) !=
+        SQLITE_OK)
+        return -1;
+    int64_t hw = INT64_MIN;
+    size_t dropped = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
+        shard_t *sh = &r->shards[shard_of(id)];
+        sstate_t *s = state_get(r, sh, id);
+        if (!s) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        s->last_t = sqlite3_column_int64(st, 1);
+        s->prev = sqlite3_column_double(st, 2);
+        s->prev_ok = sqlite3_column_int(st, 3) != 0;
+        if (s->last_t > hw)
+            hw = s->last_t;
+        const uint8_t *p = sqlite3_column_blob(st, 4);
+        size_t len = (size_t)sqlite3_column_bytes(st, 4);
+        for (size_t off = 0; p && off + STATE_ENTRY_BYTES <= len; off += STATE_ENTRY_BYTES) {
+            int64_t res_ms;
+            rollup_bucket_t b;
+            get_state_entry(p + off, &res_ms, &b);
+            size_t i = 0;
+            while (i < r->rs.n && r->rs.v[i].res_ms != res_ms)
+                i++;
+            if (i == r->rs.n || floor_to(b.ts, res_ms) != b.ts) {
+                dropped++; /* resolution no longer configured */
+                continue;
+            }
+            s->open[i] = b;
+        }
+    }
+    sqlite3_finalize(st);
+    if (dropped)
+        log_warn("rollup", "open buckets of unconfigured resolutions dropped", LF_I("buckets", dropped));
+    atomic_store(&r->high_water, hw);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void *writer_main(void *arg)
+{
+    rollup_t *r = arg;
+    pthread_mutex_lock(&r->stop_mu);
+    while (!r->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = ts.tv_nsec + (r->flush_ms % 1000) * 1000000;
+        ts.tv_sec += r->flush_ms / 1000 + ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
+        if (r->stop)
+            break;
+        pthread_mutex_unlock(&r->stop_mu);
+        int64_t now = wall_ms();
+        bool ckpt = now - r->last_ckpt_wall >= r->ckpt_ms;
+        if (rollup_flush(r, ckpt) == 0 && ckpt)
+            r->last_ckpt_wall = now;
+        /* Retention: a pass every hour, one bounded slice per wake-up so a delete never holds
+         * the write lock for long. */
+        if (!r->ret_active && now - r->last_retention_wall >= RETENTION_PASS_MS) {
+            r->ret_active = true;
+            r->last_retention_wall = now;
+        }
+        if (r->ret_active && rollup_enforce_retention(r, now, RETENTION_BUDGET) <= 0)
+            r->ret_active = false;
+        pthread_mutex_lock(&r->stop_mu);
+    }
+    pthread_mutex_unlock(&r->stop_mu);
+    return NULL;
+}
+
+rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, size_t errlen)
+{
+    rollup_config_t dflt = {0};
+    if (!cfg)
+        cfg = &dflt;
+    rollup_t *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->cat = cat;
+    r->flush_ms = cfg->flush_interval_ms > 0 ? cfg->flush_interval_ms : 1000;
+    r->ckpt_ms = cfg->checkpoint_interval_ms > 0 ? cfg->checkpoint_interval_ms : 60000;
+    atomic_store(&r->high_water, INT64_MIN);
+    pthread_mutex_init(&r->read_mu, NULL);
+    pthread_mutex_init(&r->cycle_mu, NULL);
+    pthread_rwlock_init(&r->view_rw, NULL);
+    pthread_mutex_init(&r->stop_mu, NULL);
+    pthread_cond_init(&r->stop_cv, NULL);
+    for (size_t k = 0; k < SHARDS; k++) {
+        pthread_mutex_init(&r->shards[k].mu, NULL);
+        r->shards[k].nbuckets = 64;
+        r->shards[k].tab = calloc(64, sizeof(sstate_t *));
+        if (!r->shards[k].tab) {
+            snprintf(err, errlen, "out of memory");
+            goto err;
+        }
+    }
+    if (rollup_parse_resolutions(cfg->resolutions ? cfg->resolutions : ROLLUP_DEFAULT_RESOLUTIONS, &r->rs, err,
+                                 errlen) != 0)
+        goto err;
+    catalog__write_lock(cat);
+    int rc = exec_sql(catalog__write_db(cat), ROLLUP_SCHEMA);
+    catalog__write_unlock(cat);
+    if (rc != 0) {
+        snprintf(err, errlen, "creating roll-up tables in %s failed", catalog_path(cat));
+        goto err;
+    }
+    if (sqlite3_open_v2(catalog_path(cat), &r->rdb, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "open %s: %s", catalog_path(cat), sqlite3_errmsg(r->rdb));
+        goto err;
+    }
+    sqlite3_busy_timeout(r->rdb, 10000);
+    if (load_states(r) != 0) {
+        snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(r->rdb));
+        goto err;
+    }
+    r->last_ckpt_wall = wall_ms();
+    /* last_retention_wall = 0: the first retention pass starts with the first wake-up. */
+    if (!cfg->no_thread) {
+        if (pthread_create(&r->thread, NULL, writer_main, r) != 0) {
+            snprintf(err, errlen, "cannot start the roll-up writer thread");
+            goto err;
+        }
+        r->thread_started = true;
+    }
+    log_info("rollup", "opened", LF_S("path", catalog_path(cat)), LF_I("series", atomic_load(&r->st_series)));
+    return r;
+err:
+    for (size_t k = 0; k < SHARDS; k++) {
+        for (size_t b = 0; r->shards[k].tab && b < r->shards[k].nbuckets; b++)
+            for (sstate_t *s = r->shards[k].tab[b], *next; s; s = next) {
+                next = s->next;
+                free(s);
+            }
+        free(r->shards[k].tab);
+        pthread_mutex_destroy(&r->shards[k].mu);
+    }
+    sqlite3_close(r->rdb);
+    pthread_mutex_destroy(&r->read_mu);
+    pthread_mutex_destroy(&r->cycle_mu);
+    pthread_rwlock_destroy(&r->view_rw);
+    pthread_mutex_destroy(&r->stop_mu);
+    pthread_cond_destroy(&r->stop_cv);
+    free(r);
+    return NULL;
+}
+
+void rollup_close(rollup_t *r)
+{
+    if (!r)
+        return;
+    if (r->thread_started) {
+        pthread_mutex_lock(&r->stop_mu);
+        r->stop = true;
+        pthread_cond_signal(&r->stop_cv);
+        pthread_mutex_unlock(&r->stop_mu);
+        pthread_join(r->thread, NULL);
+    }
+    /* Closed buckets to disk, open (partial) buckets to rollup_state; try twice in case the
+     * first attempt lost a race for the database lock. */
+    if (rollup_flush(r, true) != 0 && rollup_flush(r, true) != 0)
+        log_error("rollup", "final flush failed; recent roll-ups lost", LF_I("buckets", r->inflight.n));
+    for (size_t k = 0; k < SHARDS; k++) {
+        shard_t *sh = &r->shards[k];
+        for (size_t b = 0; b < sh->nbuckets; b++)
+            for (sstate_t *s = sh->tab[b], *next; s; s = next) {
+                next = s->next;
+                free(s);
+            }
+        free(sh->tab);
+        free(sh->closed.v);
+        pthread_mutex_destroy(&sh->mu);
+    }
+    free(r->inflight.v);
+    snaps_clear(r);
+    free(r->snaps);
+    free(r->evicted);
+    sqlite3_close(r->rdb);
+    pthread_mutex_destroy(&r->read_mu);
+    pthread_mutex_destroy(&r->cycle_mu);
+    pthread_rwlock_destroy(&r->view_rw);
+    pthread_mutex_destroy(&r->stop_mu);
+    pthread_cond_destroy(&r->stop_cv);
+    free(r);
+}
+
+void rollup_get_stats(rollup_t *r, rollup_stats_t *out)
+{
+    *out = (rollup_stats_t){.series = atomic_load(&r->st_series),
+                            .buckets_written = atomic_load(&r->st_written),
+                            .samples_ignored = atomic_load(&r->st_ignored),
+                            .flushes = atomic_load(&r->st_flushes),
+                            .flush_errors = atomic_load(&r->st_flush_errors)};
+}
