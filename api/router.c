@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -406,4 +407,84 @@ void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), vo
     struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
     if (evcon)
         evhttp_connection_set_closecb(evcon, router_park_closed, req);
+}
+
+/* --- streaming ------------------------------------------------------------------------------------ */
+
+void api_reply_stream_start(api_req_t *req, int code, const char *content_type,
+                            void (*on_close)(api_req_t *req, void *ud), void *ud)
+{
+    assert(!req->replied && !req->streaming_);
+    if (content_type)
+        evhttp_add_header(evhttp_request_get_output_headers(req->ev), "Content-Type", content_type);
+    api_req_park(req, on_close, ud);
+    req->streaming_ = true;
+    req->stream_code_ = code;
+    evhttp_send_reply_start(req->ev, code, code == 200 ? "OK" : NULL);
+}
+
+typedef struct {
+    api_req_t *req;
+    void (*drained)(api_req_t *req, void *ud);
+    void *ud;
+} router_drain_t;
+
+static void router_chunk_written(struct evhttp_connection *evcon, void *arg)
+{
+    router_drain_t *d = arg;
+    api_req_t *req = d->req;
+    void (*fn)(api_req_t *, void *) = d->drained;
+    void *ud = d->ud;
+    (void)evcon;
+    free(d);
+    req->stream_pending_cbs_--;
+    if (fn)
+        fn(req, ud);
+}
+
+int api_reply_stream_chunk(api_req_t *req, const void *data, size_t len, void (*drained)(api_req_t *req, void *ud),
+                           void *ud)
+{
+    assert(req->streaming_);
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    if (!evcon)
+        return -1;
+    struct evbuffer *b = evbuffer_new();
+    if (!b)
+        return -1;
+    evbuffer_add(b, data, len);
+    router_drain_t *d = NULL;
+    if (drained) {
+        d = malloc(sizeof(*d));
+        if (!d) {
+            evbuffer_free(b);
+            return -1;
+        }
+        d->req = req;
+        d->drained = drained;
+        d->ud = ud;
+        req->stream_pending_cbs_++;
+        evhttp_send_reply_chunk_with_cb(req->ev, b, router_chunk_written, d);
+    } else {
+        evhttp_send_reply_chunk(req->ev, b);
+    }
+    evbuffer_free(b);
+    return 0;
+}
+
+size_t api_reply_stream_pending(api_req_t *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    if (!evcon)
+        return 0;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+void api_reply_stream_end(api_req_t *req)
+{
+    assert(req->streaming_ && !req->replied);
+    req->replied = true;
+    evhttp_send_reply_end(req->ev);
+    api__req_finish(req, req->stream_code_);
 }

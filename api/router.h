@@ -67,6 +67,9 @@ struct api_req {
     void (*park_cb_)(api_req_t *req, void *ud);
     void *park_ud_;
     int *outcome_; /* set while the handler runs: replied or parked */
+    bool streaming_;
+    int stream_code_;
+    int stream_pending_cbs_;
 };
 
 /* Registers a route. `path` ending in '*' is a prefix route. `name` labels /metrics ("push",
@@ -109,6 +112,19 @@ const char *api_error_type(api_error_kind_t kind);
  * event base. on_close (may be NULL) is called if the client goes away first; after it, req is
  * gone. */
 void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), void *ud);
+
+/* Streaming replies (chunked transfer encoding: SSE, streamed remote read). start sends the status
+ * line and headers; the request then counts as parked (on_close as in api_req_park) until
+ * api_reply_stream_end. chunk returns 0, or -1 if the client is gone. Flow control: `drained`
+ * (may be NULL) is called once the chunk has been handed to the kernel, so a producer can write
+ * the next piece only then and memory stays flat for a slow reader; api_reply_stream_pending
+ * tells how many bytes still wait in user space. All calls on the request's worker thread. */
+void api_reply_stream_start(api_req_t *req, int code, const char *content_type,
+                            void (*on_close)(api_req_t *req, void *ud), void *ud);
+int api_reply_stream_chunk(api_req_t *req, const void *data, size_t len, void (*drained)(api_req_t *req, void *ud),
+                           void *ud);
+size_t api_reply_stream_pending(api_req_t *req);
+void api_reply_stream_end(api_req_t *req);
 
 /* Internal to api/: frees the request after the reply. */
 void api__req_finish(api_req_t *req, int code);
