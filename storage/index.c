@@ -1,0 +1,1387 @@
+/*
+ * index — interned strings, series identity and postings (see index.h for the contract).
+ *
+ * Layout of one series (a single malloc):
+ *
+ *   offset                 size            field
+ *   0                      8               id (stable, from the catalog)
+ *   8                      8               hash = labels_hash(labels)
+ *   16                     4               slot in its shard
+ *   20                     2               number of labels L
+ *   22                     1               shard
+ *   24                     payload_size    owner's payload (rounded up to 8)
+ *   24+P                   8*L             (name symbol, value symbol) pairs, sorted by name
+ *
+ * Symbols. A global table maps strings to uint32 ids. Entries live in fixed pages reached through
+ * an array of atomic page pointers, so resolving an id to its string takes no lock: an id a
+ * reader holds comes from a series it holds, which keeps the symbol alive (every series holds
+ * one reference per name and per value). Interning and releasing take the table's write lock.
+ * When the last reference goes, the string is freed and the id put on a free list for reuse
+ * — memory follows the live series, not the history of every label value ever seen.
+ *
+ * Shards. Series are spread over INDEX_SHARDS shards by hash. A shard holds:
+ *   slots[]   slot -> series (free slots are chained for reuse)
+ *   byhash    open-addressing table of slots keyed by series hash (linear probing; duplicate
+ *             hashes allowed, resolved by comparing labels)
+ *   pairs     (name id << 32 | value id) -> postings: sorted array of slots
+ * Postings are per shard so appenders on different shards never share a lock.
+ *
+ * Names. A global table name id -> array of value ids plus a pair table (name,value) -> series
+ * count, under its own rwlock. Selection evaluates each matcher once against the distinct values
+ * of its label, producing value ids; then each shard turns value ids into postings:
+ *
+ *   matcher does not match ""  ->  union of postings of matching values       (a positive set)
+ *   matcher matches ""         ->  all slots minus postings of non-matching values
+ *
+ * which is exactly "a series without the label counts as having value ''". Positive sets are
+ * intersected, then negative sets subtracted.
+ */
+#include "storage/index.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define EMPTY64 UINT64_MAX
+#define EMPTY32 UINT32_MAX
+#define SYM_PAGE_BITS 12
+#define SYM_PAGE_SIZE (1u << SYM_PAGE_BITS)
+#define SYM_MAX_PAGES 4096 /* 16M distinct strings alive at once */
+
+/* ---- a small u64 -> u64 open-addressing multimap ------------------------------------------- */
+
+typedef struct {
+    uint64_t key, val;
+} kv_t;
+
+typedef struct {
+    kv_t *t;
+    uint32_t cap, n; /* cap: power of two or 0 */
+} u64map_t;
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int map_put(u64map_t *m, uint64_t key, uint64_t val);
+
+static int map_grow(u64map_t *m)
+{
+    uint32_t ncap = m->cap ? m->cap * 2 : 16;
+    kv_t *old = m->t;
+    uint32_t ocap = m->cap;
+    kv_t *t = malloc(sizeof(kv_t) * ncap);
+    if (!t)
+        return -1;
+    for (uint32_t i = 0; i < ncap; i++)
+        t[i].val = EMPTY64;
+    m->t = t;
+    m->cap = ncap;
+    m->n = 0;
+    for (uint32_t i = 0; i < ocap; i++)
+        if (old[i].val != EMPTY64)
+            map_put(m, old[i].key, old[i].val);
+    free(old);
+    return 0;
+}
+
+static int map_put(u64map_t *m, uint64_t key, uint64_t val)
+{
+    if ((m->n + 1) * 2 > m->cap && map_grow(m) < 0)
+        return -1;
+    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
+    while (m->t[i].val != EMPTY64)
+        i = (i + 1) & mask;
+    m->t[i].key = key;
+    m->t[i].val = val;
+    m->n++;
+    return 0;
+}
+
+/* First value stored under key, or NULL. */
+static uint64_t *map_get(const u64map_t *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
+    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask)
+        if (m->t[i].key == key)
+            return &m->t[i].val;
+    return NULL;
+}
+
+/* Removes the entry (key, val); backward-shift deletion keeps probe chains intact. */
+static void map_del(u64map_t *m, uint64_t key, uint64_t val)
+{
+    if (!m->cap)
+        return;
+    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
+    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask)
+        if (m->t[i].key == key && m->t[i].val == val)
+            break;
+    if (m->t[i].val == EMPTY64)
+        return;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (m->t[j].val == EMPTY64)
+            break;
+        uint32_t k = (uint32_t)mix64(m->t[j].key) & mask;
+        /* Move t[j] back to i unless its home k lies cyclically in (i, j]. */
+        bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
+        if (!home_between) {
+            m->t[i] = m->t[j];
+            i = j;
+        }
+    }
+    m->t[i].val = EMPTY64;
+    m->n--;
+}
+
+/* ---- sorted uint32 lists ------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t *v;
+    size_t n, cap;
+} u32vec_t;
+
+static int vec_push(u32vec_t *v, uint32_t x)
+{
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? v->cap * 2 : 8;
+        uint32_t *p = realloc(v->v, nc * sizeof(uint32_t));
+        if (!p)
+            return -1;
+        v->v = p;
+        v->cap = nc;
+    }
+    v->v[v->n++] = x;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void vec_sort_unique(u32vec_t *v)
+{
+    if (v->n < 2)
+        return;
+    qsort(v->v, v->n, sizeof(uint32_t), cmp_u32);
+    size_t u = 1;
+    for (size_t i = 1; i < v->n; i++)
+        if (v->v[i] != v->v[u - 1])
+            v->v[u++] = v->v[i];
+    v->n = u;
+}
+
+/* a := a ∩ b (both sorted). */
+static void vec_intersect(u32vec_t *a, const uint32_t *b, size_t bn)
+{
+    size_t i = 0, j = 0, o = 0;
+    while (i < a->n && j < bn) {
+        if (a->v[i] < b[j])
+            i++;
+        else if (a->v[i] > b[j])
+            j++;
+        else {
+            a->v[o++] = a->v[i];
+            i++, j++;
+        }
+    }
+    a->n = o;
+}
+
+/* a := a \ b (both sorted). */
+static void vec_subtract(u32vec_t *a, const uint32_t *b, size_t bn)
+{
+    size_t i = 0, j = 0, o = 0;
+    while (i < a->n) {
+        while (j < bn && b[j] < a->v[i])
+            j++;
+        if (j < bn && b[j] == a->v[i]) {
+            i++;
+            continue;
+        }
+        a->v[o++] = a->v[i++];
+    }
+    a->n = o;
+}
+
+/* ---- postings: a sorted array of slots with its header in one allocation ------------------- */
+
+typedef struct {
+    uint32_t n, cap;
+    uint32_t v[];
+} postings_t;
+
+static postings_t *postings_add(postings_t *p, uint32_t slot)
+{
+    if (!p || p->n == p->cap) {
+        uint32_t nc = p ? p->cap * 2 : 2;
+        postings_t *q = realloc(p, sizeof(postings_t) + nc * sizeof(uint32_t));
+        if (!q)
+            return NULL;
+        if (!p)
+            q->n = 0;
+        q->cap = nc;
+        p = q;
+    }
+    /* Slots are handed out mostly increasing; the common case is an append. */
+    uint32_t i = p->n;
+    while (i > 0 && p->v[i - 1] > slot)
+        i--;
+    memmove(p->v + i + 1, p->v + i, (p->n - i) * sizeof(uint32_t));
+    p->v[i] = slot;
+    p->n++;
+    return p;
+}
+
+static void postings_remove(postings_t *p, uint32_t slot)
+{
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->v[mid] < slot)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < p->n && p->v[lo] == slot) {
+        memmove(p->v + lo, p->v + lo + 1, (p->n - lo - 1) * sizeof(uint32_t));
+        p->n--;
+    }
+}
+
+/* ---- structures ---------------------------------------------------------------------------- */
+
+struct index_series {
+    uint64_t id;
+    uint64_t hash;
+    uint32_t slot;
+    uint16_t nlabels;
+    uint8_t shard;
+    uint8_t pad_;
+    /* payload, then uint32_t syms[2 * nlabels] */
+};
+
+typedef struct {
+    char *s;
+    uint32_t len;
+    uint32_t refs; /* 0 = free entry; next free id kept in len */
+} sym_t;
+
+typedef struct {
+    pthread_rwlock_t lock;
+    index_series_t **slots;
+    uint32_t nslots, capslots;
+    uint32_t free_head; /* EMPTY32 or a free slot; free slots store the next in slots[] as tagged */
+    uint32_t *byhash;   /* slots by hash, EMPTY32 = empty */
+    uint32_t bh_cap, bh_n;
+    u64map_t pairs; /* pair -> postings_t* */
+    uint32_t nseries;
+    uint64_t postings_bytes;
+} shard_t;
+
+typedef struct {
+    uint32_t n, cap;
+    uint32_t v[];
+} values_t;
+
+struct index {
+    size_t payload_size; /* rounded up to 8 */
+    uint64_t max_series;
+    _Atomic uint64_t nseries;
+    _Atomic uint64_t series_bytes;
+    shard_t shards[INDEX_SHARDS];
+
+    pthread_rwlock_t sym_lock;
+    _Atomic(sym_t *) sym_pages[SYM_MAX_PAGES];
+    uint32_t sym_next;     /* ids below this have been handed out */
+    uint32_t sym_free;     /* head of the free-id list, EMPTY32 if none */
+    u64map_t sym_by_hash;  /* xxh3(string) -> id */
+    uint64_t sym_bytes;
+    _Atomic uint64_t sym_gen; /* bumped when an id is freed (and so may be reused) */
+
+    pthread_rwlock_t names_lock;
+    u64map_t names;      /* name id -> values_t* */
+    u64map_t pair_count; /* (name << 32 | value) -> number of series */
+};
+
+static uint32_t *series_syms(const index_t *ix, const index_series_t *s)
+{
+    return (uint32_t *)((char *)s + sizeof(index_series_t) + ix->payload_size);
+}
+
+static sym_t *sym_entry(const index_t *ix, uint32_t id)
+{
+    sym_t *page = atomic_load_explicit(&((index_t *)ix)->sym_pages[id >> SYM_PAGE_BITS],
+                                       memory_order_acquire);
+    return &page[id & (SYM_PAGE_SIZE - 1)];
+}
+
+static const char *sym_str(const index_t *ix, uint32_t id)
+{
+    return sym_entry(ix, id)->s;
+}
+
+/* ---- symbols ------------------------------------------------------------------------------- */
+
+/* Looks a string up; caller holds sym_lock (either mode). */
+static uint32_t sym_find_locked(const index_t *ix, const char *s, size_t len, uint64_t h)
+{
+    const u64map_t *m = &ix->sym_by_hash;
+    if (!m->cap)
+        return EMPTY32;
+    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(h) & mask;
+    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask) {
+        if (m->t[i].key != h)
+            continue;
+        sym_t *e = sym_entry(ix, (uint32_t)m->t[i].val);
+        if (e->len == len && memcmp(e->s, s, len) == 0)
+            return (uint32_t)m->t[i].val;
+    }
+    return EMPTY32;
+}
+
+static uint32_t sym_lookup(index_t *ix, const char *s)
+{
+    size_t len = strlen(s);
+    uint64_t h = XXH3_64bits(s, len);
+    pthread_rwlock_rdlock(&ix->sym_lock);
+    uint32_t id = sym_find_locked(ix, s, len, h);
+    pthread_rwlock_unlock(&ix->sym_lock);
+    return id;
+}
+
+/* Takes a reference on s, interning it if new. Caller holds sym_lock for writing. */
+static uint32_t sym_ref_locked(index_t *ix, const char *s)
+{
+    size_t len = strlen(s);
+    uint64_t h = XXH3_64bits(s, len);
+    uint32_t id = sym_find_locked(ix, s, len, h);
+    if (id != EMPTY32) {
+        sym_entry(ix, id)->refs++;
+        return id;
+    }
+    if (ix->sym_free != EMPTY32) {
+        id = ix->sym_free;
+        ix->sym_free = sym_entry(ix, id)->len;
+    } else {
+        id = ix->sym_next;
+        if ((id >> SYM_PAGE_BITS) >= SYM_MAX_PAGES)
+            return EMPTY32;
+        if ((id & (SYM_PAGE_SIZE - 1)) == 0) {
+            sym_t *page = calloc(SYM_PAGE_SIZE, sizeof(sym_t));
+            if (!page)
+                return EMPTY32;
+            atomic_store_explicit(&ix->sym_pages[id >> SYM_PAGE_BITS], page, memory_order_release);
+        }
+        ix->sym_next++;
+    }
+    sym_t *e = sym_entry(ix, id);
+    char *copy = malloc(len + 1);
+    if (!copy || map_put(&ix->sym_by_hash, h, id) < 0) {
+        free(copy);
+        e->refs = 0;
+        e->len = ix->sym_free;
+        ix->sym_free = id;
+        return EMPTY32;
+    }
+    memcpy(copy, s, len + 1);
+    e->s = copy;
+    e->len = (uint32_t)len;
+    e->refs = 1;
+    ix->sym_bytes += len + 1 + sizeof(sym_t) + 2 * sizeof(kv_t);
+    return id;
+}
+
+static void sym_unref_locked(index_t *ix, uint32_t id)
+{
+    sym_t *e = sym_entry(ix, id);
+    assert(e->refs > 0);
+    if (e->refs == 0)
+        return;
+    if (--e->refs > 0)
+        return;
+    map_del(&ix->sym_by_hash, XXH3_64bits(e->s, e->len), id);
+    ix->sym_bytes -= e->len + 1 + sizeof(sym_t) + 2 * sizeof(kv_t);
+    free(e->s);
+    e->s = NULL;
+    e->len = ix->sym_free;
+    ix->sym_free = id;
+    atomic_fetch_add(&ix->sym_gen, 1);
+}
+
+/* ---- names table --------------------------------------------------------------------------- */
+
+/* Caller holds names_lock for writing. */
+static int names_pair_ref(index_t *ix, uint32_t name, uint32_t value)
+{
+    uint64_t key = (uint64_t)name << 32 | value;
+    uint64_t *cnt = map_get(&ix->pair_count, key);
+    if (cnt) {
+        (*cnt)++;
+        return 0;
+    }
+    if (map_put(&ix->pair_count, key, 1) < 0)
+        return -1;
+    uint64_t *vp = map_get(&ix->names, name);
+    values_t *vals = vp ? (values_t *)(uintptr_t)*vp : NULL;
+    if (!vals || vals->n == vals->cap) {
+        uint32_t nc = vals ? vals->cap * 2 : 4;
+        values_t *nv = realloc(vals, sizeof(values_t) + nc * sizeof(uint32_t));
+        if (!nv) {
+            map_del(&ix->pair_count, key, 1);
+            return -1;
+        }
+        if (!vals) {
+            nv->n = 0;
+            if (map_put(&ix->names, name, (uint64_t)(uintptr_t)nv) < 0) {
+                free(nv);
+                map_del(&ix->pair_count, key, 1);
+                return -1;
+            }
+        } else {
+            *vp = (uint64_t)(uintptr_t)nv;
+        }
+        nv->cap = nc;
+        vals = nv;
+    }
+    vals->v[vals->n++] = value;
+    return 0;
+}
+
+static void names_pair_unref(index_t *ix, uint32_t name, uint32_t value)
+{
+    uint64_t key = (uint64_t)name << 32 | value;
+    uint64_t *cnt = map_get(&ix->pair_count, key);
+    if (!cnt)
+        return;
+    if (--(*cnt) > 0)
+        return;
+    map_del(&ix->pair_count, key, 0);
+    uint64_t *vp = map_get(&ix->names, name);
+    if (!vp)
+        return;
+    values_t *vals = (values_t *)(uintptr_t)*vp;
+    for (uint32_t i = 0; i < vals->n; i++)
+        if (vals->v[i] == value) {
+            vals->v[i] = vals->v[--vals->n];
+            break;
+        }
+    if (vals->n == 0) {
+        map_del(&ix->names, name, *vp);
+        free(vals);
+    }
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+index_t *index_new(size_t payload_size, uint64_t max_series)
+{
+    index_t *ix = calloc(1, sizeof(*ix));
+    if (!ix)
+        return NULL;
+    ix->payload_size = (payload_size + 7) & ~(size_t)7;
+    ix->max_series = max_series;
+    ix->sym_free = EMPTY32;
+    pthread_rwlock_init(&ix->sym_lock, NULL);
+    pthread_rwlock_init(&ix->names_lock, NULL);
+    for (int i = 0; i < INDEX_SHARDS; i++) {
+        pthread_rwlock_init(&ix->shards[i].lock, NULL);
+        ix->shards[i].free_head = EMPTY32;
+    }
+    return ix;
+}
+
+void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), void *ud)
+{
+    if (!ix)
+        return;
+    for (int i = 0; i < INDEX_SHARDS; i++) {
+        shard_t *sh = &ix->shards[i];
+        for (uint32_t j = 0; j < sh->nslots; j++) {
+            index_series_t *s = sh->slots[j];
+            if ((uintptr_t)s & 1 || !s)
+                continue;
+            if (payload_free)
+                payload_free(ud, s);
+            free(s);
+        }
+        free(sh->slots);
+        free(sh->byhash);
+        for (uint32_t j = 0; j < sh->pairs.cap; j++)
+            if (sh->pairs.t[j].val != EMPTY64)
+                free((void *)(uintptr_t)sh->pairs.t[j].val);
+        free(sh->pairs.t);
+        pthread_rwlock_destroy(&sh->lock);
+    }
+    for (uint32_t p = 0; p < SYM_MAX_PAGES; p++) {
+        sym_t *page = atomic_load(&ix->sym_pages[p]);
+        if (!page)
+            break;
+        for (uint32_t k = 0; k < SYM_PAGE_SIZE; k++)
+            if (page[k].refs)
+                free(page[k].s);
+        free(page);
+    }
+    free(ix->sym_by_hash.t);
+    for (uint32_t j = 0; j < ix->names.cap; j++)
+        if (ix->names.t[j].val != EMPTY64)
+            free((void *)(uintptr_t)ix->names.t[j].val);
+    free(ix->names.t);
+    free(ix->pair_count.t);
+    pthread_rwlock_destroy(&ix->sym_lock);
+    pthread_rwlock_destroy(&ix->names_lock);
+    free(ix);
+}
+
+void index_refs_free(index_refs_t *r)
+{
+    free(r->v);
+    r->v = NULL;
+    r->n = r->cap = 0;
+}
+
+static int refs_push(index_refs_t *r, index_ref_t ref)
+{
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 64;
+        index_ref_t *p = realloc(r->v, nc * sizeof(*p));
+        if (!p)
+            return -1;
+        r->v = p;
+        r->cap = nc;
+    }
+    r->v[r->n++] = ref;
+    return 0;
+}
+
+/* ---- series access ------------------------------------------------------------------------- */
+
+uint64_t index_series_id(const index_series_t *s)
+{
+    return s->id;
+}
+
+index_ref_t index_series_ref(const index_series_t *s)
+{
+    return (index_ref_t){.id = s->id, .shard = s->shard, .slot = s->slot};
+}
+
+void *index_series_payload(index_series_t *s)
+{
+    return (char *)s + sizeof(index_series_t);
+}
+
+size_t index_series_nlabels(const index_series_t *s)
+{
+    return s->nlabels;
+}
+
+void index_series_labels(const index_t *ix, const index_series_t *s, label_t *out)
+{
+    const uint32_t *syms = series_syms(ix, s);
+    for (uint16_t i = 0; i < s->nlabels; i++) {
+        out[i].name = sym_str(ix, syms[2 * i]);
+        out[i].value = sym_str(ix, syms[2 * i + 1]);
+    }
+}
+
+void index_series_labels_copy(const index_t *ix, const index_series_t *s, arena_t *a, labels_t *out)
+{
+    out->n = s->nlabels;
+    out->v = arena_alloc(a, sizeof(label_t) * (s->nlabels ? s->nlabels : 1));
+    const uint32_t *syms = series_syms(ix, s);
+    for (uint16_t i = 0; i < s->nlabels; i++) {
+        const sym_t *n = sym_entry(ix, syms[2 * i]), *v = sym_entry(ix, syms[2 * i + 1]);
+        out->v[i].name = arena_strndup(a, n->s, n->len);
+        out->v[i].value = arena_strndup(a, v->s, v->len);
+    }
+}
+
+static bool series_equal(const index_t *ix, const index_series_t *s, const labels_t *ls)
+{
+    if (s->nlabels != ls->n)
+        return false;
+    const uint32_t *syms = series_syms(ix, s);
+    for (size_t i = 0; i < ls->n; i++)
+        if (strcmp(sym_str(ix, syms[2 * i]), ls->v[i].name) != 0 ||
+            strcmp(sym_str(ix, syms[2 * i + 1]), ls->v[i].value) != 0)
+            return false;
+    return true;
+}
+
+static index_series_t *shard_find(const index_t *ix, const shard_t *sh, const labels_t *ls, uint64_t hash)
+{
+    if (!sh->bh_cap)
+        return NULL;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask) {
+        index_series_t *s = sh->slots[sh->byhash[i]];
+        if (s->hash == hash && series_equal(ix, s, ls))
+            return s;
+    }
+    return NULL;
+}
+
+static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot);
+
+static int byhash_grow(shard_t *sh)
+{
+    uint32_t ncap = sh->bh_cap ? sh->bh_cap * 2 : 64;
+    uint32_t *t = malloc(ncap * sizeof(uint32_t));
+    if (!t)
+        return -1;
+    memset(t, 0xff, ncap * sizeof(uint32_t));
+    uint32_t *old = sh->byhash, ocap = sh->bh_cap;
+    sh->byhash = t;
+    sh->bh_cap = ncap;
+    sh->bh_n = 0;
+    for (uint32_t i = 0; i < ocap; i++)
+        if (old[i] != EMPTY32)
+            byhash_insert(sh, sh->slots[old[i]]->hash, old[i]);
+    free(old);
+    return 0;
+}
+
+static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
+{
+    if ((sh->bh_n + 1) * 2 > sh->bh_cap && byhash_grow(sh) < 0)
+        return -1;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    while (sh->byhash[i] != EMPTY32)
+        i = (i + 1) & mask;
+    sh->byhash[i] = slot;
+    sh->bh_n++;
+    return 0;
+}
+
+static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
+{
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask)
+        if (sh->byhash[i] == slot)
+            break;
+    if (sh->byhash[i] == EMPTY32)
+        return;
+    uint32_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (sh->byhash[j] == EMPTY32)
+            break;
+        uint32_t k = (uint32_t)mix64(sh->slots[sh->byhash[j]]->hash) & mask;
+        bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
+        if (!home_between) {
+            sh->byhash[i] = sh->byhash[j];
+            i = j;
+        }
+    }
+    sh->byhash[i] = EMPTY32;
+    sh->bh_n--;
+}
+
+/* Free slots hold (next << 1 | 1) so they can never be mistaken for a series pointer. */
+static bool slot_is_free(const shard_t *sh, uint32_t slot)
+{
+    return ((uintptr_t)sh->slots[slot] & 1) != 0;
+}
+
+static int slot_alloc(shard_t *sh, uint32_t *out)
+{
+    if (sh->free_head != EMPTY32) {
+        *out = sh->free_head;
+        sh->free_head = (uint32_t)((uintptr_t)sh->slots[*out] >> 1);
+        return 0;
+    }
+    if (sh->nslots == sh->capslots) {
+        uint32_t nc = sh->capslots ? sh->capslots * 2 : 64;
+        index_series_t **p = realloc(sh->slots, nc * sizeof(*p));
+        if (!p)
+            return -1;
+        sh->slots = p;
+        sh->capslots = nc;
+    }
+    *out = sh->nslots++;
+    return 0;
+}
+
+static void slot_free(shard_t *sh, uint32_t slot)
+{
+    sh->slots[slot] = (index_series_t *)(((uintptr_t)sh->free_head << 1) | 1);
+    sh->free_head = slot;
+}
+
+/* ---- acquire / create / release ------------------------------------------------------------ */
+
+index_series_t *index_acquire(index_t *ix, const labels_t *ls, uint64_t hash)
+{
+    shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
+    pthread_rwlock_rdlock(&sh->lock);
+    index_series_t *s = shard_find(ix, sh, ls, hash);
+    if (!s)
+        pthread_rwlock_unlock(&sh->lock);
+    return s;
+}
+
+index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref)
+{
+    if (ref->shard >= INDEX_SHARDS)
+        return NULL;
+    shard_t *sh = &ix->shards[ref->shard];
+    pthread_rwlock_rdlock(&sh->lock);
+    if (ref->slot < sh->nslots && !slot_is_free(sh, ref->slot) && sh->slots[ref->slot]->id == ref->id)
+        return sh->slots[ref->slot];
+    pthread_rwlock_unlock(&sh->lock);
+    return NULL;
+}
+
+void index_release(index_t *ix, index_series_t *s)
+{
+    pthread_rwlock_unlock(&ix->shards[s->shard].lock);
+}
+
+/* Undoes the symbol and name references of the first `n` labels of syms. */
+static void unref_labels(index_t *ix, const uint32_t *syms, size_t nsyms_ok, size_t npairs_ok)
+{
+    if (npairs_ok) {
+        pthread_rwlock_wrlock(&ix->names_lock);
+        for (size_t i = 0; i < npairs_ok; i++)
+            names_pair_unref(ix, syms[2 * i], syms[2 * i + 1]);
+        pthread_rwlock_unlock(&ix->names_lock);
+    }
+    pthread_rwlock_wrlock(&ix->sym_lock);
+    for (size_t i = 0; i < nsyms_ok; i++)
+        sym_unref_locked(ix, syms[i]);
+    pthread_rwlock_unlock(&ix->sym_lock);
+}
+
+/* Removes s from its shard (write lock held) and frees it; the payload must be released. */
+static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
+{
+    const uint32_t *syms = series_syms(ix, s);
+    for (uint16_t i = 0; i < s->nlabels; i++) {
+        uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
+        uint64_t *pp = map_get(&sh->pairs, key);
+        if (!pp)
+            continue;
+        postings_t *p = (postings_t *)(uintptr_t)*pp;
+        postings_remove(p, s->slot);
+        if (p->n == 0) {
+            sh->postings_bytes -= sizeof(postings_t) + p->cap * sizeof(uint32_t) + 2 * sizeof(kv_t);
+            map_del(&sh->pairs, key, *pp);
+            free(p);
+        }
+    }
+    byhash_remove(sh, s->hash, s->slot);
+    slot_free(sh, s->slot);
+    sh->nseries--;
+    unref_labels(ix, syms, 2 * (size_t)s->nlabels, s->nlabels);
+    atomic_fetch_sub(&ix->nseries, 1);
+    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 8 * (uint64_t)s->nlabels);
+    free(s);
+}
+
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id,
+                            index_series_t **out, bool *created)
+{
+    *created = false;
+    index_series_t *s = index_acquire(ix, ls, hash);
+    if (s) {
+        *out = s;
+        return INDEX_OK;
+    }
+    uint32_t shard = (uint32_t)(hash % INDEX_SHARDS);
+    shard_t *sh = &ix->shards[shard];
+    for (;;) {
+        pthread_rwlock_wrlock(&sh->lock);
+        s = shard_find(ix, sh, ls, hash);
+        if (s)
+            break; /* someone else created it meanwhile */
+        if (ix->max_series && atomic_load(&ix->nseries) >= ix->max_series) {
+            pthread_rwlock_unlock(&sh->lock);
+            return INDEX_ERR_LIMIT;
+        }
+        if (ls->n > UINT16_MAX) {
+            pthread_rwlock_unlock(&sh->lock);
+            return INDEX_ERR_NOMEM;
+        }
+        size_t size = sizeof(index_series_t) + ix->payload_size + 8 * ls->n;
+        s = calloc(1, size);
+        uint32_t slot;
+        if (!s || slot_alloc(sh, &slot) < 0) {
+            free(s);
+            pthread_rwlock_unlock(&sh->lock);
+            return INDEX_ERR_NOMEM;
+        }
+        s->id = id;
+        s->hash = hash;
+        s->slot = slot;
+        s->shard = (uint8_t)shard;
+        s->nlabels = (uint16_t)ls->n;
+        uint32_t *syms = series_syms(ix, s);
+        size_t nsym = 0, npair = 0;
+        int rc = 0;
+        pthread_rwlock_wrlock(&ix->sym_lock);
+        for (size_t i = 0; i < ls->n && rc == 0; i++) {
+            uint32_t a = sym_ref_locked(ix, ls->v[i].name);
+            if (a == EMPTY32) {
+                rc = -1;
+                break;
+            }
+            syms[nsym++] = a;
+            uint32_t b = sym_ref_locked(ix, ls->v[i].value);
+            if (b == EMPTY32) {
+                rc = -1;
+                break;
+            }
+            syms[nsym++] = b;
+        }
+        pthread_rwlock_unlock(&ix->sym_lock);
+        if (rc == 0) {
+            pthread_rwlock_wrlock(&ix->names_lock);
+            for (; npair < ls->n; npair++)
+                if (names_pair_ref(ix, syms[2 * npair], syms[2 * npair + 1]) < 0) {
+                    rc = -1;
+                    break;
+                }
+            pthread_rwlock_unlock(&ix->names_lock);
+        }
+        size_t nposted = 0;
+        for (; rc == 0 && nposted < ls->n; nposted++) {
+            uint64_t key = (uint64_t)syms[2 * nposted] << 32 | syms[2 * nposted + 1];
+            uint64_t *pp = map_get(&sh->pairs, key);
+            postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
+            uint32_t oldcap = old ? old->cap : 0;
+            postings_t *p = postings_add(old, slot);
+            if (!p) {
+                rc = -1;
+                break;
+            }
+            if (pp) {
+                *pp = (uint64_t)(uintptr_t)p;
+            } else if (map_put(&sh->pairs, key, (uint64_t)(uintptr_t)p) < 0) {
+                free(p);
+                rc = -1;
+                break;
+            } else {
+                sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(kv_t);
+            }
+            sh->postings_bytes += (p->cap - oldcap) * sizeof(uint32_t);
+        }
+        sh->slots[slot] = s;
+        if (rc == 0 && byhash_insert(sh, hash, slot) < 0)
+            rc = -1;
+        if (rc != 0) {
+            /* Roll back: postings added so far, names, symbols, the slot. */
+            for (size_t i = 0; i < nposted; i++) {
+                uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
+                uint64_t *pp = map_get(&sh->pairs, key);
+                if (pp) {
+                    postings_t *p = (postings_t *)(uintptr_t)*pp;
+                    postings_remove(p, slot);
+                    if (p->n == 0) {
+                        map_del(&sh->pairs, key, *pp);
+                        free(p);
+                    }
+                }
+            }
+            slot_free(sh, slot);
+            unref_labels(ix, syms, nsym, npair);
+            free(s);
+            pthread_rwlock_unlock(&sh->lock);
+            return INDEX_ERR_NOMEM;
+        }
+        sh->nseries++;
+        atomic_fetch_add(&ix->nseries, 1);
+        atomic_fetch_add(&ix->series_bytes, size);
+        *created = true;
+        break;
+    }
+    /* pthread rwlocks cannot downgrade; re-take as a reader. The series cannot vanish in between
+     * unless a sweep removes it (only when its payload says it is empty — a freshly created series
+     * has not been appended to yet), so look it up again rather than trusting the pointer. */
+    pthread_rwlock_unlock(&sh->lock);
+    index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot};
+    index_series_t *again = index_acquire_ref(ix, &ref);
+    if (!again)
+        return index_acquire_or_create(ix, ls, hash, id, out, created);
+    *out = again;
+    return INDEX_OK;
+}
+
+/* ---- selection ----------------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t name;   /* symbol id, or EMPTY32 if no series has the label */
+    bool negative;   /* values lists postings to subtract (matcher matches "") */
+    bool everything; /* matches every series: no constraint */
+    bool nothing;    /* matches no series */
+    u32vec_t values; /* value symbol ids */
+} plan_t;
+
+static int plan_matcher(index_t *ix, const matcher_t *m, plan_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    bool empty = matcher_matches_empty(m);
+    p->negative = empty;
+    p->name = sym_lookup(ix, matcher_name(m));
+    if (p->name == EMPTY32) {
+        /* Nobody has this label: every series sees "". */
+        if (empty)
+            p->everything = true;
+        else
+            p->nothing = true;
+        return 0;
+    }
+    const char *const *set;
+    size_t nset = matcher_literal_set(m, &set);
+    matcher_type_t t = matcher_type(m);
+    bool pos_type = t == MATCHER_EQ || t == MATCHER_RE;
+    /* Fast path: a literal set S names exactly the values to union (=, =~ without "") or to
+     * subtract (!=, !~ when "" is not in S). */
+    if (nset && pos_type != empty) {
+        for (size_t i = 0; i < nset; i++) {
+            uint32_t v = sym_lookup(ix, set[i]);
+            if (v != EMPTY32 && vec_push(&p->values, v) < 0)
+                return -1;
+        }
+    } else {
+        pthread_rwlock_rdlock(&ix->names_lock);
+        uint64_t *vp = map_get(&ix->names, p->name);
+        const values_t *vals = vp ? (const values_t *)(uintptr_t)*vp : NULL;
+        int rc = 0;
+        for (uint32_t i = 0; vals && i < vals->n && rc == 0; i++) {
+            const sym_t *e = sym_entry(ix, vals->v[i]);
+            bool match = matcher_matches(m, e->s, e->len);
+            /* positive plan collects matching values, negative plan the non-matching ones */
+            if (match != empty)
+                rc = vec_push(&p->values, vals->v[i]);
+        }
+        pthread_rwlock_unlock(&ix->names_lock);
+        if (rc < 0)
+            return -1;
+    }
+    vec_sort_unique(&p->values);
+    if (!empty && p->values.n == 0)
+        p->nothing = true;
+    if (empty && p->values.n == 0)
+        p->everything = true;
+    return 0;
+}
+
+/* Union of the postings of plan p's values in shard sh, into out (sorted, unique). */
+static int shard_union(const shard_t *sh, const plan_t *p, u32vec_t *out)
+{
+    out->n = 0;
+    for (size_t i = 0; i < p->values.n; i++) {
+        uint64_t *pp = map_get(&sh->pairs, (uint64_t)p->name << 32 | p->values.v[i]);
+        if (!pp)
+            continue;
+        const postings_t *ps = (const postings_t *)(uintptr_t)*pp;
+        for (uint32_t k = 0; k < ps->n; k++)
+            if (vec_push(out, ps->v[k]) < 0)
+                return -1;
+    }
+    vec_sort_unique(out);
+    return 0;
+}
+
+static bool series_matches(const index_t *ix, const index_series_t *s, const matcher_t *const *ms, size_t n)
+{
+    const uint32_t *syms = series_syms(ix, s);
+    for (size_t i = 0; i < n; i++) {
+        const sym_t *val = NULL;
+        for (uint16_t k = 0; k < s->nlabels && !val; k++)
+            if (strcmp(sym_str(ix, syms[2 * k]), matcher_name(ms[i])) == 0)
+                val = sym_entry(ix, syms[2 * k + 1]);
+        if (!matcher_matches(ms[i], val ? val->s : "", val ? val->len : 0))
+            return false;
+    }
+    return true;
+}
+
+static void verify_refs(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t *out, size_t first)
+{
+    size_t o = first;
+    for (size_t i = first; i < out->n; i++) {
+        index_series_t *s = index_acquire_ref(ix, &out->v[i]);
+        if (!s)
+            continue;
+        bool ok = series_matches(ix, s, ms, n);
+        index_release(ix, s);
+        if (ok)
+            out->v[o++] = out->v[i];
+    }
+    out->n = o;
+}
+
+int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t *out)
+{
+    plan_t *plans = calloc(n ? n : 1, sizeof(plan_t));
+    if (!plans)
+        return INDEX_ERR_NOMEM;
+    int rc = INDEX_OK;
+    bool nothing = false;
+    size_t first = out->n;
+    uint64_t gen = atomic_load(&ix->sym_gen);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (plan_matcher(ix, ms[i], &plans[i]) < 0)
+            rc = INDEX_ERR_NOMEM;
+        nothing |= plans[i].nothing;
+    }
+    u32vec_t cur = {0}, tmp = {0};
+    for (uint32_t si = 0; si < INDEX_SHARDS && rc == 0 && !nothing; si++) {
+        shard_t *sh = &ix->shards[si];
+        pthread_rwlock_rdlock(&sh->lock);
+        bool have = false;
+        cur.n = 0;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            if (plans[i].negative || plans[i].everything)
+                continue;
+            if (shard_union(sh, &plans[i], have ? &tmp : &cur) < 0) {
+                rc = INDEX_ERR_NOMEM;
+                break;
+            }
+            if (have)
+                vec_intersect(&cur, tmp.v, tmp.n);
+            have = true;
+            if (cur.n == 0)
+                break;
+        }
+        if (!have) {
+            for (uint32_t s = 0; s < sh->nslots && rc == 0; s++)
+                if (!slot_is_free(sh, s) && vec_push(&cur, s) < 0)
+                    rc = INDEX_ERR_NOMEM;
+        }
+        for (size_t i = 0; i < n && rc == 0 && cur.n > 0; i++) {
+            if (!plans[i].negative || plans[i].everything)
+                continue;
+            if (shard_union(sh, &plans[i], &tmp) < 0)
+                rc = INDEX_ERR_NOMEM;
+            else
+                vec_subtract(&cur, tmp.v, tmp.n);
+        }
+        for (size_t k = 0; k < cur.n && rc == 0; k++) {
+            index_series_t *s = sh->slots[cur.v[k]];
+            if (refs_push(out, (index_ref_t){.id = s->id, .shard = si, .slot = s->slot}) < 0)
+                rc = INDEX_ERR_NOMEM;
+        }
+        pthread_rwlock_unlock(&sh->lock);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(plans[i].values.v);
+    free(plans);
+    free(cur.v);
+    free(tmp.v);
+    /* A symbol id looked up while planning may have been freed and reused for another string
+     * meanwhile; then the postings could name series that do not match. Rare (needs a series
+     * removal during the select); re-check those results against the labels themselves. */
+    if (rc == INDEX_OK && n > 0 && atomic_load(&ix->sym_gen) != gen)
+        verify_refs(ix, ms, n, out, first);
+    return rc;
+}
+
+/* ---- label names / values ------------------------------------------------------------------ */
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorts ids' strings into an arena array, deduplicated. */
+static int strings_from_syms(index_t *ix, u32vec_t *ids, arena_t *a, const char ***out, size_t *count)
+{
+    vec_sort_unique(ids);
+    const char **v = arena_alloc(a, sizeof(char *) * (ids->n ? ids->n : 1));
+    for (size_t i = 0; i < ids->n; i++) {
+        const sym_t *e = sym_entry(ix, ids->v[i]);
+        v[i] = arena_strndup(a, e->s, e->len);
+    }
+    qsort(v, ids->n, sizeof(char *), cmp_cstr);
+    *out = v;
+    *count = ids->n;
+    return INDEX_OK;
+}
+
+/* Collects, for the series in refs, the symbol ids of names (want_name) or of the values of
+ * label `name`. Strings are copied while the series is held. */
+static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t name, arena_t *a,
+                               const char ***out, size_t *count)
+{
+    const char **v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < refs->n; i++) {
+        index_series_t *s = index_acquire_ref(ix, &refs->v[i]);
+        if (!s)
+            continue;
+        const uint32_t *syms = series_syms(ix, s);
+        for (uint16_t k = 0; k < s->nlabels; k++) {
+            if (name != EMPTY32 && syms[2 * k] != name)
+                continue;
+            const sym_t *e = sym_entry(ix, syms[name == EMPTY32 ? 2 * k : 2 * k + 1]);
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                const char **nv = realloc(v, nc * sizeof(char *));
+                if (!nv) {
+                    index_release(ix, s);
+                    free(v);
+                    return INDEX_ERR_NOMEM;
+                }
+                v = nv;
+                cap = nc;
+            }
+            v[n++] = arena_strndup(a, e->s, e->len);
+        }
+        index_release(ix, s);
+    }
+    if (n)
+        qsort(v, n, sizeof(char *), cmp_cstr);
+    const char **res = arena_alloc(a, sizeof(char *) * (n ? n : 1));
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+        if (u == 0 || strcmp(res[u - 1], v[i]) != 0)
+            res[u++] = v[i];
+    free(v);
+    *out = res;
+    *count = u;
+    return INDEX_OK;
+}
+
+int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a,
+                      const char ***names, size_t *count)
+{
+    if (n > 0) {
+        index_refs_t refs = {0};
+        int rc = index_select(ix, ms, n, &refs);
+        if (rc == INDEX_OK)
+            rc = collect_from_series(ix, &refs, EMPTY32, a, names, count);
+        index_refs_free(&refs);
+        return rc;
+    }
+    u32vec_t ids = {0};
+    int rc = INDEX_OK;
+    /* names_lock keeps every name in the table alive (its pairs hold symbol references). */
+    pthread_rwlock_rdlock(&ix->names_lock);
+    for (uint32_t i = 0; i < ix->names.cap && rc == 0; i++)
+        if (ix->names.t[i].val != EMPTY64 && vec_push(&ids, (uint32_t)ix->names.t[i].key) < 0)
+            rc = INDEX_ERR_NOMEM;
+    if (rc == 0)
+        rc = strings_from_syms(ix, &ids, a, names, count);
+    pthread_rwlock_unlock(&ix->names_lock);
+    free(ids.v);
+    return rc;
+}
+
+int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n,
+                       arena_t *a, const char ***values, size_t *count)
+{
+    uint32_t nid = sym_lookup(ix, name);
+    if (nid == EMPTY32) {
+        *values = arena_alloc(a, sizeof(char *));
+        *count = 0;
+        return INDEX_OK;
+    }
+    if (n > 0) {
+        index_refs_t refs = {0};
+        int rc = index_select(ix, ms, n, &refs);
+        if (rc == INDEX_OK)
+            rc = collect_from_series(ix, &refs, nid, a, values, count);
+        index_refs_free(&refs);
+        return rc;
+    }
+    u32vec_t ids = {0};
+    int rc = INDEX_OK;
+    pthread_rwlock_rdlock(&ix->names_lock);
+    uint64_t *vp = map_get(&ix->names, nid);
+    const values_t *vals = vp ? (const values_t *)(uintptr_t)*vp : NULL;
+    for (uint32_t i = 0; vals && i < vals->n && rc == 0; i++)
+        if (vec_push(&ids, vals->v[i]) < 0)
+            rc = INDEX_ERR_NOMEM;
+    if (rc == 0)
+        rc = strings_from_syms(ix, &ids, a, values, count);
+    pthread_rwlock_unlock(&ix->names_lock);
+    free(ids.v);
+    return rc;
+}
+
+/* ---- sweeping and iteration ---------------------------------------------------------------- */
+
+bool index_sweep(index_t *ix, uint32_t shard, uint32_t *cursor, uint32_t budget,
+                 bool (*fn)(void *ud, index_series_t *s), void *ud)
+{
+    shard_t *sh = &ix->shards[shard];
+    pthread_rwlock_wrlock(&sh->lock);
+    uint32_t i = *cursor, end = i + budget;
+    for (; i < sh->nslots && i < end; i++) {
+        if (slot_is_free(sh, i))
+            continue;
+        index_series_t *s = sh->slots[i];
+        if (fn(ud, s))
+            shard_remove(ix, sh, s);
+    }
+    bool done = i >= sh->nslots;
+    pthread_rwlock_unlock(&sh->lock);
+    *cursor = done ? 0 : i;
+    return done;
+}
+
+int index_foreach(index_t *ix, int (*fn)(void *ud, index_series_t *s), void *ud)
+{
+    for (uint32_t si = 0; si < INDEX_SHARDS; si++) {
+        shard_t *sh = &ix->shards[si];
+        pthread_rwlock_rdlock(&sh->lock);
+        for (uint32_t i = 0; i < sh->nslots; i++) {
+            if (slot_is_free(sh, i))
+                continue;
+            int rc = fn(ud, sh->slots[i]);
+            if (rc) {
+                pthread_rwlock_unlock(&sh->lock);
+                return rc;
+            }
+        }
+        pthread_rwlock_unlock(&sh->lock);
+    }
+    return 0;
+}
+
+uint64_t index_num_series(const index_t *ix)
+{
+    return atomic_load(&((index_t *)ix)->nseries);
+}
+
+uint64_t index_memory_bytes(const index_t *ix)
+{
+    index_t *m = (index_t *)ix;
+    uint64_t total = atomic_load(&m->series_bytes);
+    for (int i = 0; i < INDEX_SHARDS; i++) {
+        shard_t *sh = &m->shards[i];
+        pthread_rwlock_rdlock(&sh->lock);
+        total += sh->postings_bytes + sh->capslots * sizeof(void *) + sh->bh_cap * sizeof(uint32_t) +
+                 sh->pairs.cap * sizeof(kv_t);
+        pthread_rwlock_unlock(&sh->lock);
+    }
+    pthread_rwlock_rdlock(&m->sym_lock);
+    total += m->sym_bytes;
+    pthread_rwlock_unlock(&m->sym_lock);
+    return total;
+}
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+static int cmp_stat_desc(const void *a, const void *b)
+{
+    const index_stat_t *x = a, *y = b;
+    if (x->value != y->value)
+        return x->value > y->value ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+typedef struct {
+    index_stat_t *v;
+    size_t n, cap;
+} statvec_t;
+
+static void stat_push(statvec_t *s, const char *name, uint64_t value)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 32;
+        index_stat_t *p = realloc(s->v, nc * sizeof(*p));
+        if (!p)
+            return; /* statistics are best effort */
+        s->v = p;
+        s->cap = nc;
+    }
+    s->v[s->n++] = (index_stat_t){name, value};
+}
+
+static void stat_top(statvec_t *s, size_t top, arena_t *a, index_stat_t **out, size_t *n)
+{
+    qsort(s->v, s->n, sizeof(index_stat_t), cmp_stat_desc);
+    size_t k = s->n < top ? s->n : top;
+    *out = arena_alloc(a, sizeof(index_stat_t) * (k ? k : 1));
+    for (size_t i = 0; i < k; i++) {
+        (*out)[i].name = arena_strdup(a, s->v[i].name);
+        (*out)[i].value = s->v[i].value;
+    }
+    *n = k;
+    free(s->v);
+    *s = (statvec_t){0};
+}
+
+typedef struct {
+    uint32_t name, value;
+    uint64_t count;
+} pairstat_t;
+
+static int cmp_pairstat_desc(const void *a, const void *b)
+{
+    const pairstat_t *x = a, *y = b;
+    return x->count != y->count ? (x->count > y->count ? -1 : 1) : 0;
+}
+
+int index_stats(index_t *ix, size_t top, arena_t *a, index_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    statvec_t by_metric = {0}, by_name = {0}, mem = {0};
+    pairstat_t *pairs = NULL;
+    size_t npairs = 0, cappairs = 0;
+    pthread_rwlock_rdlock(&ix->names_lock);
+    /* Looked up under names_lock: a name in the table cannot be freed while it is held. */
+    uint32_t metric = sym_lookup(ix, LABEL_METRIC_NAME);
+    for (uint32_t i = 0; i < ix->names.cap; i++) {
+        if (ix->names.t[i].val == EMPTY64)
+            continue;
+        uint32_t name = (uint32_t)ix->names.t[i].key;
+        const values_t *vals = (const values_t *)(uintptr_t)ix->names.t[i].val;
+        const char *ns = sym_str(ix, name);
+        uint64_t bytes = 0;
+        for (uint32_t k = 0; k < vals->n; k++) {
+            const sym_t *e = sym_entry(ix, vals->v[k]);
+            bytes += e->len;
+            uint64_t *cnt = map_get(&ix->pair_count, (uint64_t)name << 32 | vals->v[k]);
+            uint64_t c = cnt ? *cnt : 0;
+            if (name == metric)
+                stat_push(&by_metric, e->s, c);
+            if (npairs == cappairs) {
+                size_t nc = cappairs ? cappairs * 2 : 64;
+                pairstat_t *p = realloc(pairs, nc * sizeof(*p));
+                if (!p)
+                    continue;
+                pairs = p;
+                cappairs = nc;
+            }
+            pairs[npairs++] = (pairstat_t){name, vals->v[k], c};
+        }
+        stat_push(&by_name, ns, vals->n);
+        stat_push(&mem, ns, bytes);
+    }
+    stat_top(&by_metric, top, a, &out->series_by_metric, &out->n_series_by_metric);
+    stat_top(&by_name, top, a, &out->values_by_name, &out->n_values_by_name);
+    stat_top(&mem, top, a, &out->memory_by_name, &out->n_memory_by_name);
+    if (npairs)
+        qsort(pairs, npairs, sizeof(pairstat_t), cmp_pairstat_desc);
+    size_t k = npairs < top ? npairs : top;
+    out->series_by_pair = arena_alloc(a, sizeof(index_stat_t) * (k ? k : 1));
+    for (size_t i = 0; i < k; i++) {
+        out->series_by_pair[i].name =
+            arena_sprintf(a, "%s=%s", sym_str(ix, pairs[i].name), sym_str(ix, pairs[i].value));
+        out->series_by_pair[i].value = pairs[i].count;
+    }
+    out->n_series_by_pair = k;
+    pthread_rwlock_unlock(&ix->names_lock);
+    free(pairs);
+    return INDEX_OK;
+}

@@ -1,0 +1,129 @@
+/*
+ * index — the in-memory series index: interned label strings, series identity, postings.
+ *
+ * Strings are interned once in a global symbol table (string <-> uint32 symbol id, refcounted:
+ * a symbol lives while some series uses it, then its id is reused). A series is stored as its
+ * sorted (name id, value id) pairs plus a stable 64-bit id handed in by the caller (from the
+ * catalog), and a fixed-size payload the owner (storage/head) uses for its samples, all in one
+ * allocation.
+ *
+ * Series are sharded by label hash (INDEX_SHARDS shards). Each shard has a rwlock, its series
+ * slots, a hash table label-hash -> slot and postings (label pair -> sorted slot list). A global
+ * name -> values table (own rwlock) answers label-values queries and lets regex matchers be
+ * evaluated once per distinct value, not once per shard.
+ *
+ * Locking contract. index_acquire*() return a series with its shard READ-locked; the caller
+ * may use the series (and its payload, under the owner's own finer lock) until index_release().
+ * Series are created and removed only under the shard's WRITE lock, so a held series never
+ * disappears. Lock order: shard -> symbols -> names; never hold two shards at once.
+ */
+#ifndef SLUICE_STORAGE_INDEX_H
+#define SLUICE_STORAGE_INDEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/labels/labels.h"
+#include "internal/labels/matcher.h"
+#include "internal/util/arena.h"
+
+#define INDEX_SHARDS 16
+
+enum {
+    INDEX_OK = 0,
+    INDEX_ERR_NOMEM = -1,
+    INDEX_ERR_LIMIT = -2, /* max_series reached */
+};
+
+typedef struct index index_t;
+typedef struct index_series index_series_t;
+
+/* Where a series lives; valid as long as the series with that id is in the index (checked by
+ * index_acquire_ref, so a stale ref is harmless). */
+typedef struct {
+    uint64_t id;
+    uint32_t shard;
+    uint32_t slot;
+} index_ref_t;
+
+/* Growable list of refs. Zero-initialise; free with index_refs_free. */
+typedef struct {
+    index_ref_t *v;
+    size_t n, cap;
+} index_refs_t;
+
+void index_refs_free(index_refs_t *r);
+
+/* payload_size: bytes reserved per series for the owner (zeroed at creation). max_series: 0 =
+ * unlimited. Returns NULL on OOM. */
+index_t *index_new(size_t payload_size, uint64_t max_series);
+/* Calls payload_free (may be NULL) for every series, then frees everything. */
+void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), void *ud);
+
+/* Finds the series with labels ls (sorted, unique; hash = labels_hash(ls)). Returns it with its
+ * shard read-locked, or NULL (nothing locked). */
+index_series_t *index_acquire(index_t *ix, const labels_t *ls, uint64_t hash);
+/* As index_acquire, creating the series with id `id` if it is absent (*created = true; its
+ * payload is zeroed). Returns INDEX_OK with *out locked, INDEX_ERR_LIMIT or INDEX_ERR_NOMEM. */
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id,
+                            index_series_t **out, bool *created);
+/* The series ref points at, shard read-locked, or NULL if it is gone. */
+index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref);
+void index_release(index_t *ix, index_series_t *s);
+
+uint64_t index_series_id(const index_series_t *s);
+index_ref_t index_series_ref(const index_series_t *s);
+void *index_series_payload(index_series_t *s);
+size_t index_series_nlabels(const index_series_t *s);
+/* Fills out[0..nlabels) with the series' labels; the strings belong to the index and stay valid
+ * while the series is held (copy them before index_release). */
+void index_series_labels(const index_t *ix, const index_series_t *s, label_t *out);
+/* Copies the labels into arena a (strings too). */
+void index_series_labels_copy(const index_t *ix, const index_series_t *s, arena_t *a, labels_t *out);
+
+/* Refs of all series matching every matcher (Prometheus semantics, see matcher.h), appended to
+ * out in no particular order. n = 0 selects every series. Returns INDEX_OK or INDEX_ERR_NOMEM. */
+int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t *out);
+
+/* Sorted distinct label names (values of `name`) of the series matching ms (n = 0: all series).
+ * The array and strings are allocated in a. Returns INDEX_OK or INDEX_ERR_NOMEM. */
+int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a,
+                      const char ***names, size_t *count);
+int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n,
+                       arena_t *a, const char ***values, size_t *count);
+
+/* Visits the series of shard `shard` from slot *cursor on, at most `budget` of them, under the
+ * shard's WRITE lock; fn returns true to remove the series (after freeing what its payload owns).
+ * *cursor advances; returns true when the shard is done (and resets *cursor to 0). */
+bool index_sweep(index_t *ix, uint32_t shard, uint32_t *cursor, uint32_t budget,
+                 bool (*fn)(void *ud, index_series_t *s), void *ud);
+
+/* Calls fn for every series, one shard at a time under its READ lock. fn returns 0 to go on. */
+int index_foreach(index_t *ix, int (*fn)(void *ud, index_series_t *s), void *ud);
+
+uint64_t index_num_series(const index_t *ix);
+/* Approximate heap bytes used by the index itself (series structs, symbols, postings). */
+uint64_t index_memory_bytes(const index_t *ix);
+
+typedef struct {
+    const char *name;
+    uint64_t value;
+} index_stat_t;
+
+/* Prometheus /api/v1/status/tsdb statistics, top `top` of each, descending; strings and arrays
+ * in arena a. */
+typedef struct {
+    index_stat_t *series_by_metric; /* series count by __name__ value */
+    size_t n_series_by_metric;
+    index_stat_t *values_by_name; /* distinct value count by label name */
+    size_t n_values_by_name;
+    index_stat_t *memory_by_name; /* sum of value bytes by label name */
+    size_t n_memory_by_name;
+    index_stat_t *series_by_pair; /* series count by "name=value" */
+    size_t n_series_by_pair;
+} index_stats_t;
+
+int index_stats(index_t *ix, size_t top, arena_t *a, index_stats_t *out);
+
+#endif

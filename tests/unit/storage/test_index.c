@@ -1,0 +1,274 @@
+/* Unit tests for storage/index.c: interning, lookup, postings selection with Prometheus matcher
+ * semantics, label names/values, removal, limits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/index.h"
+
+typedef struct {
+    uint64_t marker;
+} payload_t;
+
+/* Builds labels from "k=v,k=v" (sorted by the caller's order after labels_sort). */
+static labels_t mk(arena_t *a, const char *spec)
+{
+    labels_t ls = {arena_alloc(a, sizeof(label_t) * 16), 0};
+    char *s = arena_strdup(a, spec), *save = NULL;
+    for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        *eq = 0;
+        ls.v[ls.n].name = tok;
+        ls.v[ls.n].value = eq + 1;
+        ls.n++;
+    }
+    labels_sort(&ls);
+    return ls;
+}
+
+static uint64_t add(index_t *ix, arena_t *a, const char *spec, uint64_t id)
+{
+    labels_t ls = mk(a, spec);
+    index_series_t *s;
+    bool created;
+    assert_int_equal(index_acquire_or_create(ix, &ls, labels_hash(&ls), id, &s, &created), INDEX_OK);
+    uint64_t got = index_series_id(s);
+    index_release(ix, s);
+    return got;
+}
+
+/* Selects with matchers given as (type, name, value) triples; returns sorted ids as a string. */
+static const char *sel(index_t *ix, int n, ...)
+{
+    static char out[512];
+    matcher_t *ms[8];
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        matcher_type_t t = va_arg(ap, matcher_type_t);
+        const char *name = va_arg(ap, const char *);
+        const char *value = va_arg(ap, const char *);
+        char err[128];
+        ms[i] = matcher_new(t, name, value, err, sizeof(err));
+        assert_non_null(ms[i]);
+    }
+    va_end(ap);
+    index_refs_t refs = {0};
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, (size_t)n, &refs), INDEX_OK);
+    uint64_t ids[64];
+    size_t k = 0;
+    for (size_t i = 0; i < refs.n && k < 64; i++)
+        ids[k++] = refs.v[i].id;
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = i + 1; j < k; j++)
+            if (ids[j] < ids[i]) {
+                uint64_t t = ids[i];
+                ids[i] = ids[j];
+                ids[j] = t;
+            }
+    out[0] = 0;
+    for (size_t i = 0; i < k; i++)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%llu", i ? "," : "",
+                 (unsigned long long)ids[i]);
+    index_refs_free(&refs);
+    for (int i = 0; i < n; i++)
+        matcher_free(ms[i]);
+    return out;
+}
+
+static index_t *fixture(arena_t *a)
+{
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    assert_non_null(ix);
+    add(ix, a, "__name__=up,job=a,instance=1", 1);
+    add(ix, a, "__name__=up,job=a,instance=2", 2);
+    add(ix, a, "__name__=up,job=b,instance=1", 3);
+    add(ix, a, "__name__=up,instance=3", 4);              /* no job */
+    add(ix, a, "__name__=cpu,job=a,instance=1,env=", 5);  /* empty value never stored as such */
+    add(ix, a, "__name__=cpu,job=foobar", 6);
+    return ix;
+}
+
+static void test_create_lookup(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = fixture(a);
+    assert_int_equal(index_num_series(ix), 6);
+    /* Re-creating returns the existing series with its original id. */
+    assert_int_equal(add(ix, a, "__name__=up,job=a,instance=1", 99), 1);
+    assert_int_equal(index_num_series(ix), 6);
+    labels_t ls = mk(a, "instance=2,job=a,__name__=up");
+    index_series_t *s = index_acquire(ix, &ls, labels_hash(&ls));
+    assert_non_null(s);
+    assert_int_equal(index_series_id(s), 2);
+    label_t out[8];
+    index_series_labels(ix, s, out);
+    assert_string_equal(out[0].name, "__name__");
+    assert_string_equal(out[0].value, "up");
+    assert_string_equal(out[2].value, "a");
+    index_ref_t ref = index_series_ref(s);
+    index_release(ix, s);
+    s = index_acquire_ref(ix, &ref);
+    assert_non_null(s);
+    index_release(ix, s);
+    ref.id = 12345;
+    assert_null(index_acquire_ref(ix, &ref));
+    labels_t missing = mk(a, "__name__=up,job=zzz");
+    assert_null(index_acquire(ix, &missing, labels_hash(&missing)));
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+static void test_select_semantics(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = fixture(a);
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "__name__", "up"), "1,2,3,4");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_EQ, "job", "a"), "1,2");
+    /* != also selects series without the label */
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_NEQ, "job", "a"), "3,4");
+    /* job="" selects exactly the series without job */
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_EQ, "job", ""), "4");
+    /* job!="" selects the series that have it */
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_NEQ, "job", ""), "1,2,3");
+    /* =~".*" matches everything, =~".+" only series with the label */
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_RE, "job", ".*"), "1,2,3,4");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "up", MATCHER_RE, "job", ".+"), "1,2,3");
+    assert_string_equal(sel(ix, 1, MATCHER_NRE, "job", ".+"), "4");
+    /* anchoring: "foo" must not match "foobar", "foo.*" must */
+    assert_string_equal(sel(ix, 1, MATCHER_RE, "job", "foo"), "");
+    assert_string_equal(sel(ix, 1, MATCHER_RE, "job", "foo.*"), "6");
+    assert_string_equal(sel(ix, 1, MATCHER_RE, "job", "fo+bar"), "6");
+    /* alternation fast path and its negation */
+    assert_string_equal(sel(ix, 1, MATCHER_RE, "job", "a|b"), "1,2,3,5");
+    assert_string_equal(sel(ix, 1, MATCHER_NRE, "job", "a|b"), "4,6");
+    assert_string_equal(sel(ix, 1, MATCHER_RE, "job", "b|a|"), "1,2,3,4,5");
+    /* a label nobody has: "" matchers are no-ops, others select nothing */
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "nolabel", "x"), "");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "cpu", MATCHER_EQ, "nolabel", ""), "5,6");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "cpu", MATCHER_NEQ, "nolabel", "x"), "5,6");
+    /* empty value label is the same as absent */
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "cpu", MATCHER_EQ, "env", ""), "5,6");
+    assert_string_equal(sel(ix, 0), "1,2,3,4,5,6");
+    assert_string_equal(sel(ix, 3, MATCHER_RE, "__name__", "up|cpu", MATCHER_EQ, "instance", "1",
+                            MATCHER_NEQ, "job", "b"),
+                        "1,5");
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+static void test_names_values(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = fixture(a);
+    const char **v;
+    size_t n;
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 4); /* the index stores env="" as given; storage strips it */
+    assert_string_equal(v[0], "__name__");
+    assert_string_equal(v[1], "env");
+    assert_int_equal(index_label_values(ix, "job", NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(v[0], "a");
+    assert_string_equal(v[2], "foobar");
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", "up", err, sizeof(err));
+    assert_int_equal(index_label_values(ix, "instance", (const matcher_t *const *)&m, 1, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(index_label_names(ix, (const matcher_t *const *)&m, 1, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(v[2], "job");
+    matcher_free(m);
+    assert_int_equal(index_label_values(ix, "nope", NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 0);
+
+    index_stats_t st;
+    assert_int_equal(index_stats(ix, 10, a, &st), INDEX_OK);
+    assert_int_equal(st.n_series_by_metric, 2);
+    assert_string_equal(st.series_by_metric[0].name, "up");
+    assert_int_equal(st.series_by_metric[0].value, 4);
+    assert_string_equal(st.series_by_pair[0].name, "__name__=up");
+    assert_int_equal(st.series_by_pair[0].value, 4);
+    assert_true(index_memory_bytes(ix) > 0);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+static bool drop_odd(void *ud, index_series_t *s)
+{
+    (void)ud;
+    return index_series_id(s) % 2 == 1;
+}
+
+static void test_sweep_and_reuse(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = fixture(a);
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 1, drop_odd, NULL)) {
+        }
+    }
+    assert_int_equal(index_num_series(ix), 3);
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "__name__", "up"), "2,4");
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "job", "b"), "");
+    const char **v;
+    size_t n;
+    assert_int_equal(index_label_values(ix, "job", NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 2); /* "b" went with series 3 */
+    /* Freed symbols and slots are reused and everything still resolves. */
+    add(ix, a, "__name__=new,job=b,zz=1", 7);
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "job", "b"), "7");
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "zz", "1"), "7");
+    /* Many creations and removals: memory returns to where it was. */
+    uint64_t before = index_num_series(ix);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 500; i++) {
+            char spec[64];
+            snprintf(spec, sizeof(spec), "__name__=churn,pod=p%d", i);
+            add(ix, a, spec, 1001 + 2 * (uint64_t)i); /* odd ids: swept */
+        }
+        assert_int_equal(index_num_series(ix), before + 500);
+        for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+            uint32_t cur = 0;
+            while (!index_sweep(ix, sh, &cur, 100, drop_odd, NULL)) {
+            }
+        }
+        assert_int_equal(index_num_series(ix), 3); /* 2, 4, 6 (7 is odd too) */
+        before = index_num_series(ix);
+    }
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+static void test_limit(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(8, 2);
+    add(ix, a, "__name__=a", 1);
+    add(ix, a, "__name__=b", 2);
+    labels_t ls = mk(a, "__name__=c");
+    index_series_t *s;
+    bool created;
+    assert_int_equal(index_acquire_or_create(ix, &ls, labels_hash(&ls), 3, &s, &created), INDEX_ERR_LIMIT);
+    /* existing series still resolve at the limit */
+    assert_int_equal(add(ix, a, "__name__=a", 9), 1);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_lookup), cmocka_unit_test(test_select_semantics),
+        cmocka_unit_test(test_names_values),  cmocka_unit_test(test_sweep_and_reuse),
+        cmocka_unit_test(test_limit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
