@@ -8,7 +8,7 @@ PKGS=(
   build-essential cmake pkg-config git
   # libraries (pkg-config names in CMakeLists.txt)
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
-  libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev
+  libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev
   # tests and tools
   python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
   # real peers the integration tests and benchmarks start
