@@ -191,6 +191,7 @@ int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, si
     }
     if (type == 0 || len > SNAPSHOT_MAX_RECORD_BYTES) {
         seterr(err, errlen, "snapshot: bad record (type %u, %zu bytes)", type, len);
+        w->failed = true; /* the head asked for something impossible: this snapshot is not whole */
         return SNAPSHOT_ERR_ARG;
     }
     uint8_t h[SNAP_REC_HEADER_BYTES] = {0};

@@ -44,7 +44,8 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
                                         size_t errlen);
 
 /* Appends one record (copied; buffered, written in large pieces). type 1..255.
- * Returns 0, SNAPSHOT_ERR_ARG or SNAPSHOT_ERR_IO. After an error only _abort is allowed. */
+ * Returns 0, SNAPSHOT_ERR_ARG or SNAPSHOT_ERR_IO. After an error the writer is spoiled: commit
+ * fails (cleaning up) and abort is the usual way out. */
 int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len,
                         char *err, size_t errlen);
 
