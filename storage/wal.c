@@ -93,6 +93,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -589,16 +590,31 @@ void wal_options_default(wal_options_t *o)
     o->segment_max_bytes = 64u << 20;
 }
 
+typedef struct {
+    int rc;          /* batch result: what every waiter of the batch gets */
+    int cut_rc;      /* wal_cut only */
+    uint64_t fsync_ns;
+    bool fsynced, fsync_failed, write_failed, rolled;
+    uint64_t written, records;
+    char msg[256];
+} io_result_t;
+
 /* Closes the current segment and starts seg_no+1. Token held. On failure the old segment stays
  * current. */
-static int wal_roll(wal_t *w, char *msg, size_t msglen)
+static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
 {
     if (w->dirty) {
-        if (fsync(w->fd) != 0) {
-            int e = errno;
+        /* the group-commit thread only ever fsyncs the current segment: make this one durable now */
+        uint64_t t0 = mono_ns();
+        int fr = fsync(w->fd);
+        int e = errno;
+        res->fsync_ns += mono_ns() - t0;
+        if (fr != 0) {
+            res->fsync_failed = true;
             seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
             return WAL_ERR_IO;
         }
+        res->fsynced = true;
         w->dirty = false;
     }
     int fd = seg_create(w->dirfd, w->seg_no + 1);
@@ -614,15 +630,6 @@ static int wal_roll(wal_t *w, char *msg, size_t msglen)
     w->need_repair = false;
     return WAL_OK;
 }
-
-typedef struct {
-    int rc;          /* batch result: what every waiter of the batch gets */
-    int cut_rc;      /* wal_cut only */
-    uint64_t fsync_ns;
-    bool fsynced, fsync_failed, write_failed, rolled;
-    uint64_t written, records;
-    char msg[256];
-} io_result_t;
 
 /*
  * The leader step. Called with mu held and the token free; takes the token, writes everything
@@ -677,7 +684,7 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         uint64_t t0 = mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns = mono_ns() - t0;
+        res->fsync_ns += mono_ns() - t0;
         if (fr == 0) {
             w->dirty = false;
             res->fsynced = true;
@@ -691,12 +698,9 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
     res->rc = rc;
     if (cut || (rc == WAL_OK && w->seg_size >= w->opts.segment_max_bytes)) {
         char rmsg[256] = "";
-        bool was_dirty = w->dirty;
-        int rr = rc == WAL_OK ? wal_roll(w, rmsg, sizeof rmsg) : rc;
+        int rr = rc == WAL_OK ? wal_roll(w, res, rmsg, sizeof rmsg) : rc;
         if (rr == WAL_OK) {
             res->rolled = true;
-            if (was_dirty)
-                res->fsynced = true;
         } else if (rc == WAL_OK) {
             /* size-triggered: the batch itself is fine, retry the roll next time */
             if (!cut)
@@ -796,7 +800,16 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
         seterr(err, errlen, "wal: out of memory");
         goto fail;
     }
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (mkdir(dir, 0755) == 0) {
+        /* a new directory must itself survive a crash before segments in it can */
+        char *parent = strdup(dir);
+        int pfd = parent ? open(dirname(parent), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        if (pfd >= 0) {
+            fsync(pfd);
+            close(pfd);
+        }
+        free(parent);
+    } else if (errno != EEXIST) {
         seterr(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
         goto fail;
     }

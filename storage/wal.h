@@ -172,7 +172,8 @@ typedef struct {
 } wal_replay_stats_t;
 
 /* Reads segments numbered >= first_segment of `dir` in order, calling cb for every record.
- * A missing or empty directory is not an error (nothing to replay).
+ * A missing or empty directory is not an error (nothing to replay). Because it repairs files, it
+ * must not run while a wal_t has the directory open and is appending. 
  * Repairs as it goes (see "Recovery" in wal.c): a torn or corrupt tail of the last segment is cut
  * off (ftruncate) with a log_warn naming file and offset, and replay succeeds; corruption in an
  * earlier segment stops replay there: that segment is cut at its last good record and every later

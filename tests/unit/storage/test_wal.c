@@ -1012,6 +1012,70 @@ static void test_write_error(void **state)
     free(dir);
 }
 
+/* Finds this process' descriptor for `path` (the WAL keeps its segment fd private). */
+static int find_fd(const char *path)
+{
+    char real[4096];
+    assert_non_null(realpath(path, real));
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    struct dirent *e;
+    int found = -1;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (!strcmp(target, real) && atoi(e->d_name) != dirfd(d))
+            found = atoi(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A failed write whose cut-back also fails: every append fails until the file can be repaired,
+ * then the WAL works again and holds exactly the successful appends. */
+static void test_write_error_repair(void **state)
+{
+    char *dir = tmpdir_make();
+    wal_t *w = open_wal(dir, WAL_FSYNC_ALWAYS, 3600 * 1000, 0);
+    log_record(w, 0);
+    log_record(w, 1);
+    char seg[4096];
+    path_of(seg, sizeof seg, dir, 1, "");
+    int fd = find_fd(seg);
+    assert_true(fd >= 0);
+    int keep = dup(fd);
+    int ro = open(seg, O_RDONLY);
+    assert_true(keep >= 0 && ro >= 0);
+    assert_int_equal(dup2(ro, fd), fd); /* writes and ftruncate now fail */
+    char err[256];
+    wal_sample_t s = {1, 5, 5};
+    for (int i = 0; i < 3; i++) {
+        err[0] = 0;
+        assert_int_equal(wal_log_samples(w, &s, 1, err, sizeof err), WAL_ERR_IO);
+        assert_true(strlen(err) > 0);
+    }
+    wal_stats_t st;
+    wal_get_stats(w, &st);
+    assert_int_equal(st.write_errors, 1); /* later ones failed at the repair step */
+    assert_int_equal(dup2(keep, fd), fd);
+    close(keep);
+    close(ro);
+    log_record(w, 2);
+    close_wal(w);
+    evs_t e = {0};
+    wal_replay_stats_t rs;
+    replay_into(dir, 0, &e, &rs);
+    check_records(&e, 3);
+    assert_false(rs.truncated);
+    evs_free(&e);
+    rm_rf(dir);
+    free(dir);
+}
+
 /* The failure of a roll (cannot create the next segment) fails wal_cut but keeps the WAL
  * working in the old segment. */
 static void test_cut_failure(void **state)
@@ -1058,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_garbage_length),
         cmocka_unit_test(test_limits_and_abort),
         cmocka_unit_test(test_write_error),
+        cmocka_unit_test(test_write_error_repair),
         cmocka_unit_test(test_cut_failure),
     };
     log_set_level(LOG_ERROR); /* the damage tests log warnings on purpose */
