@@ -27,9 +27,11 @@
  * is never also on disk), and at close; rollup_open loads them back.
  *
  * ---- Tables ----------------------------------------------------------------------------------
- *   rollup_blob(res, series_id, start, n, data)   PK (res, series_id, start), index (res, start)
- *       buckets of resolutions other than 1h: one row per series per span of BLOB_SPAN buckets
- *       (1m: 4 h), data encoded as below.
+ *   rollup_blob(id, res, series_id, start, n, data)  unique index (res, series_id, start), index
+ *       (res, start). Buckets of resolutions other than 1h: one row per series per span of
+ *       BLOB_SPAN buckets (1m: 4 h), data encoded as below. A rowid table, not WITHOUT ROWID: its
+ *       leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over ~1 KB
+ *       to a mostly empty overflow page (measured: 20 -> ~7 bytes per bucket).
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
  *       the 1h resolution, one plain row per bucket, so the rollup_1h view needs no decoder.
  *       SQLite stores NaN as NULL: sum/min/max/last NULL = NaN.
@@ -46,12 +48,17 @@
  *   | n uvarints   | bucket slot: first = (ts - start) / res, then gap to previous - 1    |
  *   | n uvarints   | count, zigzag delta from the previous count (first from 0)           |
  *   | 5 columns    | sum, min, max, last, increase, each:                                 |
- *   |   1 byte     |   mode 0: integers - n zigzag uvarints, delta from previous (from 0) |
+ *   |   1 byte     |   mode 0: decimals - then 1 byte d (0..6) and n zigzag uvarints of   |
+ *   |              |           v*10^d as an integer, delta from the previous (from 0)     |
  *   |              |   mode 1: floats - n uvarints of bswap64(bits XOR previous bits)     |
- * Mode 0 is chosen when every value of the column is integral, |v| < 2^53 and not -0, which is
- * what counters and most Flink gauges look like; mode 1 keeps constant or slowly moving floats
- * short (a repeated value costs one byte; byte-swapping puts the mantissa's trailing zero bytes
- * at the high end, where uvarint drops them). zlib then squeezes the runs.
+ *   |              |   mode 2: near-decimals - 1 byte d, then per value the mode 0 uvarint |
+ *   |              |           and a uvarint of bits(v) XOR bits(xi/10^d)               |
+ * Mode 0 is possible when every value of the column is exactly xi/10^d (checked bit for bit,
+ * |xi| < 2^53, no -0): counters, most Flink gauges, values printed with a few decimals. Mode 1
+ * keeps constant or slowly moving floats short (a repeated value costs one byte; byte-swapping
+ * puts the mantissa's trailing zero bytes at the high end, where uvarint drops them). The
+ * Mode 2 catches sums of such values, which are a few ULPs off a decimal. The encoder writes the
+ * candidates and keeps the shortest; zlib then squeezes the runs.
  *
  * ---- Aggregation rules: see rollup.h.
  */
@@ -327,15 +334,59 @@ size_t rollup_pick_resolution(const rollup_resolutions_t *rs, int64_t now_ms, in
 
 /* ---- blob codec -------------------------------------------------------------------------- */
 
-static bool col_integral(const rollup_bucket_t *b, size_t n, size_t off)
+static const double pow10_tab[7] = {1, 10, 100, 1000, 10000, 100000, 1000000};
+
+/* Decimal scale d (0..6) such that every value is exactly xi / 10^d for an integer |xi| < 2^53,
+ * or -1. Exactness is checked bit for bit so decoding gives the same doubles back. */
+static int col_decimals(const rollup_bucket_t *b, size_t n, size_t off)
 {
+    for (int d = 0; d <= 6; d++) {
+        size_t i;
+        for (i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, (const char *)&b[i] + off, sizeof(v));
+            double x = v * pow10_tab[d];
+            if (!(fabs(x) < 9007199254740992.0) || (v == 0 && signbit(v)))
+                return -1;
+            double xi = nearbyint(x);
+            if (xi / pow10_tab[d] != v)
+                break;
+        }
+        if (i == n)
+            return d;
+    }
+    return -1;
+}
+
+/* Appends one column in mode 0 (scaled integers: a scale byte, then zigzag deltas), mode 1
+ * (byte-swapped XOR) or mode 2 (scaled integers plus the XOR residual of each value against
+ * its decimal approximation: sums of decimals are a few ULPs off a decimal). Returns -1 if mode
+ * 2 does not apply (a value too large for scaled integers). */
+static int col_encode(buf_t *p, const rollup_bucket_t *b, size_t n, size_t off, int mode, int decimals)
+{
+    buf_putc(p, (char)mode);
+    if (mode != 1)
+        buf_putc(p, (char)decimals);
+    int64_t pi = 0;
+    uint64_t pb = 0;
     for (size_t i = 0; i < n; i++) {
         double v;
         memcpy(&v, (const char *)&b[i] + off, sizeof(v));
-        if (!(fabs(v) < 9007199254740992.0) || v != floor(v) || (v == 0 && signbit(v)))
-            return false;
+        if (mode != 1) {
+            double x = nearbyint(v * pow10_tab[decimals]);
+            if (!(fabs(x) < 9007199254740992.0))
+                return -1;
+            int64_t iv = (int64_t)x;
+            put_uvarint(p, zigzag((int64_t)((uint64_t)iv - (uint64_t)pi)));
+            if (mode == 2)
+                put_uvarint(p, dbits(v) ^ dbits((double)iv / pow10_tab[decimals]));
+            pi = iv;
+        } else {
+            put_uvarint(p, __builtin_bswap64(dbits(v) ^ pb));
+            pb = dbits(v);
+        }
     }
-    return true;
+    return 0;
 }
 
 static const size_t col_off[5] = {offsetof(rollup_bucket_t, sum), offsetof(rollup_bucket_t, min),
@@ -359,24 +410,34 @@ static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t 
         put_uvarint(&p, zigzag((int64_t)(b[i].count - pc)));
         pc = b[i].count;
     }
+    buf_t a = BUF_INIT, x = BUF_INIT;
     for (int c = 0; c < 5; c++) {
-        bool integral = col_integral(b, n, col_off[c]);
-        buf_putc(&p, integral ? 0 : 1);
-        int64_t pi = 0;
-        uint64_t pb = 0;
-        for (size_t i = 0; i < n; i++) {
-            double v;
-            memcpy(&v, (const char *)&b[i] + col_off[c], sizeof(v));
-            if (integral) {
-                int64_t iv = (int64_t)v;
-                put_uvarint(&p, zigzag(iv - pi));
-                pi = iv;
-            } else {
-                put_uvarint(&p, __builtin_bswap64(dbits(v) ^ pb));
-                pb = dbits(v);
+        /* Both candidates, keep the shorter. */
+        buf_reset(&a);
+        buf_reset(&x);
+        int d = col_decimals(b, n, col_off[c]);
+        col_encode(&x, b, n, col_off[c], 1, 0);
+        if (d >= 0) {
+            col_encode(&a, b, n, col_off[c], 0, d);
+            if (a.len < x.len) {
+                buf_t t = x;
+                x = a;
+                a = t;
+            }
+        } else {
+            for (int k = 0; k <= 6; k++) {
+                buf_reset(&a);
+                if (col_encode(&a, b, n, col_off[c], 2, k) == 0 && a.len < x.len) {
+                    buf_t t = x;
+                    x = a;
+                    a = t;
+                }
             }
         }
+        buf_append(&p, x.data, x.len);
     }
+    buf_free(&a);
+    buf_free(&x);
     uLongf zlen = compressBound(p.len);
     uint8_t *z = malloc(zlen);
     buf_reset(out);
@@ -444,9 +505,15 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
         b[i].count = pc;
     }
     for (int c = 0; c < 5; c++) {
-        if (p >= end || *p > 1)
+        if (p >= end || *p > 2)
             goto out;
-        bool integral = *p++ == 0;
+        int mode = *p++;
+        int decimals = 0;
+        if (mode != 1) {
+            if (p >= end || *p > 6)
+                goto out;
+            decimals = *p++;
+        }
         int64_t pi = 0;
         uint64_t pb = 0;
         for (uint64_t i = 0; i < n; i++) {
@@ -454,9 +521,15 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
             if (get_uvarint(&p, end, &u) != 0)
                 goto out;
             double v;
-            if (integral) {
+            if (mode != 1) {
                 pi = (int64_t)((uint64_t)pi + (uint64_t)unzigzag(u));
-                v = (double)pi;
+                v = (double)pi / pow10_tab[decimals];
+                if (mode == 2) {
+                    uint64_t resid;
+                    if (get_uvarint(&p, end, &resid) != 0)
+                        goto out;
+                    v = bitsd(dbits(v) ^ resid);
+                }
             } else {
                 pb ^= __builtin_bswap64(u);
                 v = bitsd(pb);
@@ -714,9 +787,9 @@ static void snaps_clear(rollup_t *r)
 /* ---- SQL ---------------------------------------------------------------------------------- */
 
 #define ROLLUP_SCHEMA                                                                              \
-    "CREATE TABLE IF NOT EXISTS rollup_blob(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"     \
-    " start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL,"                             \
-    " PRIMARY KEY(res, series_id, start)) WITHOUT ROWID;"                                          \
+    "CREATE TABLE IF NOT EXISTS rollup_blob(id INTEGER PRIMARY KEY, res INTEGER NOT NULL,"         \
+    " series_id INTEGER NOT NULL, start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL);" \
+    "CREATE UNIQUE INDEX IF NOT EXISTS rollup_blob_key ON rollup_blob(res, series_id, start);"     \
     "CREATE INDEX IF NOT EXISTS rollup_blob_start ON rollup_blob(res, start);"                     \
     "CREATE TABLE IF NOT EXISTS rollup_plain(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"    \
     " ts INTEGER NOT NULL, count INTEGER NOT NULL, sum REAL, min REAL, max REAL, last REAL,"       \
@@ -941,7 +1014,8 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         }
         pthread_mutex_unlock(&sh->mu);
     }
-    qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
+    if (r->inflight.n > 1)
+        qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
     pthread_rwlock_unlock(&r->view_rw);
 
     /* 3. One transaction. Readers still see `inflight` until the COMMIT below. */
@@ -999,8 +1073,8 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
          * index makes this a bounded range delete. */
         int64_t span = res * BLOB_SPAN;
         if (sqlite3_prepare_v2(db,
-                               "DELETE FROM rollup_blob WHERE (res, series_id, start) IN (SELECT res, series_id,"
-                               " start FROM rollup_blob WHERE res = ?1 AND start <= ?2 LIMIT ?3)",
+                               "DELETE FROM rollup_blob WHERE id IN (SELECT id FROM rollup_blob"
+                               " WHERE res = ?1 AND start <= ?2 LIMIT ?3)",
                                -1, &st, NULL) != SQLITE_OK) {
             ret = -1;
             goto out;
