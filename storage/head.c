@@ -1,0 +1,984 @@
+/*
+ * head — the raw tier: per-series XOR chunks in a ring of time blocks (contract in head.h).
+ *
+ * Time is cut into blocks of block_ms aligned to the Unix epoch (block number bn = floor(t / B)).
+ * Every chunk lies inside one block: a chunk is cut when it reaches 120 samples or when the next
+ * sample belongs to another block. The retained window starts at min_valid, a block boundary,
+ * moved forward by head_expire(now) to floor((now - retention) / B) * B.
+ *
+ * Per series (the index payload, one allocation with the index entry):
+ *
+ *   field       bytes  meaning
+ *   chunks      8      closed chunks (array of hchunk_t, time order)
+ *   n/cap       4      their count / capacity
+ *   flags       1      PENDING, OPEN, MARK
+ *   app         64     chunk_xor appender of the open chunk (its bytes are a growable malloc)
+ *   open_mint   8      first timestamp of the open chunk
+ *   pend_t/v    16     the newest sample, kept un-encoded so a later sample in the same second
+ *                      can replace it; encoded when a sample of a later second arrives
+ *
+ *   hchunk_t: bytes pointer into a block slab (8), mint (8), maxt - mint (4), length (2),
+ *   samples (2) = 24 bytes.
+ *
+ * Closed chunks are copied at their exact length into the slab of their block: a list of 64 KiB
+ * pages, bump-allocated under a mutex (a cut happens once per 120 samples of a series, so the
+ * mutex is cold). Dropping a block never walks samples:
+ *
+ *   head_expire(now)          min_valid := block start of now - retention (appends below it
+ *                             now fail with TOO_OLD, and no chunk is cut into a block below it)
+ *     sweep pass, sliced      for every series, `budget` at a time under its shard's write lock:
+ *                             unlink chunks with mint < pass_min_valid, drop an expired open
+ *                             chunk / pending sample, cut an idle open chunk into its slab,
+ *                             remove a series found empty on two passes in a row
+ *     end of pass             free the slab pages of every block < pass_min_valid wholesale
+ *
+ * No reader can still see those pages: readers copy chunk bytes only while holding the series'
+ * shard (read) lock, and only chunks still linked from the series.
+ *
+ * Locks: index shard rwlock (read to append or read a series, write to sweep) -> stripe mutex
+ * (per series, by id; guards the payload) -> blocks_lock (slab allocation). expire_lock
+ * serialises head_expire callers.
+ */
+#include "storage/head.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/chunk_xor.h"
+
+#define NSTRIPES 4096
+#define SLAB_PAGE_BYTES (64 * 1024)
+#define CUT_SAMPLES CHUNK_XOR_MAX_SAMPLES
+
+enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4 };
+
+typedef struct {
+    const uint8_t *bytes;
+    int64_t mint;
+    int32_t span; /* maxt - mint */
+    uint16_t len;
+    uint16_t num;
+} hchunk_t;
+
+typedef struct {
+    hchunk_t *chunks;
+    uint16_t nchunks, capchunks;
+    uint8_t flags;
+    chunk_xor_appender_t app;
+    int64_t open_mint;
+    int64_t pend_t;
+    uint64_t pend_bits; /* raw bits: NaN payloads (stale markers) survive exactly */
+} hseries_t;
+
+typedef struct slab_page {
+    struct slab_page *next;
+    uint32_t used, cap;
+    uint8_t data[];
+} slab_page_t;
+
+typedef struct block {
+    int64_t bn;
+    slab_page_t *pages;
+    uint64_t bytes; /* allocated page bytes */
+    struct block *next;
+} block_t;
+
+struct head {
+    index_t *ix;
+    int64_t retention_ms, block_ms;
+    _Atomic int64_t min_valid;
+    _Atomic uint64_t next_id;
+    pthread_mutex_t stripes[NSTRIPES];
+
+    pthread_mutex_t blocks_lock;
+    block_t *blocks; /* ascending bn */
+
+    pthread_mutex_t expire_lock;
+    bool pass_active;
+    uint32_t pass_shard, pass_cursor;
+    int64_t pass_min_valid, pass_now;
+
+    _Atomic uint64_t n_chunks, closed_bytes, slab_bytes, open_cap_bytes, chunk_array_bytes;
+    _Atomic uint64_t appended, replaced, ooo, too_old, created, removed;
+    _Atomic int64_t min_t, max_t;
+};
+
+static int64_t floordiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+static double bits_to_double(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+static uint64_t double_to_bits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof(b));
+    return b;
+}
+
+static pthread_mutex_t *stripe(head_t *h, uint64_t id)
+{
+    return &h->stripes[(id * 0x9E3779B97F4A7C15ULL) >> 52];
+}
+
+static void atomic_max64(_Atomic int64_t *p, int64_t v)
+{
+    int64_t cur = atomic_load_explicit(p, memory_order_relaxed);
+    while (v > cur && !atomic_compare_exchange_weak(p, &cur, v)) {
+    }
+}
+
+static void atomic_min64(_Atomic int64_t *p, int64_t v)
+{
+    int64_t cur = atomic_load_explicit(p, memory_order_relaxed);
+    while (v < cur && !atomic_compare_exchange_weak(p, &cur, v)) {
+    }
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+head_t *head_new(const head_options_t *o)
+{
+    head_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->retention_ms = o && o->retention_ms > 0 ? o->retention_ms : HEAD_DEFAULT_RETENTION_MS;
+    h->block_ms = o && o->block_ms > 0 ? o->block_ms : HEAD_DEFAULT_BLOCK_MS;
+    h->ix = index_new(sizeof(hseries_t), o ? o->max_series : 0);
+    if (!h->ix) {
+        free(h);
+        return NULL;
+    }
+    atomic_init(&h->min_valid, INT64_MIN);
+    atomic_init(&h->next_id, 1);
+    atomic_init(&h->min_t, INT64_MAX);
+    atomic_init(&h->max_t, INT64_MIN);
+    for (int i = 0; i < NSTRIPES; i++)
+        pthread_mutex_init(&h->stripes[i], NULL);
+    pthread_mutex_init(&h->blocks_lock, NULL);
+    pthread_mutex_init(&h->expire_lock, NULL);
+    return h;
+}
+
+static void series_release(head_t *h, hseries_t *s)
+{
+    if (s->flags & F_OPEN) {
+        atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
+        chunk_xor_appender_free(&s->app);
+        atomic_fetch_sub(&h->n_chunks, 1);
+    }
+    for (uint16_t i = 0; i < s->nchunks; i++)
+        atomic_fetch_sub(&h->closed_bytes, s->chunks[i].len);
+    atomic_fetch_sub(&h->n_chunks, s->nchunks);
+    atomic_fetch_sub(&h->chunk_array_bytes, (uint64_t)s->capchunks * sizeof(hchunk_t));
+    free(s->chunks);
+    s->chunks = NULL;
+    s->nchunks = s->capchunks = 0;
+    s->flags = 0;
+}
+
+static void payload_free(void *ud, index_series_t *is)
+{
+    series_release(ud, index_series_payload(is));
+}
+
+static void blocks_free_list(block_t *b)
+{
+    while (b) {
+        block_t *nb = b->next;
+        slab_page_t *p = b->pages;
+        while (p) {
+            slab_page_t *np = p->next;
+            free(p);
+            p = np;
+        }
+        free(b);
+        b = nb;
+    }
+}
+
+void head_free(head_t *h)
+{
+    if (!h)
+        return;
+    index_free(h->ix, payload_free, h);
+    blocks_free_list(h->blocks);
+    for (int i = 0; i < NSTRIPES; i++)
+        pthread_mutex_destroy(&h->stripes[i]);
+    pthread_mutex_destroy(&h->blocks_lock);
+    pthread_mutex_destroy(&h->expire_lock);
+    free(h);
+}
+
+index_t *head_index(head_t *h)
+{
+    return h->ix;
+}
+
+int64_t head_min_valid_time(const head_t *h)
+{
+    return atomic_load(&((head_t *)h)->min_valid);
+}
+
+/* ---- slabs --------------------------------------------------------------------------------- */
+
+/* Copies a closed chunk into block bn's slab. NULL if the block is outside the retained window
+ * (the chunk is simply dropped) or on OOM. */
+static const uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len)
+{
+    pthread_mutex_lock(&h->blocks_lock);
+    const uint8_t *res = NULL;
+    int64_t mv = atomic_load(&h->min_valid);
+    if (mv != INT64_MIN && bn < floordiv(mv, h->block_ms))
+        goto out;
+    block_t **pp = &h->blocks;
+    while (*pp && (*pp)->bn < bn)
+        pp = &(*pp)->next;
+    block_t *b = *pp;
+    if (!b || b->bn != bn) {
+        b = calloc(1, sizeof(*b));
+        if (!b)
+            goto out;
+        b->bn = bn;
+        b->next = *pp;
+        *pp = b;
+    }
+    slab_page_t *p = b->pages;
+    if (!p || p->cap - p->used < len) {
+        uint32_t cap = len > SLAB_PAGE_BYTES - sizeof(slab_page_t) ? (uint32_t)len
+                                                                    : SLAB_PAGE_BYTES - (uint32_t)sizeof(slab_page_t);
+        slab_page_t *np = malloc(sizeof(slab_page_t) + cap);
+        if (!np)
+            goto out;
+        np->used = 0;
+        np->cap = cap;
+        np->next = b->pages;
+        b->pages = np;
+        b->bytes += sizeof(slab_page_t) + cap;
+        atomic_fetch_add(&h->slab_bytes, sizeof(slab_page_t) + cap);
+        p = np;
+    }
+    uint8_t *dst = p->data + p->used;
+    memcpy(dst, src, len);
+    p->used += (uint32_t)len;
+    res = dst;
+out:
+    pthread_mutex_unlock(&h->blocks_lock);
+    return res;
+}
+
+/* Frees every block whose start is below min_valid. */
+static void slabs_free_before(head_t *h, int64_t min_valid)
+{
+    pthread_mutex_lock(&h->blocks_lock);
+    block_t *dead = NULL, **tail = &dead;
+    while (h->blocks && h->blocks->bn * h->block_ms < min_valid) {
+        block_t *b = h->blocks;
+        h->blocks = b->next;
+        atomic_fetch_sub(&h->slab_bytes, b->bytes);
+        b->next = NULL;
+        *tail = b;
+        tail = &b->next;
+    }
+    pthread_mutex_unlock(&h->blocks_lock);
+    blocks_free_list(dead); /* outside the lock: freeing pages is the slow part */
+}
+
+/* ---- per-series appending (stripe lock held) ----------------------------------------------- */
+
+static int push_chunk(head_t *h, hseries_t *s, const hchunk_t *c)
+{
+    if (s->nchunks == s->capchunks) {
+        if (s->capchunks == UINT16_MAX)
+            return -1;
+        uint32_t nc = s->capchunks ? (uint32_t)s->capchunks * 2 : 2;
+        if (nc > UINT16_MAX)
+            nc = UINT16_MAX;
+        hchunk_t *p = realloc(s->chunks, nc * sizeof(hchunk_t));
+        if (!p)
+            return -1;
+        atomic_fetch_add(&h->chunk_array_bytes, (nc - s->capchunks) * sizeof(hchunk_t));
+        s->chunks = p;
+        s->capchunks = (uint16_t)nc;
+    }
+    s->chunks[s->nchunks++] = *c;
+    atomic_fetch_add(&h->closed_bytes, c->len);
+    return 0;
+}
+
+/* Closes the open chunk: copies it into its block's slab and links it. */
+static void cut_chunk(head_t *h, hseries_t *s)
+{
+    assert(s->flags & F_OPEN);
+    size_t len;
+    const uint8_t *bytes = chunk_xor_bytes(&s->app, &len);
+    int64_t bn = floordiv(s->open_mint, h->block_ms);
+    hchunk_t c = {.mint = s->open_mint,
+                  .span = (int32_t)(s->app.t - s->open_mint),
+                  .len = (uint16_t)len,
+                  .num = chunk_xor_num(&s->app)};
+    c.bytes = len <= UINT16_MAX ? slab_copy(h, bn, bytes, len) : NULL;
+    if (!c.bytes || push_chunk(h, s, &c) < 0)
+        atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
+    atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
+    chunk_xor_appender_free(&s->app);
+    s->flags &= (uint8_t)~F_OPEN;
+}
+
+static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
+{
+    int64_t bn = floordiv(t, h->block_ms);
+    if ((s->flags & F_OPEN) &&
+        (chunk_xor_num(&s->app) >= CUT_SAMPLES || floordiv(s->open_mint, h->block_ms) != bn ||
+         t - s->open_mint > INT32_MAX))
+        cut_chunk(h, s);
+    if (!(s->flags & F_OPEN)) {
+        if (chunk_xor_appender_init(&s->app) < 0)
+            return HEAD_ERR_NOMEM;
+        atomic_fetch_add(&h->open_cap_bytes, s->app.cap);
+        atomic_fetch_add(&h->n_chunks, 1);
+        s->open_mint = t;
+        s->flags |= F_OPEN;
+    }
+    size_t cap0 = s->app.cap;
+    if (chunk_xor_append(&s->app, t, bits_to_double(bits)) < 0)
+        return HEAD_ERR_NOMEM;
+    atomic_fetch_add(&h->open_cap_bytes, s->app.cap - cap0);
+    return HEAD_OK;
+}
+
+/* Newest timestamp the series holds, or INT64_MIN. */
+static int64_t series_last_t(const hseries_t *s)
+{
+    if (s->flags & F_PENDING)
+        return s->pend_t;
+    if (s->flags & F_OPEN)
+        return s->app.t;
+    if (s->nchunks)
+        return s->chunks[s->nchunks - 1].mint + s->chunks[s->nchunks - 1].span;
+    return INT64_MIN;
+}
+
+static int check_locked(head_t *h, const hseries_t *s, int64_t t)
+{
+    if (t < atomic_load(&h->min_valid))
+        return HEAD_ERR_TOO_OLD;
+    int64_t last = series_last_t(s);
+    if (last == INT64_MIN)
+        return HEAD_OK;
+    int64_t sec = floordiv(t, 1000), lsec = floordiv(last, 1000);
+    if (sec < lsec)
+        return HEAD_ERR_OUT_OF_ORDER;
+    /* Same second is only replaceable while the sample is still pending. */
+    if (sec == lsec && !(s->flags & F_PENDING))
+        return HEAD_ERR_OUT_OF_ORDER;
+    return HEAD_OK;
+}
+
+static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
+{
+    int rc = check_locked(h, s, t);
+    if (rc == HEAD_ERR_TOO_OLD)
+        atomic_fetch_add_explicit(&h->too_old, 1, memory_order_relaxed);
+    if (rc == HEAD_ERR_OUT_OF_ORDER)
+        atomic_fetch_add_explicit(&h->ooo, 1, memory_order_relaxed);
+    if (rc)
+        return rc;
+    uint64_t bits = double_to_bits(v);
+    if ((s->flags & F_PENDING) && floordiv(t, 1000) == floordiv(s->pend_t, 1000)) {
+        s->pend_t = t;
+        s->pend_bits = bits;
+        atomic_fetch_add_explicit(&h->replaced, 1, memory_order_relaxed);
+        atomic_max64(&h->max_t, t);
+        atomic_min64(&h->min_t, t);
+        return HEAD_OK;
+    }
+    if (s->flags & F_PENDING) {
+        rc = encode_sample(h, s, s->pend_t, s->pend_bits);
+        if (rc)
+            return rc;
+    }
+    s->pend_t = t;
+    s->pend_bits = bits;
+    s->flags = (uint8_t)((s->flags | F_PENDING) & ~F_MARK);
+    atomic_fetch_add_explicit(&h->appended, 1, memory_order_relaxed);
+    atomic_max64(&h->max_t, t);
+    atomic_min64(&h->min_t, t);
+    return HEAD_OK;
+}
+
+/* ---- public append API --------------------------------------------------------------------- */
+
+int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id,
+                       index_ref_t *ref, bool *created)
+{
+    index_series_t *is;
+    int rc = index_acquire_or_create(h->ix, ls, hash, new_id, &is, created);
+    if (rc == INDEX_ERR_LIMIT)
+        return HEAD_ERR_LIMIT;
+    if (rc != INDEX_OK)
+        return HEAD_ERR_NOMEM;
+    *ref = index_series_ref(is);
+    index_release(h->ix, is);
+    if (*created)
+        atomic_fetch_add_explicit(&h->created, 1, memory_order_relaxed);
+    return HEAD_OK;
+}
+
+int head_check(head_t *h, const index_ref_t *ref, int64_t t)
+{
+    index_series_t *is = index_acquire_ref(h->ix, ref);
+    if (!is)
+        return HEAD_ERR_NOT_FOUND;
+    pthread_mutex_t *mu = stripe(h, ref->id);
+    pthread_mutex_lock(mu);
+    int rc = check_locked(h, index_series_payload(is), t);
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return rc;
+}
+
+int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v)
+{
+    index_series_t *is = index_acquire_ref(h->ix, ref);
+    if (!is)
+        return HEAD_ERR_NOT_FOUND;
+    pthread_mutex_t *mu = stripe(h, ref->id);
+    pthread_mutex_lock(mu);
+    int rc = append_locked(h, index_series_payload(is), t, v);
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return rc;
+}
+
+int head_append(head_t *h, const labels_t *ls, int64_t t, double v)
+{
+    uint64_t hash = labels_hash(ls);
+    index_series_t *is = index_acquire(h->ix, ls, hash);
+    if (!is) {
+        bool created;
+        int rc = index_acquire_or_create(h->ix, ls, hash, atomic_fetch_add(&h->next_id, 1), &is, &created);
+        if (rc == INDEX_ERR_LIMIT)
+            return HEAD_ERR_LIMIT;
+        if (rc != INDEX_OK)
+            return HEAD_ERR_NOMEM;
+        if (created)
+            atomic_fetch_add_explicit(&h->created, 1, memory_order_relaxed);
+    }
+    pthread_mutex_t *mu = stripe(h, index_series_id(is));
+    pthread_mutex_lock(mu);
+    int rc = append_locked(h, index_series_payload(is), t, v);
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return rc;
+}
+
+/* ---- expiry -------------------------------------------------------------------------------- */
+
+/* Runs under the shard's write lock: no appender or reader holds this series. */
+static bool sweep_series(void *ud, index_series_t *is)
+{
+    head_t *h = ud;
+    hseries_t *s = index_series_payload(is);
+    int64_t mv = h->pass_min_valid;
+    uint16_t k = 0;
+    while (k < s->nchunks && s->chunks[k].mint < mv) {
+        atomic_fetch_sub(&h->closed_bytes, s->chunks[k].len);
+        k++;
+    }
+    if (k) {
+        memmove(s->chunks, s->chunks + k, (size_t)(s->nchunks - k) * sizeof(hchunk_t));
+        s->nchunks -= k;
+        atomic_fetch_sub(&h->n_chunks, k);
+    }
+    if ((s->flags & F_OPEN) && s->open_mint < mv) {
+        atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
+        chunk_xor_appender_free(&s->app);
+        atomic_fetch_sub(&h->n_chunks, 1);
+        s->flags &= (uint8_t)~F_OPEN;
+    }
+    if ((s->flags & F_PENDING) && s->pend_t < mv)
+        s->flags &= (uint8_t)~F_PENDING;
+    /* An open chunk two blocks behind "now" will not grow again in its block: pack it into the
+     * slab at its exact size (its growable buffer is up to twice that). */
+    if ((s->flags & F_OPEN) && floordiv(s->open_mint, h->block_ms) < floordiv(h->pass_now, h->block_ms) - 1) {
+        /* The pending sample, if any, stays pending: encoding happens on the next append. */
+        cut_chunk(h, s);
+    }
+    if (s->nchunks == 0 && s->capchunks > 0) {
+        atomic_fetch_sub(&h->chunk_array_bytes, (uint64_t)s->capchunks * sizeof(hchunk_t));
+        free(s->chunks);
+        s->chunks = NULL;
+        s->capchunks = 0;
+    }
+    if (s->flags & (F_OPEN | F_PENDING) || s->nchunks)
+        return false;
+    /* Empty. A series created a moment ago may be about to receive its first sample, so only
+     * remove one found empty on two passes in a row. */
+    if (!(s->flags & F_MARK)) {
+        s->flags |= F_MARK;
+        return false;
+    }
+    series_release(h, s);
+    atomic_fetch_add_explicit(&h->removed, 1, memory_order_relaxed);
+    return true;
+}
+
+bool head_expire(head_t *h, int64_t now_ms, uint32_t budget)
+{
+    pthread_mutex_lock(&h->expire_lock);
+    int64_t new_min = floordiv(now_ms - h->retention_ms, h->block_ms) * h->block_ms;
+    atomic_max64(&h->min_valid, new_min);
+    bool finished = false;
+    if (!h->pass_active) {
+        h->pass_active = true;
+        h->pass_shard = 0;
+        h->pass_cursor = 0;
+        h->pass_min_valid = atomic_load(&h->min_valid);
+        h->pass_now = now_ms;
+    }
+    while (budget > 0 && h->pass_active) {
+        uint32_t step = budget < 1024 ? budget : 1024;
+        bool done = index_sweep(h->ix, h->pass_shard, &h->pass_cursor, step, sweep_series, h);
+        budget -= step;
+        if (done && ++h->pass_shard == INDEX_SHARDS) {
+            slabs_free_before(h, h->pass_min_valid);
+            h->pass_active = false;
+            finished = true;
+        }
+    }
+    pthread_mutex_unlock(&h->expire_lock);
+    return finished;
+}
+
+/* ---- stats --------------------------------------------------------------------------------- */
+
+void head_get_stats(head_t *h, head_stats_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->series = index_num_series(h->ix);
+    o->chunks = atomic_load(&h->n_chunks);
+    o->slab_bytes = atomic_load(&h->slab_bytes);
+    o->chunk_bytes = atomic_load(&h->closed_bytes) + atomic_load(&h->open_cap_bytes);
+    o->memory_bytes = index_memory_bytes(h->ix) + o->slab_bytes + atomic_load(&h->open_cap_bytes) +
+                      atomic_load(&h->chunk_array_bytes);
+    o->samples_appended = atomic_load(&h->appended);
+    o->samples_replaced = atomic_load(&h->replaced);
+    o->out_of_order = atomic_load(&h->ooo);
+    o->too_old = atomic_load(&h->too_old);
+    o->series_created = atomic_load(&h->created);
+    o->series_removed = atomic_load(&h->removed);
+    o->min_t = INT64_MAX;
+    o->max_t = INT64_MIN;
+    if (o->series) {
+        int64_t mn = atomic_load(&h->min_t), mv = atomic_load(&h->min_valid);
+        o->min_t = mn > mv ? mn : mv;
+        o->max_t = atomic_load(&h->max_t);
+    }
+}
+
+/* ---- reading a series into caller memory --------------------------------------------------- */
+
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    querier_chunk_t *ch;
+    size_t n, capch;
+} copybuf_t;
+
+static int cb_add(copybuf_t *b, int64_t mint, int64_t maxt, const uint8_t *bytes, size_t len)
+{
+    if (b->len + len > b->cap) {
+        size_t nc = b->cap ? b->cap : 1024;
+        while (nc < b->len + len)
+            nc *= 2;
+        uint8_t *p = realloc(b->buf, nc);
+        if (!p)
+            return -1;
+        b->buf = p;
+        b->cap = nc;
+    }
+    if (b->n == b->capch) {
+        size_t nc = b->capch ? b->capch * 2 : 16;
+        querier_chunk_t *p = realloc(b->ch, nc * sizeof(*p));
+        if (!p)
+            return -1;
+        b->ch = p;
+        b->capch = nc;
+    }
+    memcpy(b->buf + b->len, bytes, len);
+    /* Offset for now; turned into a pointer once the buffer stops moving (cb_fix). */
+    b->ch[b->n++] = (querier_chunk_t){.mint = mint, .maxt = maxt, .bytes = (const uint8_t *)(uintptr_t)b->len, .len = len};
+    b->len += len;
+    return 0;
+}
+
+static void cb_fix(copybuf_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->ch[i].bytes = b->buf + (uintptr_t)b->ch[i].bytes;
+}
+
+/* Open chunk plus pending sample as one chunk (a copy; the series' appender is untouched). */
+static int open_as_chunk(const hseries_t *s, chunk_xor_appender_t *out, int64_t *mint)
+{
+    if (s->flags & F_OPEN) {
+        size_t len;
+        const uint8_t *bytes = chunk_xor_bytes(&s->app, &len);
+        *out = s->app;
+        out->bytes = malloc(s->app.cap);
+        if (!out->bytes)
+            return -1;
+        memcpy(out->bytes, bytes, s->app.cap);
+        *mint = s->open_mint;
+    } else {
+        if (chunk_xor_appender_init(out) < 0)
+            return -1;
+        *mint = s->pend_t;
+    }
+    if ((s->flags & F_PENDING) && chunk_xor_append(out, s->pend_t, bits_to_double(s->pend_bits)) < 0) {
+        chunk_xor_appender_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies the chunks of s overlapping [mint, maxt]. Stripe lock held. */
+static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, copybuf_t *b)
+{
+    for (uint16_t i = 0; i < s->nchunks; i++) {
+        const hchunk_t *c = &s->chunks[i];
+        if (c->mint > maxt || c->mint + c->span < mint)
+            continue;
+        if (cb_add(b, c->mint, c->mint + c->span, c->bytes, c->len) < 0)
+            return -1;
+    }
+    if (s->flags & (F_OPEN | F_PENDING)) {
+        int64_t omint = (s->flags & F_OPEN) ? s->open_mint : s->pend_t;
+        int64_t omaxt = (s->flags & F_PENDING) ? s->pend_t : s->app.t;
+        if (omint <= maxt && omaxt >= mint) {
+            chunk_xor_appender_t tmp;
+            if (open_as_chunk(s, &tmp, &omint) < 0)
+                return -1;
+            size_t len;
+            const uint8_t *bytes = chunk_xor_bytes(&tmp, &len);
+            int rc = cb_add(b, omint, tmp.t, bytes, len);
+            chunk_xor_appender_free(&tmp);
+            if (rc < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- querier over the head ----------------------------------------------------------------- */
+
+typedef struct {
+    labels_t labels;
+    index_ref_t ref;
+} cand_t;
+
+typedef struct {
+    querier_set_t base;
+    head_t *h;
+    arena_t *a;
+    cand_t *cands;
+    size_t n, pos;
+    int64_t mint, maxt;
+    copybuf_t cb;
+    querier_series_t cur;
+    char err[128];
+} head_set_t;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    return labels_compare(&((const cand_t *)a)->labels, &((const cand_t *)b)->labels);
+}
+
+static const querier_series_t *hset_next(querier_set_t *base)
+{
+    head_set_t *s = (head_set_t *)base;
+    while (s->pos < s->n && !s->err[0]) {
+        cand_t *c = &s->cands[s->pos++];
+        index_series_t *is = index_acquire_ref(s->h->ix, &c->ref);
+        if (!is)
+            continue; /* removed since select */
+        s->cb.len = s->cb.n = 0;
+        pthread_mutex_t *mu = stripe(s->h, c->ref.id);
+        pthread_mutex_lock(mu);
+        int rc = copy_series_locked(index_series_payload(is), s->mint, s->maxt, &s->cb);
+        pthread_mutex_unlock(mu);
+        index_release(s->h->ix, is);
+        if (rc < 0) {
+            strcpy(s->err, "out of memory reading series");
+            return NULL;
+        }
+        if (s->cb.n == 0)
+            continue;
+        cb_fix(&s->cb);
+        s->cur.labels = c->labels;
+        s->cur.chunks = s->cb.ch;
+        s->cur.nchunks = s->cb.n;
+        return &s->cur;
+    }
+    return NULL;
+}
+
+static const char *hset_error(querier_set_t *base)
+{
+    head_set_t *s = (head_set_t *)base;
+    return s->err[0] ? s->err : NULL;
+}
+
+static void hset_free(querier_set_t *base)
+{
+    head_set_t *s = (head_set_t *)base;
+    arena_destroy(s->a);
+    free(s->cands);
+    free(s->cb.buf);
+    free(s->cb.ch);
+    free(s);
+}
+
+static const querier_set_ops_t hset_ops = {.next = hset_next, .error = hset_error, .free = hset_free};
+
+typedef struct {
+    querier_t base;
+    head_t *h;
+} head_querier_t;
+
+/* Shared with storage.c through head_querier's select. */
+static querier_set_t *hq_select(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
+                                int64_t maxt, const querier_hints_t *hints)
+{
+    head_t *h = ((head_querier_t *)q)->h;
+    head_set_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->base.ops = &hset_ops;
+    s->h = h;
+    s->mint = mint;
+    s->maxt = maxt;
+    s->a = arena_create(0);
+    if (!s->a) {
+        free(s);
+        return NULL;
+    }
+    index_refs_t refs = {0};
+    if (index_select(h->ix, ms, n, &refs) != INDEX_OK) {
+        strcpy(s->err, "out of memory selecting series");
+        return &s->base;
+    }
+    s->cands = malloc(sizeof(cand_t) * (refs.n ? refs.n : 1));
+    if (!s->cands) {
+        index_refs_free(&refs);
+        strcpy(s->err, "out of memory selecting series");
+        return &s->base;
+    }
+    for (size_t i = 0; i < refs.n; i++) {
+        index_series_t *is = index_acquire_ref(h->ix, &refs.v[i]);
+        if (!is)
+            continue;
+        index_series_labels_copy(h->ix, is, s->a, &s->cands[s->n].labels);
+        index_release(h->ix, is);
+        s->cands[s->n++].ref = refs.v[i];
+    }
+    index_refs_free(&refs);
+    qsort(s->cands, s->n, sizeof(cand_t), cmp_cand);
+    return &s->base;
+}
+
+static int hq_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                          arena_t *a, const char ***out, size_t *count, char *err, size_t errlen)
+{
+    head_t *h = ((head_querier_t *)q)->h;
+    if (index_label_names(h->ix, ms, n, a, out, count) != INDEX_OK) {
+        if (err && errlen)
+            strncpy(err, "out of memory", errlen - 1), err[errlen - 1] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static int hq_label_values(querier_t *q, const char *name, const matcher_t *const *ms, size_t n,
+                           int64_t mint, int64_t maxt, arena_t *a, const char ***out, size_t *count,
+                           char *err, size_t errlen)
+{
+    head_t *h = ((head_querier_t *)q)->h;
+    if (index_label_values(h->ix, name, ms, n, a, out, count) != INDEX_OK) {
+        if (err && errlen)
+            strncpy(err, "out of memory", errlen - 1), err[errlen - 1] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static void hq_close(querier_t *q)
+{
+    free(q);
+}
+
+static const querier_ops_t hq_ops = {
+    .select = hq_select, .label_names = hq_label_names, .label_values = hq_label_values, .close = hq_close};
+
+querier_t *head_querier(head_t *h)
+{
+    head_querier_t *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->base.ops = &hq_ops;
+    q->h = h;
+    return &q->base;
+}
+
+/* ---- snapshot support ----------------------------------------------------------------------- */
+
+typedef struct {
+    head_t *h;
+    int (*fn)(void *ud, const head_series_state_t *st);
+    void *ud;
+    label_t *lbuf;
+    size_t lcap;
+    querier_chunk_t *cbuf;
+    size_t ccap;
+    bool oom;
+} foreach_ctx_t;
+
+static int foreach_one(void *ud, index_series_t *is)
+{
+    foreach_ctx_t *c = ud;
+    size_t nl = index_series_nlabels(is);
+    if (nl > c->lcap) {
+        label_t *p = realloc(c->lbuf, nl * sizeof(label_t));
+        if (!p) {
+            c->oom = true;
+            return -1;
+        }
+        c->lbuf = p;
+        c->lcap = nl;
+    }
+    index_series_labels(c->h->ix, is, c->lbuf);
+    uint64_t id = index_series_id(is);
+    hseries_t *s = index_series_payload(is);
+    pthread_mutex_t *mu = stripe(c->h, id);
+    pthread_mutex_lock(mu);
+    if (s->nchunks > c->ccap) {
+        querier_chunk_t *p = realloc(c->cbuf, s->nchunks * sizeof(querier_chunk_t));
+        if (!p) {
+            pthread_mutex_unlock(mu);
+            c->oom = true;
+            return -1;
+        }
+        c->cbuf = p;
+        c->ccap = s->nchunks;
+    }
+    for (uint16_t i = 0; i < s->nchunks; i++)
+        c->cbuf[i] = (querier_chunk_t){.mint = s->chunks[i].mint,
+                                       .maxt = s->chunks[i].mint + s->chunks[i].span,
+                                       .bytes = s->chunks[i].bytes,
+                                       .len = s->chunks[i].len};
+    head_series_state_t st = {.id = id,
+                              .labels = {c->lbuf, nl},
+                              .chunks = c->cbuf,
+                              .nchunks = s->nchunks,
+                              .has_pending = (s->flags & F_PENDING) != 0,
+                              .pending_t = s->pend_t,
+                              .pending_v = bits_to_double(s->pend_bits)};
+    if (s->flags & F_OPEN)
+        st.open = chunk_xor_bytes(&s->app, &st.open_len);
+    int rc = (st.nchunks || st.open || st.has_pending) ? c->fn(c->ud, &st) : 0;
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
+int head_foreach_series(head_t *h, int (*fn)(void *ud, const head_series_state_t *st), void *ud)
+{
+    foreach_ctx_t c = {.h = h, .fn = fn, .ud = ud};
+    int rc = index_foreach(h->ix, foreach_one, &c);
+    free(c.lbuf);
+    free(c.cbuf);
+    return c.oom ? HEAD_ERR_NOMEM : rc;
+}
+
+int head_restore_series(head_t *h, const head_series_state_t *st)
+{
+    uint64_t hash = labels_hash(&st->labels);
+    index_series_t *is;
+    bool created;
+    int rc = index_acquire_or_create(h->ix, &st->labels, hash, st->id, &is, &created);
+    if (rc == INDEX_ERR_LIMIT)
+        return HEAD_ERR_LIMIT;
+    if (rc != INDEX_OK)
+        return HEAD_ERR_NOMEM;
+    if (created)
+        atomic_fetch_add_explicit(&h->created, 1, memory_order_relaxed);
+    hseries_t *s = index_series_payload(is);
+    pthread_mutex_t *mu = stripe(h, index_series_id(is));
+    pthread_mutex_lock(mu);
+    int64_t mv = atomic_load(&h->min_valid);
+    rc = HEAD_OK;
+    /* Only into an empty series: restoring twice (or over live data) must not interleave. */
+    if (series_last_t(s) != INT64_MIN)
+        goto out;
+    for (size_t i = 0; i < st->nchunks; i++) {
+        const querier_chunk_t *qc = &st->chunks[i];
+        if (qc->mint < mv || qc->len > UINT16_MAX || qc->maxt - qc->mint > INT32_MAX)
+            continue;
+        chunk_xor_iter_t it;
+        int64_t t;
+        double v;
+        uint16_t num = 0;
+        chunk_xor_iter_init(&it, qc->bytes, qc->len);
+        while (chunk_xor_iter_next(&it, &t, &v))
+            num++;
+        if (it.err) {
+            rc = HEAD_ERR_OUT_OF_ORDER;
+            continue;
+        }
+        hchunk_t c = {.mint = qc->mint, .span = (int32_t)(qc->maxt - qc->mint), .len = (uint16_t)qc->len, .num = num};
+        c.bytes = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len);
+        if (c.bytes && push_chunk(h, s, &c) == 0)
+            atomic_fetch_add(&h->n_chunks, 1);
+        atomic_max64(&h->max_t, c.mint + c.span);
+        atomic_min64(&h->min_t, c.mint);
+    }
+    if (st->open && st->open_len > 0) {
+        chunk_xor_iter_t it;
+        int64_t t, first = INT64_MIN;
+        double v;
+        chunk_xor_iter_init(&it, st->open, st->open_len);
+        if (chunk_xor_iter_next(&it, &t, &v))
+            first = t;
+        if (first != INT64_MIN && first >= mv && chunk_xor_appender_from_bytes(&s->app, st->open, st->open_len) == 0) {
+            s->open_mint = first;
+            s->flags |= F_OPEN;
+            atomic_fetch_add(&h->open_cap_bytes, s->app.cap);
+            atomic_fetch_add(&h->n_chunks, 1);
+            atomic_max64(&h->max_t, s->app.t);
+            atomic_min64(&h->min_t, first);
+        } else if (first != INT64_MIN && first >= mv) {
+            rc = HEAD_ERR_OUT_OF_ORDER;
+        }
+    }
+    if (st->has_pending && st->pending_t >= mv && st->pending_t > series_last_t(s)) {
+        s->pend_t = st->pending_t;
+        s->pend_bits = double_to_bits(st->pending_v);
+        s->flags |= F_PENDING;
+        atomic_max64(&h->max_t, s->pend_t);
+        atomic_min64(&h->min_t, s->pend_t);
+    }
+out:
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return rc;
+}

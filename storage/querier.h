@@ -1,0 +1,170 @@
+/*
+ * querier — the one interface through which PromQL, remote read, the API's series/labels
+ * endpoints and the dashboard read stored data, whatever holds it (the live head, roll-ups, an
+ * in-memory store in tests).
+ *
+ * A querier is a struct whose first member is a pointer to a const table of functions
+ * (querier_ops_t); implementations embed `querier_t` first and fill the table. Selecting gives a
+ * series set; each series is its labels plus its data as XOR chunks (storage/chunk_xor.h, the
+ * Prometheus encoding), so
+ *   - remote read STREAMED_XOR_CHUNKS ships querier_chunk_t bytes as they are;
+ *   - everyone else iterates samples with querier_iter_t, clipped to [mint, maxt].
+ * Roll-up data is presented the same way: one synthetic sample per bucket (at the bucket's start)
+ * whose value is the aggregate the hinted function needs (see storage.h).
+ *
+ * Ownership: a series returned by querier_set_next, its labels and its chunk bytes belong to the
+ * set and stay valid until the next call to querier_set_next or querier_set_free. Strings and
+ * arrays from label_names/label_values are allocated in the caller's arena. Series come out
+ * sorted by labels (labels_compare), each once.
+ *
+ * Thread safety: a querier may be used by one thread at a time; any number of queriers may be
+ * open at once, concurrently with appends.
+ */
+#ifndef SLUICE_STORAGE_QUERIER_H
+#define SLUICE_STORAGE_QUERIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/labels/labels.h"
+#include "internal/labels/matcher.h"
+#include "internal/util/arena.h"
+#include "storage/chunk_xor.h"
+
+/* What the caller will do with the data; lets the store pick a tier. All fields optional (0 /
+ * NULL = unknown): a plain select returns raw samples where they exist. */
+typedef struct {
+    int64_t start_ms, end_ms; /* evaluation range of the query */
+    int64_t step_ms;          /* query step; 0 for instant queries */
+    int64_t range_ms;         /* the range of the range-vector selector, 0 if none */
+    const char *func;         /* function applied to the selector: "rate", "max_over_time", ... */
+} querier_hints_t;
+
+typedef struct {
+    int64_t mint, maxt;   /* first and last sample timestamp in the chunk (inclusive) */
+    const uint8_t *bytes; /* XOR chunk, CHUNK_XOR_HEADER_BYTES header included */
+    size_t len;
+} querier_chunk_t;
+
+typedef struct {
+    labels_t labels;
+    const querier_chunk_t *chunks; /* time-ordered, non-overlapping */
+    size_t nchunks;
+} querier_series_t;
+
+typedef struct querier_set querier_set_t;
+typedef struct {
+    const querier_series_t *(*next)(querier_set_t *set);
+    const char *(*error)(querier_set_t *set);
+    void (*free)(querier_set_t *set);
+} querier_set_ops_t;
+struct querier_set {
+    const querier_set_ops_t *ops;
+};
+
+typedef struct querier querier_t;
+typedef struct {
+    /* Series matching every matcher (n >= 1; see matcher.h) with samples in [mint, maxt].
+     * Returns a set (never NULL except on OOM); errors surface through querier_set_error. */
+    querier_set_t *(*select)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
+                             int64_t maxt, const querier_hints_t *hints);
+    /* Sorted distinct label names / values of `name` among series matching ms (n may be 0: all
+     * series) within [mint, maxt]. Returns 0, or -1 with a message in err. */
+    int (*label_names)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
+                       int64_t maxt, arena_t *a, const char ***out, size_t *count, char *err,
+                       size_t errlen);
+    int (*label_values)(querier_t *q, const char *name, const matcher_t *const *ms, size_t n,
+                        int64_t mint, int64_t maxt, arena_t *a, const char ***out, size_t *count,
+                        char *err, size_t errlen);
+    void (*close)(querier_t *q);
+} querier_ops_t;
+struct querier {
+    const querier_ops_t *ops;
+};
+
+static inline querier_set_t *querier_select(querier_t *q, const matcher_t *const *ms, size_t n,
+                                            int64_t mint, int64_t maxt, const querier_hints_t *hints)
+{
+    return q->ops->select(q, ms, n, mint, maxt, hints);
+}
+/* NULL at the end or on error (check querier_set_error). */
+static inline const querier_series_t *querier_set_next(querier_set_t *s)
+{
+    return s->ops->next(s);
+}
+/* NULL if no error; the message is owned by the set. */
+static inline const char *querier_set_error(querier_set_t *s)
+{
+    return s->ops->error(s);
+}
+/* s may be NULL. */
+static inline void querier_set_free(querier_set_t *s)
+{
+    if (s)
+        s->ops->free(s);
+}
+static inline int querier_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
+                                      int64_t maxt, arena_t *a, const char ***out, size_t *count,
+                                      char *err, size_t errlen)
+{
+    return q->ops->label_names(q, ms, n, mint, maxt, a, out, count, err, errlen);
+}
+static inline int querier_label_values(querier_t *q, const char *name, const matcher_t *const *ms,
+                                       size_t n, int64_t mint, int64_t maxt, arena_t *a,
+                                       const char ***out, size_t *count, char *err, size_t errlen)
+{
+    return q->ops->label_values(q, name, ms, n, mint, maxt, a, out, count, err, errlen);
+}
+/* q may be NULL. */
+static inline void querier_close(querier_t *q)
+{
+    if (q)
+        q->ops->close(q);
+}
+
+/* Sample iterator over one series' chunks, clipped to [mint, maxt]. Reads the series' memory
+ * (valid until the set moves on); needs no cleanup. */
+typedef struct {
+    const querier_series_t *s;
+    size_t ci;
+    bool open;
+    chunk_xor_iter_t it;
+    int64_t mint, maxt;
+} querier_iter_t;
+
+static inline void querier_iter_init(querier_iter_t *it, const querier_series_t *s, int64_t mint,
+                                     int64_t maxt)
+{
+    it->s = s;
+    it->ci = 0;
+    it->open = false;
+    it->mint = mint;
+    it->maxt = maxt;
+}
+
+/* Next sample (t, v) in time order; false at the end. Stale markers come out bit-exact. */
+static inline bool querier_iter_next(querier_iter_t *it, int64_t *t, double *v)
+{
+    for (;;) {
+        if (!it->open) {
+            while (it->ci < it->s->nchunks && it->s->chunks[it->ci].maxt < it->mint)
+                it->ci++;
+            if (it->ci >= it->s->nchunks || it->s->chunks[it->ci].mint > it->maxt)
+                return false;
+            chunk_xor_iter_init(&it->it, it->s->chunks[it->ci].bytes, it->s->chunks[it->ci].len);
+            it->open = true;
+        }
+        while (chunk_xor_iter_next(&it->it, t, v)) {
+            if (*t < it->mint)
+                continue;
+            if (*t > it->maxt)
+                return false;
+            return true;
+        }
+        it->open = false;
+        it->ci++;
+    }
+}
+
+#endif

@@ -1,0 +1,327 @@
+/* Unit tests for storage/head.c: append rules, chunk cutting, stale markers, expiry, querier
+ * over the head, snapshot state round trip. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/head.h"
+
+#define STALE_BITS 0x7ff0000000000002ULL
+
+static double stale(void)
+{
+    uint64_t b = STALE_BITS;
+    double d;
+    memcpy(&d, &b, 8);
+    return d;
+}
+
+static uint64_t bits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    return b;
+}
+
+static labels_t lbl(label_t *v, const char *name, const char *job)
+{
+    v[0] = (label_t){"__name__", name};
+    v[1] = (label_t){"job", job};
+    return (labels_t){v, 2};
+}
+
+typedef struct {
+    int64_t t[4096];
+    double v[4096];
+    size_t n;
+    size_t nseries;
+    size_t nchunks;
+} dump_t;
+
+/* Reads every sample of every series matching __name__=name in [mint, maxt]. */
+static void dump(head_t *h, const char *name, int64_t mint, int64_t maxt, dump_t *d)
+{
+    memset(d, 0, sizeof(*d));
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", name, err, sizeof(err));
+    querier_t *q = head_querier(h);
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, mint, maxt, NULL);
+    assert_non_null(set);
+    const querier_series_t *s;
+    while ((s = querier_set_next(set))) {
+        d->nseries++;
+        d->nchunks += s->nchunks;
+        for (size_t i = 0; i < s->nchunks; i++) {
+            assert_true(s->chunks[i].mint <= s->chunks[i].maxt);
+            if (i)
+                assert_true(s->chunks[i - 1].maxt < s->chunks[i].mint);
+        }
+        querier_iter_t it;
+        querier_iter_init(&it, s, mint, maxt);
+        int64_t t;
+        double v;
+        while (querier_iter_next(&it, &t, &v) && d->n < 4096) {
+            d->t[d->n] = t;
+            d->v[d->n++] = v;
+        }
+    }
+    assert_null(querier_set_error(set));
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m);
+}
+
+static void test_same_second_and_ooo(void **state)
+{
+    head_t *h = head_new(NULL);
+    label_t v[2];
+    labels_t ls = lbl(v, "m", "a");
+    assert_int_equal(head_append(h, &ls, 1000, 1), HEAD_OK);
+    assert_int_equal(head_append(h, &ls, 1500, 2), HEAD_OK); /* replaces */
+    assert_int_equal(head_append(h, &ls, 1200, 3), HEAD_OK); /* same second, later arrival wins */
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "m", 0, 100000, d);
+    assert_int_equal(d->n, 1);
+    assert_int_equal(d->t[0], 1200);
+    assert_true(d->v[0] == 3);
+    assert_int_equal(head_append(h, &ls, 2000, 4), HEAD_OK);
+    assert_int_equal(head_append(h, &ls, 5000, 5), HEAD_OK);
+    assert_int_equal(head_append(h, &ls, 4999, 6), HEAD_ERR_OUT_OF_ORDER);
+    assert_int_equal(head_append(h, &ls, 1000, 6), HEAD_ERR_OUT_OF_ORDER);
+    assert_int_equal(head_append(h, &ls, 5999, 7), HEAD_OK);
+    dump(h, "m", 0, 100000, d);
+    assert_int_equal(d->n, 3);
+    assert_int_equal(d->t[0], 1200);
+    assert_int_equal(d->t[1], 2000);
+    assert_int_equal(d->t[2], 5999);
+    assert_true(d->v[2] == 7);
+    head_stats_t st;
+    head_get_stats(h, &st);
+    assert_int_equal(st.series, 1);
+    assert_int_equal(st.out_of_order, 2);
+    assert_int_equal(st.samples_replaced, 3);
+    assert_int_equal(st.min_t, 1000);
+    assert_int_equal(st.max_t, 5999);
+    free(d);
+    head_free(h);
+}
+
+static void test_stale_and_special_values(void **state)
+{
+    head_t *h = head_new(NULL);
+    label_t v[2];
+    labels_t ls = lbl(v, "m", "a");
+    double vals[] = {1.5, stale(), NAN, INFINITY, -INFINITY, -0.0, 4.9e-324, 7};
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(head_append(h, &ls, 1000 * (i + 1), vals[i]), HEAD_OK);
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "m", 0, 100000, d);
+    assert_int_equal(d->n, 8);
+    for (int i = 0; i < 8; i++)
+        assert_true(bits(d->v[i]) == bits(vals[i]));
+    /* A stale marker as the pending (newest) sample comes back exact too. */
+    assert_int_equal(head_append(h, &ls, 9000, stale()), HEAD_OK);
+    dump(h, "m", 8500, 100000, d);
+    assert_int_equal(d->n, 1);
+    assert_true(bits(d->v[0]) == STALE_BITS);
+    free(d);
+    head_free(h);
+}
+
+static void test_chunk_cutting(void **state)
+{
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 600 * 1000};
+    head_t *h = head_new(&o);
+    label_t v[2];
+    labels_t ls = lbl(v, "m", "a");
+    /* 1 s samples from t=0 for 1000 s: blocks [0,600s) and [600s,1200s). */
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(head_append(h, &ls, i * 1000LL, i), HEAD_OK);
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "m", INT64_MIN, INT64_MAX, d);
+    assert_int_equal(d->n, 1000);
+    for (int i = 0; i < 1000; i++) {
+        assert_int_equal(d->t[i], i * 1000LL);
+        assert_true(d->v[i] == i);
+    }
+    /* 600 samples in block 0 -> 5 chunks; 400 in block 1 -> 120,120,120,40 (incl. pending). */
+    assert_int_equal(d->nchunks, 9);
+    /* Clipping to a range inside one chunk. */
+    dump(h, "m", 10500, 20000, d);
+    assert_int_equal(d->n, 10); /* 11 s .. 20 s */
+    assert_int_equal(d->t[0], 11000);
+    assert_int_equal(d->nchunks, 1);
+    /* No chunk straddles the block boundary at 600 s. */
+    querier_t *q = head_querier(h);
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "job", "a", err, sizeof(err));
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
+    const querier_series_t *s = querier_set_next(set);
+    assert_non_null(s);
+    for (size_t i = 0; i < s->nchunks; i++)
+        assert_true(s->chunks[i].maxt < 600000 || s->chunks[i].mint >= 600000);
+    assert_null(querier_set_next(set));
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m);
+    free(d);
+    head_free(h);
+}
+
+static void test_expiry(void **state)
+{
+    head_options_t o = {.retention_ms = 120 * 1000, .block_ms = 60 * 1000};
+    head_t *h = head_new(&o);
+    label_t v[2];
+    char job[32];
+    /* 50 series with 10 s samples over 10 minutes; 10 more that stop after the first minute. */
+    for (int i = 0; i < 60; i++) {
+        snprintf(job, sizeof(job), "j%d", i);
+        labels_t ls = lbl(v, "m", job);
+        int64_t end = i < 50 ? 600 : 60;
+        for (int64_t t = 0; t < end; t += 10)
+            assert_int_equal(head_append(h, &ls, t * 1000, (double)t), HEAD_OK);
+    }
+    head_stats_t before, after;
+    head_get_stats(h, &before);
+    assert_int_equal(before.series, 60);
+    /* now = 600 s: window starts at floor((600-120)/60)*60 = 480 s. Slices of 7 series. */
+    int passes = 0;
+    for (int i = 0; i < 1000 && passes < 2; i++)
+        passes += head_expire(h, 600 * 1000, 7);
+    assert_int_equal(passes, 2);
+    assert_int_equal(head_min_valid_time(h), 480 * 1000);
+    head_get_stats(h, &after);
+    assert_int_equal(after.series, 50); /* the 10 idle series are gone from memory */
+    assert_int_equal(after.series_removed, 10);
+    assert_true(after.slab_bytes < before.slab_bytes);
+    assert_true(after.memory_bytes < before.memory_bytes);
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "m", INT64_MIN, INT64_MAX, d);
+    assert_int_equal(d->nseries, 50);
+    assert_int_equal(d->n, 50 * 12); /* 480..590 s */
+    for (size_t i = 0; i < d->n; i++)
+        assert_true(d->t[i] >= 480000);
+    snprintf(job, sizeof(job), "j0");
+    labels_t ls = lbl(v, "m", job);
+    assert_int_equal(head_append(h, &ls, 479999, 1), HEAD_ERR_TOO_OLD);
+    assert_int_equal(head_append(h, &ls, 600000, 1), HEAD_OK);
+    /* Everything expires: series and slabs go away entirely. */
+    for (int i = 0; i < 1000 && passes < 5; i++)
+        passes += head_expire(h, 3600 * 1000, 1000);
+    head_get_stats(h, &after);
+    assert_int_equal(after.series, 0);
+    assert_int_equal(after.slab_bytes, 0);
+    assert_int_equal(after.chunks, 0);
+    free(d);
+    head_free(h);
+}
+
+static void test_querier_select(void **state)
+{
+    head_t *h = head_new(NULL);
+    label_t v[2];
+    const char *jobs[] = {"c", "a", "b"};
+    for (int i = 0; i < 3; i++) {
+        labels_t ls = lbl(v, "up", jobs[i]);
+        assert_int_equal(head_append(h, &ls, 1000, i), HEAD_OK);
+    }
+    labels_t other = lbl(v, "down", "a");
+    assert_int_equal(head_append(h, &other, 1000, 9), HEAD_OK);
+    querier_t *q = head_querier(h);
+    char err[64];
+    matcher_t *ms[2] = {matcher_new(MATCHER_EQ, "__name__", "up", err, sizeof(err)),
+                        matcher_new(MATCHER_NEQ, "job", "b", err, sizeof(err))};
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)ms, 2, 0, 5000, NULL);
+    const querier_series_t *s = querier_set_next(set);
+    assert_string_equal(labels_get(&s->labels, "job"), "a"); /* sorted by labels */
+    s = querier_set_next(set);
+    assert_string_equal(labels_get(&s->labels, "job"), "c");
+    assert_null(querier_set_next(set));
+    querier_set_free(set);
+    /* Out of the time range: no series. */
+    set = querier_select(q, (const matcher_t *const *)ms, 1, 2000, 5000, NULL);
+    assert_null(querier_set_next(set));
+    querier_set_free(set);
+    arena_t *a = arena_create(0);
+    const char **out;
+    size_t n;
+    assert_int_equal(querier_label_values(q, "job", NULL, 0, 0, 5000, a, &out, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(querier_label_values(q, "__name__", NULL, 0, 0, 5000, a, &out, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(out[0], "down");
+    assert_int_equal(querier_label_names(q, NULL, 0, 0, 5000, a, &out, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    arena_destroy(a);
+    querier_close(q);
+    matcher_free(ms[0]);
+    matcher_free(ms[1]);
+    head_free(h);
+}
+
+typedef struct {
+    head_t *dst;
+    int n;
+} copy_ctx_t;
+
+static int copy_one(void *ud, const head_series_state_t *st)
+{
+    copy_ctx_t *c = ud;
+    assert_int_equal(head_restore_series(c->dst, st), HEAD_OK);
+    c->n++;
+    return 0;
+}
+
+static void test_state_round_trip(void **state)
+{
+    head_t *h = head_new(NULL), *h2 = head_new(NULL);
+    label_t v[2];
+    labels_t a = lbl(v, "m", "a");
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(head_append(h, &a, 1000LL * i, i * 0.5), HEAD_OK);
+    labels_t b = lbl(v, "m", "b");
+    assert_int_equal(head_append(h, &b, 5000, stale()), HEAD_OK);
+    copy_ctx_t c = {h2, 0};
+    assert_int_equal(head_foreach_series(h, copy_one, &c), 0);
+    assert_int_equal(c.n, 2);
+    dump_t *d1 = malloc(sizeof(dump_t)), *d2 = malloc(sizeof(dump_t));
+    dump(h, "m", INT64_MIN, INT64_MAX, d1);
+    dump(h2, "m", INT64_MIN, INT64_MAX, d2);
+    assert_int_equal(d1->n, 301);
+    assert_int_equal(d1->n, d2->n);
+    for (size_t i = 0; i < d1->n; i++) {
+        assert_int_equal(d1->t[i], d2->t[i]);
+        assert_true(bits(d1->v[i]) == bits(d2->v[i]));
+    }
+    /* The restored series keeps the same-second rule: its pending sample is replaceable. */
+    labels_t a2 = lbl(v, "m", "a");
+    assert_int_equal(head_append(h2, &a2, 299500, 42), HEAD_OK);
+    assert_int_equal(head_append(h2, &a2, 298000, 1), HEAD_ERR_OUT_OF_ORDER);
+    assert_int_equal(head_append(h2, &a2, 300000, 43), HEAD_OK);
+    dump(h2, "m", 299000, INT64_MAX, d2);
+    assert_int_equal(d2->n, 2); /* 299.5 s replaced 299 s; then 300 s */
+    assert_int_equal(d2->t[0], 299500);
+    assert_true(d2->v[0] == 42);
+    free(d1);
+    free(d2);
+    head_free(h);
+    head_free(h2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_second_and_ooo), cmocka_unit_test(test_stale_and_special_values),
+        cmocka_unit_test(test_chunk_cutting),       cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_querier_select),      cmocka_unit_test(test_state_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
