@@ -60,9 +60,9 @@ uint64_t catalog_next_id(catalog_t *cat);
  * t = first time the series was seen (ms). Returns 0, or -1 on OOM / bad labels.
  * Adding an id that already exists keeps the stored labels and widens first/last seen. */
 int catalog_add_series(catalog_t *cat, uint64_t id, const labels_t *ls, int64_t t);
-/* Records that series id had a sample at t (widens last_seen). Queued and coalesced like
- * catalog_add_series; the roll-up writer calls it for every series it writes, so the head does
- * not need to. */
+/* Records that series id had a sample at t (widens last_seen). Queued like catalog_add_series.
+ * The roll-up writer already widens last_seen of every series whose roll-ups it writes (to the
+ * newest sample it has seen), so the head does not need to call this. */
 int catalog_touch_series(catalog_t *cat, uint64_t id, int64_t t);
 /* Writes everything pending in one transaction now (when no roll-up writer runs, and in tests).
  * Returns 0 or -1. */

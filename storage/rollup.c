@@ -31,7 +31,7 @@
  *       (res, start). Buckets of resolutions other than 1h: one row per series per span of
  *       BLOB_SPAN buckets (1m: 4 h), data encoded as below. A rowid table, not WITHOUT ROWID: its
  *       leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over ~1 KB
- *       to a mostly empty overflow page (measured: 20 -> ~7 bytes per bucket).
+ *       to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
  *       the 1h resolution, one plain row per bucket, so the rollup_1h view needs no decoder.
  *       SQLite stores NaN as NULL: sum/min/max/last NULL = NaN.
