@@ -819,14 +819,15 @@ static int parse_sample(tp_t *tp, char **pp)
     else if ((name = arena_strndup(tp->a, nm, nlen)) == NULL)
         return tp_nomem(tp);
     if (BLANK(term)) {
-        p = skip_blank(p, e);
+        p = skip_blank(p + 1, e);
         if (p >= e)
             return TP_EOF;
+        term = *p;
     }
     label_t *lab = tp->lchunk ? tp->lchunk + tp->lpos : NULL;
     size_t n = 0;
     special_t sp = {0};
-    if (*p == '{') {
+    if (term == '{') {
         int rc = read_labels(tp, fam, false, &p, &lab, &n, &sp);
         if (rc)
             return rc;
