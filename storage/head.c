@@ -445,6 +445,10 @@ int head_check(head_t *h, const index_ref_t *ref, int64_t t)
     int rc = check_locked(h, index_series_payload(is), t);
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
+    if (rc == HEAD_ERR_TOO_OLD)
+        atomic_fetch_add_explicit(&h->too_old, 1, memory_order_relaxed);
+    if (rc == HEAD_ERR_OUT_OF_ORDER)
+        atomic_fetch_add_explicit(&h->ooo, 1, memory_order_relaxed);
     return rc;
 }
 

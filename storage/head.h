@@ -57,7 +57,8 @@ void head_free(head_t *h);
  * removed by a later head_expire. Returns HEAD_OK, HEAD_ERR_LIMIT or HEAD_ERR_NOMEM. */
 int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id,
                        index_ref_t *ref, bool *created);
-/* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return. */
+/* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return (a
+ * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v);
 /* Convenience for tests and the in-memory store: resolve (ids from an internal counter) and

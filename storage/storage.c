@@ -1,0 +1,963 @@
+/*
+ * storage — the facade over head, WAL, snapshot, catalog and roll-ups (contract in storage.h).
+ *
+ * Files under <path>:
+ *   wal/           WAL segments (storage/wal.c)
+ *   head.snapshot  the last snapshot (storage/snapshot.c container, records below)
+ *   sluice.db      catalog + roll-ups (SQLite, storage/catalog.c, storage/rollup.c)
+ *
+ * Snapshot record type 1, one per series with samples in memory (little-endian):
+ *
+ *   offset  size        field
+ *   0       8           series id
+ *   8       1           flags: bit 0 = a pending (newest, not yet encoded) sample follows
+ *   9       8           pending t (ms)
+ *   17      8           pending value bits
+ *   25      2           number of labels L
+ *   27      ...         L times: u16 name length, name bytes, u16 value length, value bytes
+ *   ...     4           number of closed chunks C
+ *   ...     ...         C times: i64 mint, i64 maxt, u32 length, XOR chunk bytes
+ *   ...     4           open chunk length O (0 = none), then O bytes
+ *
+ * Recovery state machine (storage_recover):
+ *
+ *   CATALOG --load ids--> SNAPSHOT --ok: restore series / corrupt: log, skip--> REPLAY
+ *     --segments >= snapshot's (or all)--> OPEN_WAL --> ROLLUPS --> READY
+ *
+ * Locks: ckpt (rwlock) is held for reading by appenders across "WAL log + head apply" and for
+ * writing only around wal_cut, so a snapshot never needs to stop appends for longer than that.
+ * known_lock guards the label-hash -> id map that keeps series ids stable when a series leaves
+ * memory and comes back (the 64-bit xxh3 label hash is trusted as identity).
+ */
+#include "storage/storage.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "internal/util/log.h"
+#include "storage/catalog.h"
+#include "storage/rollup.h"
+#include "storage/snapshot.h"
+#include "storage/wal.h"
+
+#define SNAP_REC_SERIES 1
+#define MAX_LABELS_PER_SERIES 256
+#define EXPIRE_BUDGET 4096
+
+/* ---- a u64 -> u64 map (hash -> id, id -> ref index) ---------------------------------------- */
+
+typedef struct {
+    uint64_t *keys, *vals;
+    uint8_t *used;
+    size_t cap, n;
+} idmap_t;
+
+static uint64_t idmap_mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ULL;
+    x ^= x >> 27;
+    return x;
+}
+
+static int idmap_put(idmap_t *m, uint64_t k, uint64_t v)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 1024;
+        idmap_t nm = {calloc(nc, 8), calloc(nc, 8), calloc(nc, 1), nc, 0};
+        if (!nm.keys || !nm.vals || !nm.used) {
+            free(nm.keys), free(nm.vals), free(nm.used);
+            return -1;
+        }
+        for (size_t i = 0; i < m->cap; i++)
+            if (m->used[i])
+                idmap_put(&nm, m->keys[i], m->vals[i]);
+        free(m->keys), free(m->vals), free(m->used);
+        *m = nm;
+    }
+    size_t i = idmap_mix(k) & (m->cap - 1);
+    while (m->used[i] && m->keys[i] != k)
+        i = (i + 1) & (m->cap - 1);
+    if (!m->used[i])
+        m->n++;
+    m->used[i] = 1;
+    m->keys[i] = k;
+    m->vals[i] = v;
+    return 0;
+}
+
+static bool idmap_get(const idmap_t *m, uint64_t k, uint64_t *v)
+{
+    if (!m->cap)
+        return false;
+    size_t i = idmap_mix(k) & (m->cap - 1);
+    while (m->used[i]) {
+        if (m->keys[i] == k) {
+            *v = m->vals[i];
+            return true;
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    return false;
+}
+
+static void idmap_free(idmap_t *m)
+{
+    free(m->keys), free(m->vals), free(m->used);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ---- the store ----------------------------------------------------------------------------- */
+
+struct storage {
+    storage_options_t o;
+    char *path, *rollups_spec;
+    char wal_dir[4096], snap_path[4096];
+    head_t *head;
+    wal_t *wal;
+    catalog_t *cat;
+    rollup_t *rollup;
+    _Atomic bool ready;
+    _Atomic uint64_t next_id; /* memory-only stores */
+
+    pthread_rwlock_t ckpt;
+    pthread_mutex_t known_lock;
+    idmap_t known; /* labels hash -> series id */
+
+    pthread_mutex_t snap_lock; /* one snapshot at a time */
+    int64_t last_snapshot_ms;
+    _Atomic uint64_t snapshots, snapshot_errors, wal_errors, rejected_limit, rejected_labels,
+        rejected_max_series;
+    _Atomic int64_t last_snapshot_duration_ms;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    bool stopping;
+};
+
+static void *storage_thread(void *arg);
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t storage_now_ms(const storage_t *s)
+{
+    return s->o.clock_ms ? s->o.clock_ms() : wall_ms();
+}
+
+void storage_options_default(storage_options_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->retention_raw_ms = HEAD_DEFAULT_RETENTION_MS;
+    o->block_ms = HEAD_DEFAULT_BLOCK_MS;
+    o->wal_fsync_interval_ms = 1000;
+}
+
+head_t *storage_head(storage_t *s)
+{
+    return s->head;
+}
+
+bool storage_ready(const storage_t *s)
+{
+    return atomic_load(&((storage_t *)s)->ready);
+}
+
+int64_t storage_min_valid_time(const storage_t *s)
+{
+    return head_min_valid_time(s->head);
+}
+
+storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
+{
+    storage_t *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->o = *o;
+    s->path = o->path ? strdup(o->path) : NULL;
+    s->rollups_spec = o->rollups ? strdup(o->rollups) : NULL;
+    s->o.path = s->path;
+    s->o.rollups = s->rollups_spec;
+    if (s->path) {
+        snprintf(s->wal_dir, sizeof(s->wal_dir), "%s/wal", s->path);
+        snprintf(s->snap_path, sizeof(s->snap_path), "%s/head.snapshot", s->path);
+    }
+    head_options_t ho = {.retention_ms = o->retention_raw_ms, .block_ms = o->block_ms, .max_series = o->max_series};
+    s->head = head_new(&ho);
+    if (!s->head || (o->path && !s->path)) {
+        snprintf(err, errlen, "out of memory");
+        head_free(s->head);
+        free(s->path);
+        free(s->rollups_spec);
+        free(s);
+        return NULL;
+    }
+    atomic_init(&s->next_id, 1);
+    pthread_rwlock_init(&s->ckpt, NULL);
+    pthread_mutex_init(&s->known_lock, NULL);
+    pthread_mutex_init(&s->snap_lock, NULL);
+    pthread_mutex_init(&s->stop_lock, NULL);
+    pthread_cond_init(&s->stop_cond, NULL);
+    return s;
+}
+
+/* ---- recovery ------------------------------------------------------------------------------ */
+
+typedef struct {
+    storage_t *s;
+    idmap_t refs; /* series id -> index into refv */
+    index_ref_t *refv;
+    size_t nref, capref;
+    uint64_t restored, replay_errors;
+} recover_t;
+
+static int remember_ref(recover_t *r, uint64_t id, index_ref_t ref)
+{
+    if (r->nref == r->capref) {
+        size_t nc = r->capref ? r->capref * 2 : 1024;
+        index_ref_t *p = realloc(r->refv, nc * sizeof(*p));
+        if (!p)
+            return -1;
+        r->refv = p;
+        r->capref = nc;
+    }
+    r->refv[r->nref] = ref;
+    return idmap_put(&r->refs, id, r->nref++);
+}
+
+static void known_put(storage_t *s, uint64_t hash, uint64_t id)
+{
+    pthread_mutex_lock(&s->known_lock);
+    (void)idmap_put(&s->known, hash, id); /* OOM: the id may change on return; not fatal */
+    pthread_mutex_unlock(&s->known_lock);
+}
+
+static int catalog_cb(void *ud, uint64_t id, const labels_t *ls, int64_t first_t, int64_t last_t)
+{
+    storage_t *s = ud;
+    (void)idmap_put(&s->known, labels_hash(ls), id);
+    return 0;
+}
+
+/* Little-endian readers over a bounded record; any overrun marks the record bad. */
+typedef struct {
+    const uint8_t *p, *end;
+    bool bad;
+} rd_t;
+
+static uint64_t rd_u(rd_t *r, int n)
+{
+    if (r->bad || r->end - r->p < n) {
+        r->bad = true;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)r->p[i] << (8 * i);
+    r->p += n;
+    return v;
+}
+
+static const uint8_t *rd_bytes(rd_t *r, size_t n)
+{
+    if (r->bad || (size_t)(r->end - r->p) < n) {
+        r->bad = true;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    return p;
+}
+
+static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_t *a)
+{
+    rd_t r = {data, data + len, false};
+    head_series_state_t st = {0};
+    st.id = rd_u(&r, 8);
+    uint8_t flags = (uint8_t)rd_u(&r, 1);
+    st.pending_t = (int64_t)rd_u(&r, 8);
+    uint64_t vb = rd_u(&r, 8);
+    memcpy(&st.pending_v, &vb, 8);
+    st.has_pending = flags & 1;
+    size_t nl = (size_t)rd_u(&r, 2);
+    st.labels.v = arena_alloc(a, sizeof(label_t) * (nl ? nl : 1));
+    st.labels.n = nl;
+    for (size_t i = 0; i < nl && !r.bad; i++) {
+        size_t l = (size_t)rd_u(&r, 2);
+        const uint8_t *b = rd_bytes(&r, l);
+        st.labels.v[i].name = b ? arena_strndup(a, (const char *)b, l) : "";
+        l = (size_t)rd_u(&r, 2);
+        b = rd_bytes(&r, l);
+        st.labels.v[i].value = b ? arena_strndup(a, (const char *)b, l) : "";
+    }
+    size_t nc = (size_t)rd_u(&r, 4);
+    if (r.bad || nc > len)
+        return -1;
+    querier_chunk_t *ch = arena_alloc(a, sizeof(querier_chunk_t) * (nc ? nc : 1));
+    for (size_t i = 0; i < nc && !r.bad; i++) {
+        ch[i].mint = (int64_t)rd_u(&r, 8);
+        ch[i].maxt = (int64_t)rd_u(&r, 8);
+        ch[i].len = (size_t)rd_u(&r, 4);
+        ch[i].bytes = rd_bytes(&r, ch[i].len);
+    }
+    st.chunks = ch;
+    st.nchunks = nc;
+    st.open_len = (size_t)rd_u(&r, 4);
+    st.open = st.open_len ? rd_bytes(&r, st.open_len) : NULL;
+    if (r.bad || labels_check_sorted_unique(&st.labels) != 0)
+        return -1;
+    int hrc = head_restore_series(rc->s->head, &st);
+    if (hrc == HEAD_ERR_LIMIT || hrc == HEAD_ERR_NOMEM)
+        return hrc;
+    index_ref_t ref;
+    bool created;
+    uint64_t hash = labels_hash(&st.labels);
+    if (head_get_or_create(rc->s->head, &st.labels, hash, st.id, &ref, &created) == HEAD_OK)
+        remember_ref(rc, ref.id, ref);
+    (void)idmap_put(&rc->s->known, hash, st.id);
+    rc->restored++;
+    return 0;
+}
+
+static int load_snapshot(recover_t *rc)
+{
+    storage_t *s = rc->s;
+    snapshot_reader_t *r;
+    char err[256];
+    int src = snapshot_reader_open(s->snap_path, &r, err, sizeof(err));
+    if (src == SNAPSHOT_ERR_NOT_FOUND)
+        return 0;
+    if (src != SNAPSHOT_OK) {
+        log_error("storage", "snapshot unreadable, recovering from the WAL alone", LF_S("file", s->snap_path),
+                  LF_S("err", err));
+        return 0;
+    }
+    uint32_t seg = snapshot_reader_wal_segment(r);
+    arena_t *a = arena_create(0);
+    uint8_t type;
+    const void *data;
+    size_t len;
+    uint64_t bad = 0;
+    while (snapshot_reader_next(r, &type, &data, &len)) {
+        if (type != SNAP_REC_SERIES)
+            continue;
+        if (restore_record(rc, data, len, a) < 0)
+            bad++;
+        arena_reset(a);
+    }
+    arena_destroy(a);
+    snapshot_reader_close(r);
+    if (bad)
+        log_warn("storage", "snapshot records skipped", LF_I("records", bad));
+    log_info("storage", "snapshot loaded", LF_I("series", rc->restored), LF_I("wal_segment", seg));
+    return (int)seg;
+}
+
+static int replay_series(void *ud, uint64_t id, const labels_t *ls)
+{
+    recover_t *rc = ud;
+    uint64_t hash = labels_hash(ls);
+    index_ref_t ref;
+    bool created;
+    if (labels_check_sorted_unique(ls) != 0)
+        return 0;
+    if (head_get_or_create(rc->s->head, ls, hash, id, &ref, &created) != HEAD_OK) {
+        rc->replay_errors++;
+        return 0;
+    }
+    (void)idmap_put(&rc->s->known, hash, ref.id);
+    /* The WAL may name the same labels under the id the head already has; map both ids. */
+    remember_ref(rc, id, ref);
+    return 0;
+}
+
+static int replay_samples(void *ud, const wal_sample_t *v, size_t n)
+{
+    recover_t *rc = ud;
+    storage_t *s = rc->s;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k;
+        if (!idmap_get(&rc->refs, v[i].series_id, &k)) {
+            rc->replay_errors++;
+            continue;
+        }
+        /* Duplicates of what the snapshot holds come back as out of order: expected. */
+        if (head_append_ref(s->head, &rc->refv[k], v[i].t_ms, v[i].v) == HEAD_OK && s->rollup) {
+            rollup_sample_t rs = {.series_id = rc->refv[k].id, .t = v[i].t_ms, .v = v[i].v};
+            rollup_add_samples(s->rollup, &rs, 1);
+        }
+    }
+    return 0;
+}
+
+int storage_recover(storage_t *s, char *err, size_t errlen)
+{
+    if (!s->path) {
+        atomic_store(&s->ready, true);
+        goto start_thread;
+    }
+    if (mkdir(s->path, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", s->path, strerror(errno));
+        return STORAGE_ERR_IO;
+    }
+    s->cat = catalog_open(s->path, err, errlen);
+    if (!s->cat)
+        return STORAGE_ERR_IO;
+    if (catalog_load(s->cat, catalog_cb, s) < 0) {
+        snprintf(err, errlen, "cannot load the series catalog in %s", catalog_path(s->cat));
+        return STORAGE_ERR_IO;
+    }
+    /* Expire first, so recovery does not load what is already past retention. */
+    head_expire(s->head, storage_now_ms(s), 0);
+
+    if (!s->rollups_spec || s->rollups_spec[0]) {
+        rollup_config_t rcfg = {.resolutions = s->rollups_spec};
+        s->rollup = rollup_open(s->cat, &rcfg, err, errlen);
+        if (!s->rollup)
+            return STORAGE_ERR_IO;
+    }
+
+    recover_t rc = {.s = s};
+    int seg = load_snapshot(&rc);
+    wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples};
+    wal_replay_stats_t ws;
+    int wrc = wal_replay(s->wal_dir, (uint32_t)seg, &cb, &rc, &ws, err, errlen);
+    idmap_free(&rc.refs);
+    free(rc.refv);
+    if (wrc != WAL_OK)
+        return STORAGE_ERR_IO;
+    log_info("storage", "WAL replayed", LF_I("segments", ws.segments), LF_I("samples", ws.samples),
+             LF_I("series", ws.series), LF_B("truncated_tail", ws.truncated), LF_I("unknown_series", rc.replay_errors));
+
+    wal_options_t wo;
+    wal_options_default(&wo);
+    wo.fsync_mode = s->o.wal_fsync_always ? WAL_FSYNC_ALWAYS : WAL_FSYNC_INTERVAL;
+    if (s->o.wal_fsync_interval_ms)
+        wo.fsync_interval_ms = s->o.wal_fsync_interval_ms;
+    s->wal = wal_open(s->wal_dir, &wo, err, errlen);
+    if (!s->wal)
+        return STORAGE_ERR_IO;
+    s->last_snapshot_ms = storage_now_ms(s);
+    head_stats_t hs;
+    head_get_stats(s->head, &hs);
+    log_info("storage", "ready", LF_I("series", hs.series), LF_I("chunks", hs.chunks));
+    atomic_store(&s->ready, true);
+start_thread:
+    if (!s->o.no_background) {
+        if (pthread_create(&s->thread, NULL, storage_thread, s) == 0)
+            s->thread_started = true;
+    }
+    return STORAGE_OK;
+}
+
+storage_t *storage_open(const storage_options_t *o, char *err, size_t errlen)
+{
+    storage_t *s = storage_new(o, err, errlen);
+    if (!s)
+        return NULL;
+    if (storage_recover(s, err, errlen) != STORAGE_OK) {
+        storage_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- background ---------------------------------------------------------------------------- */
+
+void storage_housekeep(storage_t *s)
+{
+    if (!storage_ready(s))
+        return;
+    int64_t now = storage_now_ms(s);
+    head_expire(s->head, now, EXPIRE_BUDGET);
+    int64_t every = s->o.snapshot_interval_ms ? s->o.snapshot_interval_ms : 3600 * 1000;
+    if (s->wal && every > 0 && now - s->last_snapshot_ms >= every) {
+        char err[256];
+        if (storage_snapshot(s, err, sizeof(err)) != STORAGE_OK)
+            log_error("storage", "periodic snapshot failed", LF_S("err", err));
+    }
+}
+
+static void *storage_thread(void *arg)
+{
+    storage_t *s = arg;
+    pthread_mutex_lock(&s->stop_lock);
+    while (!s->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&s->stop_cond, &s->stop_lock, &ts);
+        if (s->stopping)
+            break;
+        pthread_mutex_unlock(&s->stop_lock);
+        storage_housekeep(s);
+        pthread_mutex_lock(&s->stop_lock);
+    }
+    pthread_mutex_unlock(&s->stop_lock);
+    return NULL;
+}
+
+/* ---- snapshot ------------------------------------------------------------------------------ */
+
+static void put_u(buf_t *b, uint64_t v, int n)
+{
+    uint8_t tmp[8];
+    for (int i = 0; i < n; i++)
+        tmp[i] = (uint8_t)(v >> (8 * i));
+    buf_append(b, tmp, (size_t)n);
+}
+
+typedef struct {
+    snapshot_writer_t *w;
+    buf_t b;
+    char *err;
+    size_t errlen;
+    uint64_t series;
+} snapctx_t;
+
+static int snap_series(void *ud, const head_series_state_t *st)
+{
+    snapctx_t *c = ud;
+    buf_t *b = &c->b;
+    buf_reset(b);
+    put_u(b, st->id, 8);
+    put_u(b, st->has_pending ? 1 : 0, 1);
+    put_u(b, (uint64_t)st->pending_t, 8);
+    uint64_t vb;
+    memcpy(&vb, &st->pending_v, 8);
+    put_u(b, vb, 8);
+    put_u(b, st->labels.n, 2);
+    for (size_t i = 0; i < st->labels.n; i++) {
+        size_t l = strlen(st->labels.v[i].name);
+        put_u(b, l, 2);
+        buf_append(b, st->labels.v[i].name, l);
+        l = strlen(st->labels.v[i].value);
+        put_u(b, l, 2);
+        buf_append(b, st->labels.v[i].value, l);
+    }
+    put_u(b, st->nchunks, 4);
+    for (size_t i = 0; i < st->nchunks; i++) {
+        put_u(b, (uint64_t)st->chunks[i].mint, 8);
+        put_u(b, (uint64_t)st->chunks[i].maxt, 8);
+        put_u(b, st->chunks[i].len, 4);
+        buf_append(b, st->chunks[i].bytes, st->chunks[i].len);
+    }
+    put_u(b, st->open ? st->open_len : 0, 4);
+    if (st->open)
+        buf_append(b, st->open, st->open_len);
+    c->series++;
+    return snapshot_writer_add(c->w, SNAP_REC_SERIES, b->data, b->len, c->err, c->errlen) == SNAPSHOT_OK ? 0 : -1;
+}
+
+int storage_snapshot(storage_t *s, char *err, size_t errlen)
+{
+    if (!s->wal || !storage_ready(s))
+        return STORAGE_OK;
+    pthread_mutex_lock(&s->snap_lock);
+    int64_t t0 = wall_ms();
+    uint32_t seg;
+    /* Every record logged before the cut has been applied to the head (appenders hold ckpt
+     * across log + apply), so the capture below includes all of segments < seg. */
+    pthread_rwlock_wrlock(&s->ckpt);
+    int wrc = wal_cut(s->wal, &seg, err, errlen);
+    pthread_rwlock_unlock(&s->ckpt);
+    if (wrc != WAL_OK) {
+        atomic_fetch_add(&s->snapshot_errors, 1);
+        pthread_mutex_unlock(&s->snap_lock);
+        return STORAGE_ERR_IO;
+    }
+    snapctx_t c = {.err = err, .errlen = errlen};
+    buf_init(&c.b);
+    c.w = snapshot_writer_open(s->snap_path, seg, err, errlen);
+    int rc = c.w ? head_foreach_series(s->head, snap_series, &c) : -1;
+    buf_free(&c.b);
+    if (rc != 0) {
+        snapshot_writer_abort(c.w);
+        atomic_fetch_add(&s->snapshot_errors, 1);
+        pthread_mutex_unlock(&s->snap_lock);
+        return STORAGE_ERR_IO;
+    }
+    if (snapshot_writer_commit(c.w, err, errlen) != SNAPSHOT_OK) {
+        atomic_fetch_add(&s->snapshot_errors, 1);
+        pthread_mutex_unlock(&s->snap_lock);
+        return STORAGE_ERR_IO;
+    }
+    char terr[256];
+    if (wal_truncate_before(s->wal, seg, terr, sizeof(terr)) != WAL_OK)
+        log_warn("storage", "old WAL segments not removed", LF_S("err", terr));
+    if (s->cat && !s->rollup)
+        catalog_flush(s->cat);
+    s->last_snapshot_ms = storage_now_ms(s);
+    atomic_store(&s->last_snapshot_duration_ms, wall_ms() - t0);
+    atomic_fetch_add(&s->snapshots, 1);
+    log_info("storage", "snapshot written", LF_I("series", c.series), LF_I("wal_segment", seg),
+             LF_I("duration_ms", wall_ms() - t0));
+    pthread_mutex_unlock(&s->snap_lock);
+    return STORAGE_OK;
+}
+
+void storage_close(storage_t *s)
+{
+    if (!s)
+        return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->stop_lock);
+        s->stopping = true;
+        pthread_cond_signal(&s->stop_cond);
+        pthread_mutex_unlock(&s->stop_lock);
+        pthread_join(s->thread, NULL);
+    }
+    char err[256];
+    if (s->wal && storage_ready(s) && storage_snapshot(s, err, sizeof(err)) != STORAGE_OK)
+        log_error("storage", "final snapshot failed; the WAL still has everything", LF_S("err", err));
+    if (s->wal && wal_close(s->wal, err, sizeof(err)) != WAL_OK)
+        log_error("storage", "closing the WAL failed", LF_S("err", err));
+    if (s->rollup)
+        rollup_close(s->rollup);
+    if (s->cat)
+        catalog_close(s->cat);
+    head_free(s->head);
+    idmap_free(&s->known);
+    pthread_rwlock_destroy(&s->ckpt);
+    pthread_mutex_destroy(&s->known_lock);
+    pthread_mutex_destroy(&s->snap_lock);
+    pthread_mutex_destroy(&s->stop_lock);
+    pthread_cond_destroy(&s->stop_cond);
+    free(s->path);
+    free(s->rollups_spec);
+    free(s);
+}
+
+/* ---- append -------------------------------------------------------------------------------- */
+
+static int fail(storage_append_result_t *res, size_t i, int code, const char *fmt, const labels_t *ls)
+{
+    if (res->failed++ == 0) {
+        res->first_failed = i;
+        res->first_error = code;
+        int n = snprintf(res->msg, sizeof(res->msg), "%s; sample %zu, series {", fmt, i);
+        for (size_t k = 0; ls && k < ls->n && n > 0 && (size_t)n < sizeof(res->msg); k++)
+            n += snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "%s%s=\"%s\"", k ? ", " : "",
+                          ls->v[k].name, ls->v[k].value);
+        if (n > 0 && (size_t)n < sizeof(res->msg))
+            snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "}");
+    }
+    return code;
+}
+
+/* Sorted copy without empty values into out (capacity MAX_LABELS_PER_SERIES); -1 if invalid. */
+static int normalize(const labels_t *in, label_t *out, labels_t *ls, const char **why)
+{
+    size_t n = 0;
+    bool has_name = false;
+    for (size_t i = 0; i < in->n; i++) {
+        const char *name = in->v[i].name, *value = in->v[i].value;
+        if (!name || !value) {
+            *why = "label without name or value";
+            return -1;
+        }
+        if (!value[0])
+            continue;
+        if (strcmp(name, LABEL_METRIC_NAME) == 0)
+            has_name = true;
+        else if (!labels_valid_name(name, strlen(name))) {
+            *why = "invalid label name";
+            return -1;
+        }
+        if (n == MAX_LABELS_PER_SERIES) {
+            *why = "too many labels";
+            return -1;
+        }
+        out[n++] = in->v[i];
+    }
+    if (!has_name) {
+        *why = "missing metric name (__name__)";
+        return -1;
+    }
+    ls->v = out;
+    ls->n = n;
+    labels_sort(ls);
+    if (labels_check_sorted_unique(ls) != 0) {
+        *why = "duplicate label name";
+        return -1;
+    }
+    return 0;
+}
+
+static int head_to_storage_err(int hrc)
+{
+    switch (hrc) {
+    case HEAD_ERR_OUT_OF_ORDER:
+        return STORAGE_ERR_OUT_OF_ORDER;
+    case HEAD_ERR_TOO_OLD:
+        return STORAGE_ERR_TOO_OLD;
+    case HEAD_ERR_LIMIT:
+        return STORAGE_ERR_MAX_SERIES;
+    default:
+        return STORAGE_ERR_NOMEM;
+    }
+}
+
+static const char *err_text(int code)
+{
+    switch (code) {
+    case STORAGE_ERR_OUT_OF_ORDER:
+        return "out of order sample (older than the series' newest second)";
+    case STORAGE_ERR_TOO_OLD:
+        return "sample too old (before the raw retention window)";
+    case STORAGE_ERR_MAX_SERIES:
+        return "series limit reached (storage.max-series): new series refused";
+    default:
+        return "out of memory";
+    }
+}
+
+int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
+{
+    storage_append_result_t local;
+    if (!res)
+        res = &local;
+    memset(res, 0, sizeof(*res));
+    if (!storage_ready(s)) {
+        snprintf(res->msg, sizeof(res->msg), "storage is still recovering");
+        res->failed = n;
+        res->first_error = STORAGE_ERR_NOT_READY;
+        return STORAGE_ERR_NOT_READY;
+    }
+    if (s->o.max_samples_per_request && n > s->o.max_samples_per_request) {
+        atomic_fetch_add(&s->rejected_limit, 1);
+        snprintf(res->msg, sizeof(res->msg), "request has %zu samples, more than the limit of %u", n,
+                 s->o.max_samples_per_request);
+        res->failed = n;
+        res->first_error = STORAGE_ERR_LIMIT;
+        return STORAGE_ERR_LIMIT;
+    }
+    index_ref_t *refs = malloc(sizeof(index_ref_t) * (n ? n : 1));
+    uint8_t *ok = calloc(n ? n : 1, 1);
+    wal_sample_t *ws = malloc(sizeof(wal_sample_t) * (n ? n : 1));
+    wal_series_t *wser = NULL;
+    size_t nwser = 0, capwser = 0, nws = 0;
+    arena_t *a = arena_create(0);
+    int rc = STORAGE_OK;
+    if (!refs || !ok || !ws || !a) {
+        rc = STORAGE_ERR_NOMEM;
+        snprintf(res->msg, sizeof(res->msg), "out of memory");
+        goto out;
+    }
+    label_t lbuf[MAX_LABELS_PER_SERIES];
+    size_t distinct = 0;
+    uint64_t prev_hash = 0;
+
+    pthread_rwlock_rdlock(&s->ckpt);
+    for (size_t i = 0; i < n; i++) {
+        labels_t ls;
+        const char *why;
+        if (normalize(&smp[i].labels, lbuf, &ls, &why) < 0) {
+            atomic_fetch_add(&s->rejected_labels, 1);
+            fail(res, i, STORAGE_ERR_BAD_LABELS, why, &smp[i].labels);
+            continue;
+        }
+        uint64_t hash = labels_hash(&ls);
+        if (i == 0 || hash != prev_hash)
+            distinct++; /* consecutive samples of one series count once (remote write's shape) */
+        prev_hash = hash;
+        if (s->o.max_series_per_request && distinct > s->o.max_series_per_request) {
+            pthread_rwlock_unlock(&s->ckpt);
+            atomic_fetch_add(&s->rejected_limit, 1);
+            memset(res, 0, sizeof(*res));
+            snprintf(res->msg, sizeof(res->msg), "request has more than %u series (the limit)",
+                     s->o.max_series_per_request);
+            res->failed = n;
+            res->first_error = STORAGE_ERR_LIMIT;
+            rc = STORAGE_ERR_LIMIT;
+            goto out;
+        }
+        uint64_t id;
+        pthread_mutex_lock(&s->known_lock);
+        bool known = idmap_get(&s->known, hash, &id);
+        pthread_mutex_unlock(&s->known_lock);
+        if (!known)
+            id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
+        bool created;
+        int hrc = head_get_or_create(s->head, &ls, hash, id, &refs[i], &created);
+        if (hrc != HEAD_OK) {
+            if (hrc == HEAD_ERR_LIMIT)
+                atomic_fetch_add(&s->rejected_max_series, 1);
+            int code = head_to_storage_err(hrc);
+            fail(res, i, code, err_text(code), &ls);
+            continue;
+        }
+        if (created) {
+            if (!known) {
+                known_put(s, hash, refs[i].id);
+                if (s->cat)
+                    catalog_add_series(s->cat, refs[i].id, &ls, smp[i].t);
+            }
+            if (s->wal) {
+                if (nwser == capwser) {
+                    capwser = capwser ? capwser * 2 : 16;
+                    wal_series_t *p = realloc(wser, capwser * sizeof(*p));
+                    if (!p) {
+                        pthread_rwlock_unlock(&s->ckpt);
+                        rc = STORAGE_ERR_NOMEM;
+                        snprintf(res->msg, sizeof(res->msg), "out of memory");
+                        goto out;
+                    }
+                    wser = p;
+                }
+                wal_series_t *w = &wser[nwser++];
+                w->id = refs[i].id;
+                w->labels.n = ls.n;
+                w->labels.v = arena_alloc(a, sizeof(label_t) * ls.n);
+                memcpy(w->labels.v, ls.v, sizeof(label_t) * ls.n);
+            }
+        }
+        hrc = head_check(s->head, &refs[i], smp[i].t);
+        if (hrc != HEAD_OK) {
+            int code = head_to_storage_err(hrc);
+            fail(res, i, code, err_text(code), &ls);
+            continue;
+        }
+        ok[i] = 1;
+        ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
+    }
+    if (s->wal) {
+        char werr[256] = "";
+        int wrc = nwser ? wal_log_series(s->wal, wser, nwser, werr, sizeof(werr)) : WAL_OK;
+        if (wrc == WAL_OK && nws)
+            wrc = wal_log_samples(s->wal, ws, nws, werr, sizeof(werr));
+        if (wrc != WAL_OK) {
+            pthread_rwlock_unlock(&s->ckpt);
+            atomic_fetch_add(&s->wal_errors, 1);
+            memset(res, 0, sizeof(*res));
+            snprintf(res->msg, sizeof(res->msg), "write-ahead log: %s", werr);
+            res->failed = n;
+            res->first_error = STORAGE_ERR_IO;
+            rc = STORAGE_ERR_IO;
+            goto out;
+        }
+    }
+    nws = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ok[i])
+            continue;
+        int hrc = head_append_ref(s->head, &refs[i], smp[i].t, smp[i].v);
+        if (hrc != HEAD_OK) {
+            /* Lost a race with another appender of this series since the check. */
+            int code = hrc == HEAD_ERR_NOT_FOUND ? STORAGE_ERR_NOMEM : head_to_storage_err(hrc);
+            fail(res, i, code, err_text(code), &smp[i].labels);
+            continue;
+        }
+        res->accepted++;
+        ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
+    }
+    pthread_rwlock_unlock(&s->ckpt);
+    if (s->rollup && nws) {
+        /* wal_sample_t and rollup_sample_t differ in layout; convert in place-sized chunks. */
+        rollup_sample_t tmp[256];
+        for (size_t i = 0; i < nws;) {
+            size_t k = 0;
+            for (; k < 256 && i < nws; k++, i++)
+                tmp[k] = (rollup_sample_t){.series_id = ws[i].series_id, .t = ws[i].t_ms, .v = ws[i].v};
+            rollup_add_samples(s->rollup, tmp, k);
+        }
+    }
+    rc = res->failed ? res->first_error : STORAGE_OK;
+out:
+    free(refs);
+    free(ok);
+    free(ws);
+    free(wser);
+    arena_destroy(a);
+    return rc;
+}
+
+/* ---- reading ------------------------------------------------------------------------------- */
+
+querier_t *storage_querier(storage_t *s)
+{
+    /* The raw tier answers every query for now; the roll-up tier plugs in here (see report). */
+    return head_querier(s->head);
+}
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+int storage_tsdb_stats(storage_t *s, size_t top, arena_t *a, storage_tsdb_stats_t *out)
+{
+    head_get_stats(s->head, &out->head);
+    return index_stats(head_index(s->head), top, a, &out->index) == INDEX_OK ? STORAGE_OK : STORAGE_ERR_NOMEM;
+}
+
+static void metric(buf_t *b, const char *name, const char *type, const char *help, double v)
+{
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s ", name, help, name, type, name);
+    buf_put_float(b, v);
+    buf_putc(b, '\n');
+}
+
+void storage_write_metrics(storage_t *s, buf_t *b)
+{
+    head_stats_t h;
+    head_get_stats(s->head, &h);
+    metric(b, "sluice_storage_head_series", "gauge", "Series held in memory.", (double)h.series);
+    metric(b, "sluice_storage_head_chunks", "gauge", "Chunks held in memory.", (double)h.chunks);
+    metric(b, "sluice_storage_head_chunk_bytes", "gauge", "Bytes of encoded chunk data in memory.", (double)h.chunk_bytes);
+    metric(b, "sluice_storage_head_memory_bytes", "gauge", "Estimated heap bytes of index and chunks.", (double)h.memory_bytes);
+    metric(b, "sluice_storage_head_min_time_seconds", "gauge", "Oldest sample time in memory.",
+           h.series ? (double)h.min_t / 1000.0 : 0);
+    metric(b, "sluice_storage_head_max_time_seconds", "gauge", "Newest sample time in memory.",
+           h.series ? (double)h.max_t / 1000.0 : 0);
+    metric(b, "sluice_storage_samples_appended_total", "counter", "Samples appended.", (double)h.samples_appended);
+    metric(b, "sluice_storage_samples_replaced_total", "counter", "Samples replaced by a later one in the same second.",
+           (double)h.samples_replaced);
+    metric(b, "sluice_storage_out_of_order_samples_total", "counter", "Samples refused as out of order.", (double)h.out_of_order);
+    metric(b, "sluice_storage_too_old_samples_total", "counter", "Samples refused as older than raw retention.", (double)h.too_old);
+    metric(b, "sluice_storage_series_created_total", "counter", "Series created in memory.", (double)h.series_created);
+    metric(b, "sluice_storage_series_removed_total", "counter", "Series removed from memory (no samples left).",
+           (double)h.series_removed);
+    metric(b, "sluice_storage_rejected_max_series_total", "counter", "Samples refused by the series limit.",
+           (double)atomic_load(&s->rejected_max_series));
+    metric(b, "sluice_storage_rejected_requests_limit_total", "counter", "Requests refused by per-request limits.",
+           (double)atomic_load(&s->rejected_limit));
+    metric(b, "sluice_storage_rejected_bad_labels_total", "counter", "Samples refused for invalid labels.",
+           (double)atomic_load(&s->rejected_labels));
+    metric(b, "sluice_storage_wal_errors_total", "counter", "Appends that failed to reach the WAL.", (double)atomic_load(&s->wal_errors));
+    metric(b, "sluice_storage_snapshots_total", "counter", "Snapshots written.", (double)atomic_load(&s->snapshots));
+    metric(b, "sluice_storage_snapshot_errors_total", "counter", "Snapshots that failed.", (double)atomic_load(&s->snapshot_errors));
+    metric(b, "sluice_storage_snapshot_duration_seconds", "gauge", "Duration of the last snapshot.",
+           (double)atomic_load(&s->last_snapshot_duration_ms) / 1000.0);
+    metric(b, "sluice_storage_ready", "gauge", "1 once recovery is complete.", storage_ready(s) ? 1 : 0);
+    if (s->wal) {
+        wal_stats_t w;
+        wal_get_stats(s->wal, &w);
+        metric(b, "sluice_storage_wal_records_total", "counter", "WAL records written.", (double)w.records_written);
+        metric(b, "sluice_storage_wal_bytes_total", "counter", "WAL bytes written.", (double)w.bytes_written);
+        metric(b, "sluice_storage_wal_fsyncs_total", "counter", "WAL fsyncs.", (double)w.fsyncs);
+        metric(b, "sluice_storage_wal_fsync_duration_seconds_total", "counter", "Time spent in WAL fsyncs.",
+               (double)w.fsync_duration_ns / 1e9);
+        metric(b, "sluice_storage_wal_segment_current", "gauge", "Number of the WAL segment being written.",
+               (double)w.segment_current);
+    }
+    if (s->rollup) {
+        rollup_stats_t r;
+        rollup_get_stats(s->rollup, &r);
+        metric(b, "sluice_storage_rollup_series", "gauge", "Series with open roll-up buckets.", (double)r.series);
+        metric(b, "sluice_storage_rollup_buckets_written_total", "counter", "Roll-up buckets written.", (double)r.buckets_written);
+        metric(b, "sluice_storage_rollup_flush_errors_total", "counter", "Roll-up writer errors.", (double)r.flush_errors);
+    }
+}

@@ -1,0 +1,127 @@
+/*
+ * storage — the facade the rest of sluice uses: open/recover, append, query, snapshot, close,
+ * limits, statistics. It owns the head (raw tier), the WAL, the snapshot file, the series
+ * catalog and the roll-ups, and keeps them consistent:
+ *
+ *   append:   resolve/create series (ids from the catalog) -> check rules -> WAL (series, then
+ *             samples) -> head -> roll-ups. A sample is acknowledged only once it is in the WAL.
+ *   open:     catalog load (label hash -> id) -> snapshot load (a corrupt snapshot is logged and
+ *             ignored: WAL-only recovery) -> WAL replay -> ready.
+ *   snapshot: WAL cut under a brief exclusive lock, then the head is written without blocking
+ *             appenders; older WAL segments are deleted once the snapshot is durable.
+ *   close:    snapshot, then everything is closed.
+ *
+ * With path == NULL the store is memory-only (no WAL, snapshot, catalog or roll-ups): the same
+ * API for tests and tools.
+ *
+ * Thread safety: every function except storage_open/storage_close may be called from any thread.
+ */
+#ifndef SLUICE_STORAGE_STORAGE_H
+#define SLUICE_STORAGE_STORAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/labels/labels.h"
+#include "internal/util/arena.h"
+#include "internal/util/buf.h"
+#include "storage/head.h"
+#include "storage/index.h"
+#include "storage/querier.h"
+
+/* Error vocabulary (0 ok, negative error). The HTTP mapping callers should use is noted. */
+enum {
+    STORAGE_OK = 0,
+    STORAGE_ERR_NOMEM = -1,        /* 500 */
+    STORAGE_ERR_IO = -2,           /* WAL write failed; retry later: 503 */
+    STORAGE_ERR_OUT_OF_ORDER = -3, /* sample older than the series' newest second: 400 */
+    STORAGE_ERR_TOO_OLD = -4,      /* before the raw retention window: 400 */
+    STORAGE_ERR_MAX_SERIES = -5,   /* storage.max-series reached, new series refused: 503 for
+                                      remote write (retry later), 400 for push */
+    STORAGE_ERR_LIMIT = -6,        /* per-request series/sample limit exceeded: 400 */
+    STORAGE_ERR_BAD_LABELS = -7,   /* invalid/duplicate label names, missing __name__: 400 */
+    STORAGE_ERR_NOT_READY = -8,    /* recovery still running: 503 */
+};
+
+typedef struct storage storage_t;
+
+typedef struct {
+    const char *path;             /* data directory (created if missing); NULL = memory only */
+    int64_t retention_raw_ms;     /* 0 = 2h */
+    int64_t block_ms;             /* 0 = 15m */
+    bool wal_fsync_always;        /* fsync before acknowledging (default: group commit) */
+    uint32_t wal_fsync_interval_ms; /* 0 = 1000 */
+    uint64_t max_series;          /* 0 = unlimited */
+    uint32_t max_series_per_request;  /* 0 = unlimited */
+    uint32_t max_samples_per_request; /* 0 = unlimited */
+    const char *rollups;          /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
+    int64_t snapshot_interval_ms; /* periodic snapshot; 0 = 1h, < 0 = only on close */
+    bool no_background;           /* tests: no housekeeping thread (call storage_housekeep) */
+    int64_t (*clock_ms)(void);    /* tests: NULL = wall clock (CLOCK_REALTIME) */
+} storage_options_t;
+
+void storage_options_default(storage_options_t *o);
+
+/* Allocates the store and opens nothing yet (so the daemon can answer /-/ready while recovering).
+ * The options' strings are copied. NULL with a message in err on failure. */
+storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen);
+/* Opens catalog, snapshot, WAL and roll-ups and recovers; sets ready. Call once. Returns 0, or a
+ * STORAGE_ERR_* with a message (the store stays not ready). */
+int storage_recover(storage_t *s, char *err, size_t errlen);
+/* storage_new + storage_recover. */
+storage_t *storage_open(const storage_options_t *o, char *err, size_t errlen);
+bool storage_ready(const storage_t *s);
+/* Writes a final snapshot (if ready and on disk), stops the background thread and frees
+ * everything. s may be NULL. */
+void storage_close(storage_t *s);
+
+/* One sample to append. labels need not be sorted; empty-valued labels are dropped (as absent). */
+typedef struct {
+    labels_t labels;
+    int64_t t; /* ms */
+    double v;
+} storage_sample_t;
+
+typedef struct {
+    size_t accepted;     /* samples stored */
+    size_t failed;       /* samples refused */
+    size_t first_failed; /* index of the first refused sample (valid if failed > 0) */
+    int first_error;     /* its STORAGE_ERR_* */
+    char msg[512];       /* human-readable reason naming the first refused sample */
+} storage_append_result_t;
+
+/* Appends a batch. Valid samples are stored even when others are refused (as Prometheus does);
+ * the return value is STORAGE_OK if all were stored, else the first error (STORAGE_ERR_IO and
+ * STORAGE_ERR_LIMIT / NOT_READY mean nothing was stored). res may be NULL. Does not modify
+ * samples. */
+int storage_append(storage_t *s, const storage_sample_t *samples, size_t n, storage_append_result_t *res);
+
+/* A querier over everything stored (see querier.h); close with querier_close. NULL on OOM. */
+querier_t *storage_querier(storage_t *s);
+
+/* Writes a snapshot now (no-op for memory-only stores). Returns 0 or a STORAGE_ERR_*. */
+int storage_snapshot(storage_t *s, char *err, size_t errlen);
+/* One slice of background work (expiry, periodic snapshot); what the background thread does
+ * every second. For tests with no_background. */
+void storage_housekeep(storage_t *s);
+
+/* Current time as the store sees it (the clock option). */
+int64_t storage_now_ms(const storage_t *s);
+/* Oldest timestamp the raw tier accepts. */
+int64_t storage_min_valid_time(const storage_t *s);
+
+/* /api/v1/status/tsdb data: head stats and the index's top-`top` tables (in arena a). */
+typedef struct {
+    head_stats_t head;
+    index_stats_t index;
+} storage_tsdb_stats_t;
+
+int storage_tsdb_stats(storage_t *s, size_t top, arena_t *a, storage_tsdb_stats_t *out);
+/* Appends sluice_storage_* self-metrics in Prometheus text format 0.0.4. */
+void storage_write_metrics(storage_t *s, buf_t *b);
+
+/* For tests and tools: the head. */
+head_t *storage_head(storage_t *s);
+
+#endif

@@ -1,0 +1,267 @@
+/* Unit tests for storage/storage.c: append rules and limits through the facade, reopen after a
+ * clean close (snapshot + WAL), recovery from the WAL alone after a crash (child exits without
+ * closing), a corrupt snapshot, and the statistics/metrics outputs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal/util/log.h"
+#include "storage/storage.h"
+
+static int64_t fake_now = 10 * 3600 * 1000LL;
+static int64_t clock_fn(void)
+{
+    return fake_now;
+}
+
+static char dir[256];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof(dir), "/tmp/sluice-test-storage-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    log_set_level(LOG_WARN);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static storage_t *open_store(const char *path, uint64_t max_series)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.path = path;
+    o.rollups = "";
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.max_series = max_series;
+    o.snapshot_interval_ms = -1;
+    char err[256];
+    storage_t *s = storage_open(&o, err, sizeof(err));
+    if (!s)
+        fprintf(stderr, "storage_open: %s\n", err);
+    assert_non_null(s);
+    assert_true(storage_ready(s));
+    return s;
+}
+
+static int append1(storage_t *s, const char *name, const char *job, int64_t t, double v, storage_append_result_t *r)
+{
+    label_t l[3] = {{"job", job}, {"__name__", name}, {"empty", ""}};
+    storage_sample_t smp = {.labels = {l, 3}, .t = t, .v = v};
+    return storage_append(s, &smp, 1, r);
+}
+
+/* Sum of all values and sample count of series __name__=name. */
+static void totals(storage_t *s, const char *name, size_t *n, double *sum, size_t *series)
+{
+    *n = 0;
+    *sum = 0;
+    *series = 0;
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", name, err, sizeof(err));
+    querier_t *q = storage_querier(s);
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
+    const querier_series_t *sr;
+    while ((sr = querier_set_next(set))) {
+        (*series)++;
+        assert_null(labels_get(&sr->labels, "empty")); /* empty values are dropped */
+        querier_iter_t it;
+        querier_iter_init(&it, sr, INT64_MIN, INT64_MAX);
+        int64_t t;
+        double v;
+        while (querier_iter_next(&it, &t, &v)) {
+            (*n)++;
+            *sum += v;
+        }
+    }
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m);
+}
+
+static void test_append_rules_and_limits(void **state)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.max_series = 4;
+    o.max_samples_per_request = 10;
+    char err[128];
+    storage_t *s = storage_open(&o, err, sizeof(err)); /* memory only */
+    assert_non_null(s);
+    storage_append_result_t r;
+    int64_t t0 = fake_now - 60000;
+    assert_int_equal(append1(s, "m", "a", t0, 1, &r), STORAGE_OK);
+    assert_int_equal(r.accepted, 1);
+    assert_int_equal(append1(s, "m", "a", t0 - 1000, 1, &r), STORAGE_ERR_OUT_OF_ORDER);
+    assert_non_null(strstr(r.msg, "out of order"));
+    assert_non_null(strstr(r.msg, "job=\"a\""));
+    assert_int_equal(append1(s, "m", "a2", fake_now - 3 * 3600 * 1000LL, 1, &r), STORAGE_OK); /* no expiry yet */
+    storage_housekeep(s);
+    assert_int_equal(append1(s, "m", "b", fake_now - 3 * 3600 * 1000LL, 1, &r), STORAGE_ERR_TOO_OLD);
+
+    /* Batch: one bad label set, the rest stored. */
+    label_t good[] = {{"__name__", "m"}, {"job", "c"}};
+    label_t bad[] = {{"__name__", "m"}, {"0bad", "x"}};
+    label_t noname[] = {{"job", "x"}};
+    storage_sample_t batch[] = {
+        {.labels = {good, 2}, .t = t0, .v = 1},
+        {.labels = {bad, 2}, .t = t0, .v = 1},
+        {.labels = {noname, 1}, .t = t0, .v = 1},
+    };
+    assert_int_equal(storage_append(s, batch, 3, &r), STORAGE_ERR_BAD_LABELS);
+    assert_int_equal(r.accepted, 1);
+    assert_int_equal(r.failed, 2);
+    assert_int_equal(r.first_failed, 1);
+    /* max_series = 4: a, a2, b (created, then its sample refused), c; d is refused. */
+    int rc = append1(s, "m", "d", t0, 1, &r);
+    assert_int_equal(rc, STORAGE_ERR_MAX_SERIES);
+    assert_non_null(strstr(r.msg, "series limit"));
+    /* per-request sample limit: nothing stored */
+    storage_sample_t many[11];
+    for (int i = 0; i < 11; i++)
+        many[i] = (storage_sample_t){.labels = {good, 2}, .t = t0 + 1000 * (i + 1), .v = i};
+    assert_int_equal(storage_append(s, many, 11, &r), STORAGE_ERR_LIMIT);
+    assert_int_equal(r.accepted, 0);
+
+    buf_t b;
+    buf_init(&b);
+    storage_write_metrics(s, &b);
+    assert_non_null(strstr(b.data, "sluice_storage_head_series 4\n"));
+    assert_non_null(strstr(b.data, "sluice_storage_out_of_order_samples_total 1\n"));
+    buf_free(&b);
+    arena_t *a = arena_create(0);
+    storage_tsdb_stats_t st;
+    assert_int_equal(storage_tsdb_stats(s, 10, a, &st), STORAGE_OK);
+    assert_int_equal(st.head.series, 4);
+    assert_int_equal(st.index.n_series_by_metric, 1);
+    assert_int_equal(st.index.series_by_metric[0].value, 4);
+    arena_destroy(a);
+    storage_close(s);
+}
+
+static void fill(storage_t *s, int64_t from, int count)
+{
+    char job[16];
+    for (int j = 0; j < 20; j++) {
+        snprintf(job, sizeof(job), "j%d", j);
+        for (int i = 0; i < count; i++) {
+            storage_append_result_t r;
+            assert_int_equal(append1(s, "m", job, from + i * 10000LL, i + j, &r), STORAGE_OK);
+        }
+    }
+}
+
+static void test_reopen_snapshot_and_wal(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/a", dir);
+    storage_t *s = open_store(path, 0);
+    int64_t t0 = fake_now - 3600 * 1000LL;
+    fill(s, t0, 100);
+    char err[256];
+    assert_int_equal(storage_snapshot(s, err, sizeof(err)), STORAGE_OK);
+    fill(s, t0 + 100 * 10000LL, 50); /* after the snapshot: only in the WAL (until close) */
+    size_t n1, ser1;
+    double sum1;
+    totals(s, "m", &n1, &sum1, &ser1);
+    assert_int_equal(n1, 20 * 150);
+    assert_int_equal(ser1, 20);
+    storage_close(s);
+
+    s = open_store(path, 0);
+    size_t n2, ser2;
+    double sum2;
+    totals(s, "m", &n2, &sum2, &ser2);
+    assert_int_equal(n2, n1);
+    assert_int_equal(ser2, ser1);
+    assert_true(sum1 == sum2);
+    /* The same-second rule holds across the restart: the newest sample is still replaceable. */
+    storage_append_result_t r;
+    int64_t last = t0 + 149 * 10000LL;
+    assert_int_equal(append1(s, "m", "j0", last + 500, 1000, &r), STORAGE_OK);
+    assert_int_equal(append1(s, "m", "j0", last - 1000, 1, &r), STORAGE_ERR_OUT_OF_ORDER);
+    storage_close(s);
+
+    /* Crash: a child appends and exits without closing; the WAL alone brings the data back. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        storage_t *c = open_store(path, 0);
+        storage_append_result_t rr;
+        for (int i = 0; i < 10; i++)
+            if (append1(c, "crash", "x", t0 + 2000000 + i * 1000LL, i, &rr) != STORAGE_OK)
+                _exit(1);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    s = open_store(path, 0);
+    size_t n3, ser3;
+    double sum3;
+    totals(s, "crash", &n3, &sum3, &ser3);
+    assert_int_equal(n3, 10);
+    assert_true(sum3 == 45);
+    totals(s, "m", &n3, &sum3, &ser3);
+    assert_int_equal(n3, n1);
+    storage_close(s);
+
+    /* Corrupt snapshot: open still succeeds (WAL-only recovery, logged). */
+    char snap[400];
+    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
+    FILE *f = fopen(snap, "r+b");
+    assert_non_null(f);
+    fseek(f, 100, SEEK_SET);
+    fputc(0x5a, f);
+    fputc(0xa5, f);
+    fclose(f);
+    s = open_store(path, 0);
+    assert_int_equal(append1(s, "m", "j0", fake_now, 1, &r), STORAGE_OK);
+    storage_close(s);
+}
+
+static void test_series_ids_stable(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/b", dir);
+    storage_t *s = open_store(path, 0);
+    storage_append_result_t r;
+    assert_int_equal(append1(s, "m", "x", fake_now - 1000, 1, &r), STORAGE_OK);
+    assert_int_equal(append1(s, "m", "y", fake_now - 1000, 1, &r), STORAGE_OK);
+    index_refs_t refs = {0};
+    assert_int_equal(index_select(head_index(storage_head(s)), NULL, 0, &refs), INDEX_OK);
+    uint64_t ids1 = refs.v[0].id + refs.v[1].id;
+    index_refs_free(&refs);
+    storage_close(s);
+    s = open_store(path, 0);
+    assert_int_equal(index_select(head_index(storage_head(s)), NULL, 0, &refs), INDEX_OK);
+    assert_int_equal(refs.n, 2);
+    assert_int_equal(refs.v[0].id + refs.v[1].id, ids1);
+    index_refs_free(&refs);
+    storage_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_append_rules_and_limits),
+        cmocka_unit_test(test_reopen_snapshot_and_wal),
+        cmocka_unit_test(test_series_ids_stable),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
