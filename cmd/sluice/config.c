@@ -44,6 +44,8 @@ static const config_option_t config_options[] = {
     {"web.read-timeout", OPT_DURATION, OFF(read_timeout_ms), "30s", "Idle timeout while reading a request or writing a response.", NULL},
     {"web.shutdown-timeout", OPT_DURATION, OFF(shutdown_timeout_ms), "10s", "How long SIGTERM waits for in-flight requests.", NULL},
     {"web.enable-admin-api", OPT_BOOL, OFF(enable_admin_api), "false", "Enable admin endpoints (PUT /api/v1/admin/wipe).", NULL},
+    {"web.control-token-file", OPT_STRING, OFF(control_token_file), "", "File of flow-control tokens, one name:token per line; without it, flow-control changes are accepted only from 127.0.0.1/::1.", NULL},
+    {"web.control-read-auth", OPT_BOOL, OFF(control_read_auth), "false", "Require a flow-control token (or 127.0.0.1/::1) for reading control states too.", NULL},
     {"storage.path", OPT_STRING, OFF(storage_path), "./data", "Data directory (WAL, snapshot, SQLite roll-ups and state).", NULL},
     {"retention.raw", OPT_DURATION, OFF(retention_raw_ms), "2h", "How long raw 1-second samples stay in memory.", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},

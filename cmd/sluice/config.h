@@ -26,6 +26,8 @@ typedef struct {
     int64_t read_timeout_ms;
     int64_t shutdown_timeout_ms;
     bool enable_admin_api;
+    char *control_token_file; /* "" = none */
+    bool control_read_auth;
     /* storage */
     char *storage_path;
     int64_t retention_raw_ms;

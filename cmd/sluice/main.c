@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/control.h"
 #include "api/router.h"
 #include "api/server.h"
 #include "api/status.h"
@@ -183,6 +184,12 @@ int main(int argc, char **argv)
     api_status_options_t sto = {.flags_json = flags.data, .storage_path = cfg.storage_path,
                                 .retention_raw_ms = cfg.retention_raw_ms};
     api_status_register(&sto);
+    api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
+                                 .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
+    if (api_control_register(&cto, err, sizeof(err)) != 0) {
+        log_error("main", "cannot start flow control", LF_S("err", err));
+        goto out;
+    }
     metrics_register("process", main_process_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
 
@@ -215,6 +222,7 @@ int main(int argc, char **argv)
     log_info("main", "shutdown complete");
     rc = 0;
 out:
+    api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_server_destroy(srv);
     if (base)
         event_base_free(base);

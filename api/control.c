@@ -1,0 +1,1322 @@
+/*
+ * api/control — flow-control endpoints; see control.h and docs/control.md.
+ *
+ * Threads and who owns what:
+ *
+ *   worker threads (N)                        control thread (1)
+ *   ------------------                        ------------------
+ *   parse + validate + auth                   owns every SQLite statement (control_store_*)
+ *   reads of current state (store cache)      and the expiry clock (timed wait until the
+ *   park long-polls / SSE subscribers         earliest expires_at)
+ *   in their own lists (ctl_worker_t)
+ *        |  op (apply / history / replay)         |
+ *        +--------------------------------------> |  runs the op, commits (fsync)
+ *        |                                        |
+ *        | <---- api_server_run_on(every worker, deliver event) -- fan-out of the change
+ *        | <---- api_server_run_on(op's worker, op done)  ------- the op's reply
+ *
+ * A change is broadcast to every worker before its own request is answered, so when a PUT
+ * returns, every parked long-poll's answer is already queued on its worker. Parked requests are
+ * plain structs in per-worker doubly linked lists (no threads, no locks); each long-poll has one
+ * timer for its `wait`. A worker's lists are touched only by that worker.
+ *
+ * An op belongs to whoever holds it: the control thread between enqueue and run_on, then the
+ * op's worker, which frees it in ctl_op_done. If the client goes away meanwhile, the request's
+ * close callback (same worker) clears op->req so the reply is skipped.
+ *
+ * SSE: `id:` is the global event id from the audit log; `Last-Event-ID` (or ?last_event_id=)
+ * resumes: the subscriber is registered first (live events are held back), then the missed
+ * events are read from the log by the control thread, sent, and the held-back ones with a larger
+ * id follow, so nothing is lost or repeated. A subscriber whose unsent output exceeds
+ * CTL_SSE_MAX_PENDING is dropped (stream ended) so a stalled reader cannot grow memory.
+ *
+ * Auth: with --web.control-token-file, changes need `Authorization: Bearer <token>` (the token's
+ * name becomes updated_by); without it, changes are accepted only from a peer whose address is
+ * exactly 127.0.0.1 or ::1 — other loopback addresses (127.0.0.2, ...) count as remote, which is
+ * also how the tests stand in for a remote peer. --web.control-read-auth applies the same rule
+ * to reads (and to the TIS poll).
+ */
+#include "api/control.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "api/router.h"
+#include "internal/control/control.h"
+#include "internal/control/store.h"
+#include "internal/util/log.h"
+#include "internal/util/metrics.h"
+#include "internal/util/parse.h"
+
+#define CTL_MAX_WAIT_MS (5 * 60 * 1000)
+#define CTL_MAX_PARKED 20000
+#define CTL_MAX_SUBSCRIBERS 1000
+#define CTL_SSE_MAX_PENDING (256 * 1024)
+#define CTL_HEARTBEAT_MS 15000
+#define CTL_REPLAY_LIMIT 10000
+#define CTL_HISTORY_MAX 1000
+
+/* --- types ------------------------------------------------------------------------------------- */
+
+typedef struct ctl_poll {
+    api_req_t *req;
+    char *job;
+    struct event *timer;
+    struct ctl_poll *prev, *next;
+    int worker;
+} ctl_poll_t;
+
+/* One event shared by every worker it is delivered to. */
+typedef struct {
+    control_event_t *ev;
+    _Atomic int refs;
+} ctl_shared_t;
+
+typedef struct ctl_held {
+    ctl_shared_t *sh;
+    struct ctl_held *next;
+} ctl_held_t;
+
+typedef struct ctl_sub {
+    api_req_t *req; /* NULL once the client left while a replay was pending */
+    char *job;      /* NULL: every job */
+    uint64_t last_id;
+    bool replaying;
+    ctl_held_t *held, *held_tail; /* live events that arrived during the replay */
+    struct ctl_sub *prev, *next;
+    int worker;
+} ctl_sub_t;
+
+typedef struct {
+    ctl_poll_t *polls;
+    ctl_sub_t *subs;
+    struct event *heartbeat;
+    bool closing;
+} ctl_worker_t;
+
+typedef enum { CTL_OP_APPLY, CTL_OP_HISTORY, CTL_OP_REPLAY } ctl_op_kind_t;
+
+typedef struct ctl_op {
+    ctl_op_kind_t kind;
+    api_req_t *req;
+    int worker;
+    char *job;
+    /* apply */
+    control_change_t chg;
+    char *reason;
+    char *who;
+    /* history */
+    uint64_t before;
+    int limit;
+    /* replay */
+    ctl_sub_t *sub;
+    uint64_t after_id;
+    control_event_t **events;
+    size_t nevents, cap;
+    /* result */
+    int code;
+    buf_t body;
+    char etag[32];
+    struct ctl_op *next;
+} ctl_op_t;
+
+static struct {
+    api_server_t *srv;
+    control_store_t *store;
+    int nworkers;
+    ctl_worker_t *workers;
+    char **tok_names, **tok_values;
+    int ntokens;
+    bool have_tokens, read_auth;
+    /* control thread */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ctl_op_t *head, *tail;
+    bool stop;
+    bool stopping; /* shutdown hook ran: no more fan-out */
+    _Atomic bool live; /* a request has been served: workers exist */
+    /* shutdown barrier */
+    pthread_mutex_t bmu;
+    pthread_cond_t bcv;
+    int barrier;
+    /* metrics */
+    _Atomic int64_t parked, subscribers;
+    _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
+} ctl;
+
+/* --- small helpers ------------------------------------------------------------------------------ */
+
+static int64_t ctl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void ctl_reply_error(api_req_t *req, int code, const char *type, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void ctl_reply_error(api_req_t *req, int code, const char *type, const char *field, const char *fmt, ...)
+{
+    buf_t msg = BUF_INIT, b = BUF_INIT;
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vprintf(&msg, fmt, ap);
+    va_end(ap);
+    buf_puts(&b, "{\"status\":\"error\",\"errorType\":");
+    buf_put_json_string(&b, type, strlen(type));
+    buf_puts(&b, ",\"error\":");
+    buf_put_json_string(&b, msg.data ? msg.data : "", msg.len);
+    if (field && field[0]) {
+        buf_puts(&b, ",\"field\":");
+        buf_put_json_string(&b, field, strlen(field));
+    }
+    buf_putc(&b, '}');
+    api_reply_header(req, "Cache-Control", "no-store");
+    api_reply(req, code, "application/json", b.data, b.len);
+    buf_free(&msg);
+    buf_free(&b);
+}
+
+static void ctl_reply_state(api_req_t *req, int code, const char *json, size_t len, uint64_t version)
+{
+    char etag[32];
+    snprintf(etag, sizeof(etag), "\"%llu\"", (unsigned long long)version);
+    api_reply_header(req, "ETag", etag);
+    api_reply_header(req, "Cache-Control", "no-cache");
+    if (code == 304)
+        api_reply(req, 304, NULL, NULL, 0);
+    else
+        api_reply(req, code, "application/json", json, len);
+}
+
+/* --- tokens and auth -------------------------------------------------------------------------------- */
+
+void api_control_free_tokens(char **names, char **tokens, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(names[i]);
+        if (tokens[i]) {
+            /* a secret: do not leave it in freed memory */
+            volatile char *p = tokens[i];
+            while (*p)
+                *p++ = 0;
+        }
+        free(tokens[i]);
+    }
+    free(names);
+    free(tokens);
+}
+
+int api_control_load_tokens(const char *path, char ***names_out, char ***tokens_out, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot open control token file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char **names = NULL, **tokens = NULL;
+    int n = 0, cap = 0, lineno = 0;
+    char line[4096];
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
+            snprintf(err, errlen, "control token file %s line %d: line too long", path, lineno);
+            goto fail;
+        }
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+            line[--len] = 0;
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (!*s || *s == '#')
+            continue;
+        char *colon = strchr(s, ':');
+        if (!colon || colon == s || !colon[1]) {
+            snprintf(err, errlen, "control token file %s line %d: want \"name:token\"", path, lineno);
+            goto fail;
+        }
+        *colon = 0;
+        const char *tok = colon + 1;
+        if (strlen(tok) < 8) {
+            snprintf(err, errlen, "control token file %s line %d: token shorter than 8 characters", path, lineno);
+            goto fail;
+        }
+        for (const char *c = s; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+                snprintf(err, errlen, "control token file %s line %d: control character in name", path, lineno);
+                goto fail;
+            }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nn = realloc(names, (size_t)cap * sizeof(*nn));
+            if (nn)
+                names = nn;
+            char **nt = realloc(tokens, (size_t)cap * sizeof(*nt));
+            if (nt)
+                tokens = nt;
+            if (!nn || !nt) {
+                snprintf(err, errlen, "out of memory");
+                goto fail;
+            }
+        }
+        names[n] = strdup(s);
+        tokens[n] = strdup(tok);
+        n++;
+        if (!names[n - 1] || !tokens[n - 1]) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+    }
+    fclose(f);
+    if (n == 0) {
+        snprintf(err, errlen, "control token file %s has no tokens", path);
+        free(names);
+        free(tokens);
+        return -1;
+    }
+    *names_out = names;
+    *tokens_out = tokens;
+    return n;
+fail:
+    fclose(f);
+    api_control_free_tokens(names, tokens, n);
+    return -1;
+}
+
+/* Compares every byte of every token regardless of where a difference is, so the time taken does
+ * not say how much of a guess was right. Returns the index of the matching token or -1. */
+static int ctl_token_match(const char *presented, size_t plen)
+{
+    int found = -1;
+    for (int i = 0; i < ctl.ntokens; i++) {
+        const char *t = ctl.tok_values[i];
+        size_t tlen = strlen(t);
+        unsigned diff = (unsigned)(tlen ^ plen);
+        for (size_t k = 0; k < plen; k++)
+            diff |= (unsigned char)presented[k] ^ (unsigned char)(k < tlen ? t[k] : 0);
+        /* branch-free select */
+        int hit = (int)(((diff | (0u - diff)) >> (sizeof(unsigned) * 8 - 1)) ^ 1u);
+        found = hit ? i : found;
+    }
+    return found;
+}
+
+static bool ctl_peer_is_local(api_req_t *req, char *peer, size_t cap)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    char *host = NULL;
+    ev_uint16_t port = 0;
+    if (evcon)
+        evhttp_connection_get_peer(evcon, &host, &port);
+    snprintf(peer, cap, "%s", host ? host : "unknown");
+    if (!host)
+        return false;
+    return strcmp(host, "127.0.0.1") == 0 || strcmp(host, "::1") == 0 || strcmp(host, "::ffff:127.0.0.1") == 0;
+}
+
+/* Checks the caller may do this; on refusal replies 401/403 and returns -1. who receives the name
+ * recorded as updated_by. */
+static int ctl_auth(api_req_t *req, bool mutation, char *who, size_t wholen)
+{
+    atomic_store(&ctl.live, true);
+    if (!mutation && !ctl.read_auth) {
+        snprintf(who, wholen, "anonymous");
+        return 0;
+    }
+    if (ctl.have_tokens) {
+        const char *h = api_req_header(req, "Authorization");
+        if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
+            api_reply_header(req, "WWW-Authenticate", "Bearer realm=\"sluice control\"");
+            ctl_reply_error(req, 401, "unauthorized", NULL, "%s needs an Authorization: Bearer token",
+                            mutation ? "changing flow control" : "reading flow control");
+            return -1;
+        }
+        const char *tok = h + 7;
+        while (*tok == ' ')
+            tok++;
+        int i = ctl_token_match(tok, strlen(tok));
+        if (i < 0) {
+            api_reply_header(req, "WWW-Authenticate", "Bearer realm=\"sluice control\", error=\"invalid_token\"");
+            ctl_reply_error(req, 401, "unauthorized", NULL, "invalid bearer token");
+            return -1;
+        }
+        snprintf(who, wholen, "%s", ctl.tok_names[i]);
+        return 0;
+    }
+    char peer[64];
+    if (!ctl_peer_is_local(req, peer, sizeof(peer))) {
+        ctl_reply_error(req, 403, "forbidden", NULL,
+                        "%s is only allowed from 127.0.0.1 or ::1 when no --web.control-token-file is set "
+                        "(peer %s)",
+                        mutation ? "changing flow control" : "reading flow control", peer);
+        return -1;
+    }
+    snprintf(who, wholen, "anonymous@%s", peer);
+    return 0;
+}
+
+/* --- the control thread ------------------------------------------------------------------------------ */
+
+static void ctl_deliver(void *arg);
+
+typedef struct {
+    ctl_shared_t *sh;
+    int worker;
+} ctl_delivery_t;
+
+static void ctl_shared_release(ctl_shared_t *sh)
+{
+    if (atomic_fetch_sub(&sh->refs, 1) == 1) {
+        control_event_free(sh->ev);
+        free(sh);
+    }
+}
+
+/* Fans one committed change out to every worker. Takes ownership of ev. Control thread only. */
+static void ctl_broadcast(control_event_t *ev)
+{
+    pthread_mutex_lock(&ctl.mu);
+    bool stopping = ctl.stopping;
+    pthread_mutex_unlock(&ctl.mu);
+    /* Before the first request nothing can be parked (and the workers may not exist yet); the
+     * request that sets `live` reads the store after setting it, so it sees this change. */
+    if (stopping || !atomic_load(&ctl.live) || ctl.nworkers == 0) {
+        control_event_free(ev);
+        return;
+    }
+    ctl_shared_t *sh = malloc(sizeof(*sh));
+    if (!sh) {
+        control_event_free(ev);
+        return;
+    }
+    sh->ev = ev;
+    atomic_init(&sh->refs, ctl.nworkers);
+    for (int w = 0; w < ctl.nworkers; w++) {
+        ctl_delivery_t *d = malloc(sizeof(*d));
+        if (d) {
+            d->sh = sh;
+            d->worker = w;
+        }
+        if (!d || api_server_run_on(ctl.srv, w, ctl_deliver, d) != 0) {
+            free(d);
+            ctl_shared_release(sh);
+        }
+    }
+}
+
+static void ctl_collect_event(control_event_t *ev, void *ud)
+{
+    ctl_op_t *op = ud;
+    if (op->nevents == op->cap) {
+        size_t cap = op->cap ? op->cap * 2 : 16;
+        control_event_t **n = realloc(op->events, cap * sizeof(*n));
+        if (!n) {
+            control_event_free(ev);
+            return;
+        }
+        op->events = n;
+        op->cap = cap;
+    }
+    op->events[op->nevents++] = ev;
+}
+
+static void ctl_expired_event(control_event_t *ev, void *ud)
+{
+    atomic_fetch_add(&ctl.expired, 1);
+    ctl_broadcast(ev);
+}
+
+static void ctl_op_done(void *arg);
+
+static void ctl_run_op(ctl_op_t *op)
+{
+    char err[256];
+    switch (op->kind) {
+    case CTL_OP_APPLY: {
+        control_event_t *ev = NULL;
+        int rc = control_store_apply(ctl.store, op->job, &op->chg, ctl_now_ms(), op->who, &ev, err, sizeof(err));
+        if (rc == CONTROL_STORE_OK) {
+            op->code = 200;
+            buf_append(&op->body, ev->json, ev->json_len);
+            snprintf(op->etag, sizeof(op->etag), "\"%llu\"", (unsigned long long)ev->version);
+            log_info("control", "flow control changed", LF_S("job", op->job), LF_S("by", op->who),
+                     LF_S("mode", control_mode_name(op->chg.spec.mode)), LF_I("version", (int64_t)ev->version),
+                     LF_S("reason", op->reason ? op->reason : ""));
+            ctl_broadcast(ev);
+        } else if (rc == CONTROL_STORE_CONFLICT) {
+            op->code = 409;
+            buf_printf(&op->body,
+                       "{\"status\":\"error\",\"errorType\":\"conflict\",\"error\":\"version %llu does not match "
+                       "the current version %s\",\"field\":\"version\"}",
+                       (unsigned long long)op->chg.expect_version, err);
+        } else {
+            op->code = 503;
+            buf_puts(&op->body, "{\"status\":\"error\",\"errorType\":\"unavailable\",\"error\":");
+            buf_put_json_string(&op->body, err, strlen(err));
+            buf_putc(&op->body, '}');
+            log_error("control", "cannot store a flow-control change", LF_S("job", op->job), LF_S("err", err));
+        }
+        break;
+    }
+    case CTL_OP_HISTORY:
+        if (control_store_history_json(ctl.store, op->job, op->before, op->limit, &op->body, err, sizeof(err)) == 0) {
+            op->code = 200;
+        } else {
+            op->code = 503;
+            buf_reset(&op->body);
+            buf_puts(&op->body, "{\"status\":\"error\",\"errorType\":\"unavailable\",\"error\":");
+            buf_put_json_string(&op->body, err, strlen(err));
+            buf_putc(&op->body, '}');
+        }
+        break;
+    case CTL_OP_REPLAY:
+        if (control_store_events_since(ctl.store, op->after_id, op->job, CTL_REPLAY_LIMIT, ctl_collect_event, op, err,
+                                       sizeof(err)) < 0)
+            log_error("control", "cannot read the audit log for an SSE resume", LF_S("err", err));
+        break;
+    }
+    if (api_server_run_on(ctl.srv, op->worker, ctl_op_done, op) != 0)
+        log_error("control", "cannot hand a reply back to its worker");
+}
+
+static void *ctl_thread_main(void *arg)
+{
+    (void)arg;
+    char err[256];
+    pthread_mutex_lock(&ctl.mu);
+    for (;;) {
+        while (!ctl.head && !ctl.stop) {
+            int64_t next = control_store_next_expiry(ctl.store);
+            if (next == 0) {
+                pthread_cond_wait(&ctl.cv, &ctl.mu);
+                continue;
+            }
+            if (next <= ctl_now_ms())
+                break;
+            struct timespec ts = {.tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000};
+            pthread_cond_timedwait(&ctl.cv, &ctl.mu, &ts);
+        }
+        if (ctl.stop && !ctl.head)
+            break;
+        ctl_op_t *op = ctl.head;
+        if (op) {
+            ctl.head = op->next;
+            if (!ctl.head)
+                ctl.tail = NULL;
+        }
+        pthread_mutex_unlock(&ctl.mu);
+        if (op)
+            ctl_run_op(op);
+        if (control_store_expire_due(ctl.store, ctl_now_ms(), ctl_expired_event, NULL, err, sizeof(err)) < 0) {
+            log_error("control", "cannot revert an expired change; retrying in 1s", LF_S("err", err));
+            struct timespec one = {1, 0};
+            nanosleep(&one, NULL);
+        }
+        pthread_mutex_lock(&ctl.mu);
+    }
+    pthread_mutex_unlock(&ctl.mu);
+    return NULL;
+}
+
+static void ctl_submit(ctl_op_t *op)
+{
+    pthread_mutex_lock(&ctl.mu);
+    op->next = NULL;
+    if (ctl.tail)
+        ctl.tail->next = op;
+    else
+        ctl.head = op;
+    ctl.tail = op;
+    pthread_cond_signal(&ctl.cv);
+    pthread_mutex_unlock(&ctl.mu);
+}
+
+static void ctl_op_free(ctl_op_t *op)
+{
+    free(op->job);
+    free(op->reason);
+    free(op->who);
+    control_spec_free(&op->chg.spec);
+    for (size_t i = 0; i < op->nevents; i++)
+        control_event_free(op->events[i]);
+    free(op->events);
+    buf_free(&op->body);
+    free(op);
+}
+
+static void ctl_op_closed(api_req_t *req, void *ud)
+{
+    ctl_op_t *op = ud;
+    op->req = NULL;
+}
+
+/* --- SSE subscribers (worker thread) ---------------------------------------------------------------- */
+
+static void ctl_sub_unlink(ctl_worker_t *w, ctl_sub_t *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (w->subs == s)
+        w->subs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void ctl_sub_free(ctl_sub_t *s)
+{
+    while (s->held) {
+        ctl_held_t *h = s->held;
+        s->held = h->next;
+        ctl_shared_release(h->sh);
+        free(h);
+    }
+    free(s->job);
+    free(s);
+    atomic_fetch_sub(&ctl.subscribers, 1);
+}
+
+/* Ends a subscriber's stream and forgets it. */
+static void ctl_sub_end(ctl_worker_t *w, ctl_sub_t *s)
+{
+    ctl_sub_unlink(w, s);
+    api_req_t *req = s->req;
+    s->req = NULL;
+    if (req)
+        api_reply_stream_end(req);
+    if (!s->replaying)
+        ctl_sub_free(s);
+    /* else: the pending replay op frees it */
+}
+
+/* Writes one SSE frame; drops the subscriber when it is too far behind. Returns -1 if dropped. */
+static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev)
+{
+    if (ev->id <= s->last_id)
+        return 0;
+    if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
+        atomic_fetch_add(&ctl.dropped, 1);
+        log_warn("control", "dropping a slow SSE subscriber", LF_I("pending_bytes", (int64_t)api_reply_stream_pending(s->req)));
+        ctl_sub_end(w, s);
+        return -1;
+    }
+    buf_t b = BUF_INIT;
+    buf_printf(&b, "id: %llu\nevent: change\ndata: ", (unsigned long long)ev->id);
+    buf_append(&b, ev->json, ev->json_len);
+    buf_puts(&b, "\n\n");
+    api_reply_stream_chunk(s->req, b.data, b.len, NULL, NULL);
+    buf_free(&b);
+    s->last_id = ev->id;
+    return 0;
+}
+
+static void ctl_sub_closed(api_req_t *req, void *ud)
+{
+    ctl_sub_t *s = ud;
+    ctl_sub_unlink(&ctl.workers[s->worker], s);
+    s->req = NULL;
+    if (!s->replaying)
+        ctl_sub_free(s);
+}
+
+static void ctl_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    ctl_worker_t *w = arg;
+    for (ctl_sub_t *s = w->subs, *next; s; s = next) {
+        next = s->next;
+        if (s->replaying || !s->req)
+            continue;
+        if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
+            atomic_fetch_add(&ctl.dropped, 1);
+            ctl_sub_end(w, s);
+            continue;
+        }
+        static const char ka[] = ": keepalive\n\n";
+        api_reply_stream_chunk(s->req, ka, sizeof(ka) - 1, NULL, NULL);
+    }
+}
+
+/* --- long-polls (worker thread) ------------------------------------------------------------------------ */
+
+static void ctl_poll_unlink(ctl_worker_t *w, ctl_poll_t *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else if (w->polls == p)
+        w->polls = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->prev = p->next = NULL;
+}
+
+static void ctl_poll_free(ctl_poll_t *p)
+{
+    if (p->timer)
+        event_free(p->timer);
+    free(p->job);
+    free(p);
+    atomic_fetch_sub(&ctl.parked, 1);
+}
+
+static void ctl_poll_closed(api_req_t *req, void *ud)
+{
+    ctl_poll_t *p = ud;
+    ctl_poll_unlink(&ctl.workers[p->worker], p);
+    ctl_poll_free(p);
+}
+
+/* Answers a parked poll with the job's current state (or 304 when unchanged). */
+static void ctl_poll_answer(ctl_poll_t *p, const char *json, size_t len, uint64_t version, int code)
+{
+    ctl_worker_t *w = &ctl.workers[p->worker];
+    api_req_t *req = p->req;
+    ctl_poll_unlink(w, p);
+    ctl_poll_free(p);
+    ctl_reply_state(req, code, json, len, version);
+}
+
+static void ctl_poll_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    ctl_poll_t *p = arg;
+    buf_t b = BUF_INIT;
+    uint64_t v = control_store_get_json(ctl.store, p->job, &b);
+    atomic_fetch_add(&ctl.polls_timed_out, 1);
+    ctl_poll_answer(p, NULL, 0, v, 304);
+    buf_free(&b);
+}
+
+/* A committed change arrives on this worker. */
+static void ctl_deliver(void *arg)
+{
+    ctl_delivery_t *d = arg;
+    ctl_shared_t *sh = d->sh;
+    const control_event_t *ev = sh->ev;
+    ctl_worker_t *w = &ctl.workers[d->worker];
+    free(d);
+    for (ctl_poll_t *p = w->polls, *next; p; p = next) {
+        next = p->next;
+        if (strcmp(p->job, ev->job) == 0) {
+            atomic_fetch_add(&ctl.polls_answered, 1);
+            ctl_poll_answer(p, ev->json, ev->json_len, ev->version, 200);
+        }
+    }
+    for (ctl_sub_t *s = w->subs, *next; s; s = next) {
+        next = s->next;
+        if (s->job && strcmp(s->job, ev->job) != 0)
+            continue;
+        if (s->replaying) {
+            ctl_held_t *h = malloc(sizeof(*h));
+            if (!h)
+                continue;
+            atomic_fetch_add(&sh->refs, 1);
+            h->sh = sh;
+            h->next = NULL;
+            if (s->held_tail)
+                s->held_tail->next = h;
+            else
+                s->held = h;
+            s->held_tail = h;
+            continue;
+        }
+        ctl_sub_send(w, s, ev);
+    }
+    ctl_shared_release(sh);
+}
+
+/* An op finished on the control thread; this runs on the op's worker. */
+static void ctl_op_done(void *arg)
+{
+    ctl_op_t *op = arg;
+    if (op->kind == CTL_OP_REPLAY) {
+        ctl_sub_t *s = op->sub;
+        s->replaying = false;
+        if (!s->req) { /* the client left during the replay */
+            ctl_sub_free(s);
+            ctl_op_free(op);
+            return;
+        }
+        ctl_worker_t *w = &ctl.workers[s->worker];
+        int dropped = 0;
+        for (size_t i = 0; i < op->nevents && !dropped; i++)
+            dropped = ctl_sub_send(w, s, op->events[i]);
+        while (!dropped && s->held) {
+            ctl_held_t *h = s->held;
+            s->held = h->next;
+            dropped = ctl_sub_send(w, s, h->sh->ev);
+            ctl_shared_release(h->sh);
+            free(h);
+        }
+        if (!dropped)
+            s->held_tail = NULL;
+        ctl_op_free(op);
+        return;
+    }
+    if (op->req) {
+        if (op->code == 200) {
+            api_reply_header(op->req, "ETag", op->etag);
+            api_reply_header(op->req, "Cache-Control", "no-store");
+        }
+        api_reply(op->req, op->code, "application/json", op->body.data, op->body.len);
+    }
+    ctl_op_free(op);
+}
+
+/* --- handlers ------------------------------------------------------------------------------------------- */
+
+static void ctl_h_list(api_req_t *req, void *ud)
+{
+    char who[160];
+    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+        return;
+    buf_t b = BUF_INIT;
+    buf_puts(&b, "{\"jobs\":");
+    control_store_list_json(ctl.store, &b);
+    buf_putc(&b, '}');
+    api_reply_header(req, "Cache-Control", "no-cache");
+    api_reply(req, 200, "application/json", b.data, b.len);
+    buf_free(&b);
+}
+
+/* "\"12\"", "W/\"12\"" or "12" -> 12 */
+static int ctl_parse_etag(const char *s, uint64_t *out)
+{
+    while (*s == ' ')
+        s++;
+    if (strncmp(s, "W/", 2) == 0)
+        s += 2;
+    if (*s == '"')
+        s++;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno)
+        return -1;
+    if (*end == '"')
+        end++;
+    while (*end == ' ')
+        end++;
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void ctl_h_get(api_req_t *req, const char *job)
+{
+    char who[160];
+    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+        return;
+    const char *vs = api_req_param(req, "version");
+    const char *ws = api_req_param(req, "wait");
+    const char *inm = api_req_header(req, "If-None-Match");
+    bool have_client = false;
+    uint64_t client = 0;
+    int64_t wait_ms = 0;
+    if (vs) {
+        int64_t v;
+        if (parse_int64(vs, &v) != 0 || v < 0) {
+            ctl_reply_error(req, 400, "bad_data", "version", "version must be a non-negative integer");
+            return;
+        }
+        client = (uint64_t)v;
+        have_client = true;
+    } else if (inm && strcmp(inm, "*") != 0) {
+        if (ctl_parse_etag(inm, &client) == 0)
+            have_client = true;
+    }
+    if (ws) {
+        if (parse_duration_or_seconds_ms(ws, &wait_ms) != 0 || wait_ms < 0) {
+            ctl_reply_error(req, 400, "bad_data", "wait", "wait must be a duration like \"30s\"");
+            return;
+        }
+        if (wait_ms > CTL_MAX_WAIT_MS) {
+            ctl_reply_error(req, 400, "bad_data", "wait", "wait must be at most 5m");
+            return;
+        }
+    }
+    buf_t b = BUF_INIT;
+    uint64_t cur = control_store_get_json(ctl.store, job, &b);
+    ctl_worker_t *w = &ctl.workers[req->worker];
+    if (!have_client || cur != client || wait_ms == 0 || w->closing) {
+        /* A client ahead of us (cur < client) gets the state at once: it must resync. */
+        ctl_reply_state(req, have_client && cur == client ? 304 : 200, b.data, b.len, cur);
+        buf_free(&b);
+        return;
+    }
+    buf_free(&b);
+    if (atomic_fetch_add(&ctl.parked, 1) >= CTL_MAX_PARKED) {
+        atomic_fetch_sub(&ctl.parked, 1);
+        api_reply_header(req, "Retry-After", "1");
+        ctl_reply_error(req, 503, "unavailable", "wait", "too many parked long-polls (limit %d); retry or use the SSE stream",
+                        CTL_MAX_PARKED);
+        return;
+    }
+    ctl_poll_t *p = calloc(1, sizeof(*p));
+    if (p)
+        p->job = strdup(job);
+    if (p && p->job)
+        p->timer = evtimer_new(api_req_base(req), ctl_poll_timeout, p);
+    if (!p || !p->job || !p->timer) {
+        if (p) {
+            free(p->job);
+            free(p);
+        }
+        atomic_fetch_sub(&ctl.parked, 1);
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    p->req = req;
+    p->worker = req->worker;
+    p->next = w->polls;
+    if (w->polls)
+        w->polls->prev = p;
+    w->polls = p;
+    struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
+    evtimer_add(p->timer, &tv);
+    api_req_park(req, ctl_poll_closed, p);
+}
+
+static void ctl_h_history(api_req_t *req, const char *job)
+{
+    char who[160];
+    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+        return;
+    int64_t limit = 50, before = 0;
+    const char *ls = api_req_param(req, "limit");
+    const char *bs = api_req_param(req, "before");
+    if (ls && (parse_int64(ls, &limit) != 0 || limit < 1 || limit > CTL_HISTORY_MAX)) {
+        ctl_reply_error(req, 400, "bad_data", "limit", "limit must be an integer between 1 and %d", CTL_HISTORY_MAX);
+        return;
+    }
+    if (bs && (parse_int64(bs, &before) != 0 || before < 1)) {
+        ctl_reply_error(req, 400, "bad_data", "before", "before must be a positive version number");
+        return;
+    }
+    ctl_op_t *op = calloc(1, sizeof(*op));
+    if (!op || !(op->job = strdup(job))) {
+        free(op);
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    op->kind = CTL_OP_HISTORY;
+    op->req = req;
+    op->worker = req->worker;
+    op->before = (uint64_t)before;
+    op->limit = (int)limit;
+    api_req_park(req, ctl_op_closed, op);
+    ctl_submit(op);
+}
+
+static void ctl_h_change(api_req_t *req, const char *job, control_req_kind_t kind)
+{
+    char who[160];
+    if (ctl_auth(req, true, who, sizeof(who)) != 0)
+        return;
+    size_t len;
+    const uint8_t *body = api_req_body(req, &len);
+    ctl_op_t *op = calloc(1, sizeof(*op));
+    char *reason = malloc(CONTROL_MAX_REASON_LEN + 1);
+    if (!op || !reason) {
+        free(op);
+        free(reason);
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    char field[64], err[512];
+    if (control_change_parse(kind, (const char *)body, len, &op->chg, reason, field, sizeof(field), err,
+                             sizeof(err)) != 0) {
+        free(op);
+        free(reason);
+        ctl_reply_error(req, 400, "bad_data", field, "%s", err);
+        return;
+    }
+    if (op->chg.reason) {
+        op->reason = reason;
+        op->chg.reason = reason;
+    } else {
+        free(reason);
+    }
+    op->kind = CTL_OP_APPLY;
+    op->job = strdup(job);
+    op->who = strdup(who);
+    if (!op->job || !op->who) {
+        ctl_op_free(op);
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    op->req = req;
+    op->worker = req->worker;
+    api_req_park(req, ctl_op_closed, op);
+    ctl_submit(op);
+}
+
+/* /api/v1/control/jobs/{job}[/{action}] — the job is taken from the raw path and decoded here,
+ * so a job name may contain an encoded '/'. */
+static void ctl_h_job(api_req_t *req, void *ud)
+{
+    static const char prefix[] = "/api/v1/control/jobs/";
+    const char *rest = req->raw_path + sizeof(prefix) - 1;
+    const char *slash = strchr(rest, '/');
+    size_t enc_len = slash ? (size_t)(slash - rest) : strlen(rest);
+    const char *action = slash ? slash + 1 : "";
+    char *enc = arena_strndup(req->arena, rest, enc_len);
+    size_t jlen = 0;
+    char *dec = evhttp_uridecode(enc, 0, &jlen);
+    char err[256];
+    if (!dec || strlen(dec) != jlen) {
+        free(dec);
+        ctl_reply_error(req, 400, "bad_data", "job", "job name contains a NUL byte or bad percent-encoding");
+        return;
+    }
+    char *job = arena_strndup(req->arena, dec, jlen);
+    free(dec);
+    if (control_job_name_valid(job, jlen, err, sizeof(err)) != 0) {
+        ctl_reply_error(req, 400, "bad_data", "job", "%s", err);
+        return;
+    }
+    int m = req->method;
+    if (!*action) {
+        if (m == API_GET || m == API_HEAD)
+            ctl_h_get(req, job);
+        else if (m == API_PUT)
+            ctl_h_change(req, job, CONTROL_REQ_PUT);
+        else {
+            api_reply_header(req, "Allow", "GET, HEAD, PUT");
+            ctl_reply_error(req, 405, "method_not_allowed", NULL, "use GET or PUT on a job");
+        }
+        return;
+    }
+    static const struct {
+        const char *name;
+        control_req_kind_t kind;
+    } actions[] = {{"pause", CONTROL_REQ_PAUSE},
+                   {"resume", CONTROL_REQ_RESUME},
+                   {"rate-limit", CONTROL_REQ_RATE_LIMIT},
+                   {"drain", CONTROL_REQ_DRAIN}};
+    for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+        if (strcmp(action, actions[i].name) == 0) {
+            if (m != API_POST) {
+                api_reply_header(req, "Allow", "POST");
+                ctl_reply_error(req, 405, "method_not_allowed", NULL, "use POST for %s", action);
+                return;
+            }
+            ctl_h_change(req, job, actions[i].kind);
+            return;
+        }
+    if (strcmp(action, "history") == 0) {
+        if (m != API_GET && m != API_HEAD) {
+            api_reply_header(req, "Allow", "GET, HEAD");
+            ctl_reply_error(req, 405, "method_not_allowed", NULL, "use GET for history");
+            return;
+        }
+        ctl_h_history(req, job);
+        return;
+    }
+    ctl_reply_error(req, 404, "not_found", NULL,
+                    "unknown action \"%s\" (want pause, resume, rate-limit, drain or history)", action);
+}
+
+static void ctl_h_stream(api_req_t *req, void *ud)
+{
+    char who[160], err[256];
+    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+        return;
+    ctl_worker_t *w = &ctl.workers[req->worker];
+    if (w->closing) {
+        ctl_reply_error(req, 503, "unavailable", NULL, "shutting down");
+        return;
+    }
+    const char *job = api_req_param(req, "job");
+    if (job && control_job_name_valid(job, strlen(job), err, sizeof(err)) != 0) {
+        ctl_reply_error(req, 400, "bad_data", "job", "%s", err);
+        return;
+    }
+    const char *lei = api_req_header(req, "Last-Event-ID");
+    if (!lei)
+        lei = api_req_param(req, "last_event_id");
+    uint64_t after = 0;
+    bool resume = false;
+    if (lei && *lei) {
+        int64_t v;
+        if (parse_int64(lei, &v) != 0 || v < 0) {
+            ctl_reply_error(req, 400, "bad_data", "Last-Event-ID", "Last-Event-ID must be a non-negative integer");
+            return;
+        }
+        after = (uint64_t)v;
+        resume = true;
+    }
+    if (atomic_fetch_add(&ctl.subscribers, 1) >= CTL_MAX_SUBSCRIBERS) {
+        atomic_fetch_sub(&ctl.subscribers, 1);
+        ctl_reply_error(req, 503, "unavailable", NULL, "too many stream subscribers (limit %d)", CTL_MAX_SUBSCRIBERS);
+        return;
+    }
+    ctl_sub_t *s = calloc(1, sizeof(*s));
+    ctl_op_t *op = resume ? calloc(1, sizeof(*op)) : NULL;
+    if (!s || (job && !(s->job = strdup(job))) || (resume && !op) || (resume && job && !(op->job = strdup(job)))) {
+        if (s)
+            free(s->job);
+        free(s);
+        if (op)
+            free(op->job);
+        free(op);
+        atomic_fetch_sub(&ctl.subscribers, 1);
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    if (!w->heartbeat) {
+        w->heartbeat = event_new(api_req_base(req), -1, EV_PERSIST, ctl_heartbeat, w);
+        struct timeval hb = {CTL_HEARTBEAT_MS / 1000, (CTL_HEARTBEAT_MS % 1000) * 1000};
+        if (w->heartbeat)
+            event_add(w->heartbeat, &hb);
+    }
+    s->req = req;
+    s->worker = req->worker;
+    /* Without a resume point the stream starts now: nothing older is sent. */
+    s->last_id = resume ? after : control_store_last_event_id(ctl.store);
+    s->next = w->subs;
+    if (w->subs)
+        w->subs->prev = s;
+    w->subs = s;
+    api_reply_header(req, "Cache-Control", "no-cache");
+    api_reply_header(req, "X-Accel-Buffering", "no");
+    api_reply_stream_start(req, 200, "text/event-stream", ctl_sub_closed, s);
+    /* the reconnect delay a browser EventSource should use, and a first byte for proxies */
+    static const char hello[] = "retry: 1000\n: sluice control stream\n\n";
+    api_reply_stream_chunk(req, hello, sizeof(hello) - 1, NULL, NULL);
+    if (resume) {
+        s->replaying = true;
+        op->kind = CTL_OP_REPLAY;
+        op->worker = req->worker;
+        op->sub = s;
+        op->after_id = after;
+        ctl_submit(op);
+    }
+}
+
+/* TIS's HttpSource rate-controller poll (PROTOCOLS.md §10). */
+static void ctl_h_tis(api_req_t *req, void *ud)
+{
+    char who[160], err[256];
+    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+        return;
+    static const char fail_fmt[] = "{\"success\":false,\"errormsg\":[%s],\"msg\":[],\"bizresult\":null}";
+    const char *action = api_req_param(req, "action");
+    const char *ev = api_req_param(req, "event_submit_do_get_rate_controller");
+    buf_t b = BUF_INIT, m = BUF_INIT;
+    if (!action || strcmp(action, "fullbuild_workflow_action") != 0 || !ev || strcmp(ev, "true") != 0) {
+        static const char only[] = "sluice answers only action=fullbuild_workflow_action&"
+                                   "event_submit_do_get_rate_controller=true";
+        buf_put_json_string(&m, only, sizeof(only) - 1);
+        buf_printf(&b, fail_fmt, m.data);
+        api_reply(req, 400, "application/json;charset=UTF-8", b.data, b.len);
+        goto out;
+    }
+    const char *pipeline = api_req_param(req, "pipeline");
+    const char *lm = api_req_param(req, "lastModified");
+    int64_t last = -1;
+    if (!pipeline || control_job_name_valid(pipeline, strlen(pipeline), err, sizeof(err)) != 0) {
+        const char *msg = pipeline ? err : "form field pipeline is required";
+        buf_put_json_string(&m, msg, strlen(msg));
+        buf_printf(&b, fail_fmt, m.data);
+        api_reply(req, 400, "application/json;charset=UTF-8", b.data, b.len);
+        goto out;
+    }
+    if (lm && *lm && parse_int64(lm, &last) != 0) {
+        static const char bad_lm[] = "form field lastModified must be milliseconds since the epoch";
+        buf_put_json_string(&m, bad_lm, sizeof(bad_lm) - 1);
+        buf_printf(&b, fail_fmt, m.data);
+        api_reply(req, 400, "application/json;charset=UTF-8", b.data, b.len);
+        goto out;
+    }
+    control_state_t s;
+    if (control_store_get(ctl.store, pipeline, &s) != 0) {
+        ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
+        goto out;
+    }
+    buf_puts(&b, "{\"success\":true,\"errormsg\":[],\"msg\":[],\"bizresult\":");
+    if (s.updated_at_ms > last) {
+        buf_printf(&b,
+                   "{\"pause\":%s,\"lastModified\":%lld,\"controllerType\":\"%s\","
+                   "\"payloadParams\":{\"rateLimitPerSecond\":%lld}}",
+                   s.spec.mode == CONTROL_PAUSED ? "true" : "false", (long long)s.updated_at_ms,
+                   control_mode_tis_type(s.spec.mode), (long long)s.spec.rate_limit_per_second);
+    } else {
+        buf_puts(&b, "{}");
+    }
+    buf_putc(&b, '}');
+    control_state_free(&s);
+    api_reply(req, 200, "application/json;charset=UTF-8", b.data, b.len);
+out:
+    buf_free(&b);
+    buf_free(&m);
+}
+
+/* --- metrics, shutdown, registration ------------------------------------------------------------------- */
+
+static void ctl_metrics(void *ud, buf_t *out)
+{
+    control_store_write_metrics(ctl.store, out);
+    buf_printf(out,
+               "# HELP sluice_control_long_polls_parked Long-polls waiting for a flow-control change.\n"
+               "# TYPE sluice_control_long_polls_parked gauge\nsluice_control_long_polls_parked %lld\n"
+               "# HELP sluice_control_long_polls_answered_total Parked long-polls answered by a change.\n"
+               "# TYPE sluice_control_long_polls_answered_total counter\n"
+               "sluice_control_long_polls_answered_total %llu\n"
+               "# HELP sluice_control_long_polls_timed_out_total Parked long-polls that reached their wait.\n"
+               "# TYPE sluice_control_long_polls_timed_out_total counter\n"
+               "sluice_control_long_polls_timed_out_total %llu\n"
+               "# HELP sluice_control_stream_subscribers Open SSE streams of flow-control changes.\n"
+               "# TYPE sluice_control_stream_subscribers gauge\nsluice_control_stream_subscribers %lld\n"
+               "# HELP sluice_control_stream_dropped_total SSE subscribers dropped for reading too slowly.\n"
+               "# TYPE sluice_control_stream_dropped_total counter\nsluice_control_stream_dropped_total %llu\n"
+               "# HELP sluice_control_expirations_total Temporary changes reverted when their time ran out.\n"
+               "# TYPE sluice_control_expirations_total counter\nsluice_control_expirations_total %llu\n",
+               (long long)atomic_load(&ctl.parked), (unsigned long long)atomic_load(&ctl.polls_answered),
+               (unsigned long long)atomic_load(&ctl.polls_timed_out), (long long)atomic_load(&ctl.subscribers),
+               (unsigned long long)atomic_load(&ctl.dropped), (unsigned long long)atomic_load(&ctl.expired));
+}
+
+/* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends
+ * streams, and from now on answers new polls at once. */
+static void ctl_worker_close(void *arg)
+{
+    ctl_worker_t *w = arg;
+    w->closing = true;
+    while (w->polls) {
+        ctl_poll_t *p = w->polls;
+        buf_t b = BUF_INIT;
+        uint64_t v = control_store_get_json(ctl.store, p->job, &b);
+        api_reply_header(p->req, "Connection", "close");
+        ctl_poll_answer(p, NULL, 0, v, 304);
+        buf_free(&b);
+    }
+    while (w->subs)
+        ctl_sub_end(w, w->subs);
+    if (w->heartbeat) {
+        event_free(w->heartbeat);
+        w->heartbeat = NULL;
+    }
+    pthread_mutex_lock(&ctl.bmu);
+    ctl.barrier--;
+    pthread_cond_broadcast(&ctl.bcv);
+    pthread_mutex_unlock(&ctl.bmu);
+}
+
+static void ctl_on_shutdown(void *ud)
+{
+    pthread_mutex_lock(&ctl.mu);
+    ctl.stopping = true;
+    pthread_mutex_unlock(&ctl.mu);
+    if (!atomic_load(&ctl.live))
+        return; /* never served a request: nothing parked, and the workers may be idle */
+    pthread_mutex_lock(&ctl.bmu);
+    ctl.barrier = 0;
+    for (int i = 0; i < ctl.nworkers; i++)
+        if (api_server_run_on(ctl.srv, i, ctl_worker_close, &ctl.workers[i]) == 0)
+            ctl.barrier++;
+    /* Wait until every worker has run it: deliveries queued before it have run too (FIFO), so no
+     * fan-out is left in a loop that is about to stop. Bounded, in case a worker is wedged. */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 5;
+    while (ctl.barrier > 0)
+        if (pthread_cond_timedwait(&ctl.bcv, &ctl.bmu, &dl) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&ctl.bmu);
+}
+
+int api_control_register(const api_control_options_t *opt, char *err, size_t errlen)
+{
+    assert(!ctl.store);
+    memset(&ctl, 0, sizeof(ctl));
+    ctl.srv = opt->srv;
+    ctl.read_auth = opt->read_auth;
+    pthread_mutex_init(&ctl.mu, NULL);
+    pthread_cond_init(&ctl.cv, NULL);
+    pthread_mutex_init(&ctl.bmu, NULL);
+    pthread_cond_init(&ctl.bcv, NULL);
+    if (opt->token_file && opt->token_file[0]) {
+        int n = api_control_load_tokens(opt->token_file, &ctl.tok_names, &ctl.tok_values, err, errlen);
+        if (n < 0)
+            return -1;
+        ctl.ntokens = n;
+        ctl.have_tokens = true;
+    }
+    ctl.store = control_store_open(opt->storage_path, err, errlen);
+    if (!ctl.store)
+        goto fail;
+    /* Changes that ran out while sluice was down come back now, before anyone can read them. */
+    char xerr[256];
+    int n = control_store_expire_due(ctl.store, ctl_now_ms(), NULL, NULL, xerr, sizeof(xerr));
+    if (n < 0) {
+        snprintf(err, errlen, "cannot revert expired flow-control changes: %s", xerr);
+        goto fail;
+    }
+    atomic_store(&ctl.expired, (uint64_t)n);
+    ctl.nworkers = opt->srv ? api_server_worker_count(opt->srv) : 0;
+    ctl.workers = calloc(ctl.nworkers > 0 ? (size_t)ctl.nworkers : 1, sizeof(*ctl.workers));
+    if (!ctl.workers) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (pthread_create(&ctl.thread, NULL, ctl_thread_main, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the control thread: %s", strerror(errno));
+        goto fail;
+    }
+    ctl.thread_started = true;
+    api_route_add(API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, NULL);
+    api_route_add(API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, NULL);
+    api_route_add(API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, NULL);
+    api_route_add(API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, NULL);
+    metrics_register("control", ctl_metrics, NULL);
+    if (opt->srv)
+        api_server_on_shutdown(opt->srv, ctl_on_shutdown, NULL);
+    log_info("control", "flow control ready", LF_I("jobs", (int64_t)control_store_job_count(ctl.store)),
+             LF_I("expired_at_start", n), LF_B("token_auth", ctl.have_tokens), LF_B("read_auth", ctl.read_auth));
+    return 0;
+fail:
+    api_control_shutdown();
+    return -1;
+}
+
+void api_control_shutdown(void)
+{
+    if (ctl.thread_started) {
+        pthread_mutex_lock(&ctl.mu);
+        ctl.stop = true;
+        pthread_cond_signal(&ctl.cv);
+        pthread_mutex_unlock(&ctl.mu);
+        pthread_join(ctl.thread, NULL);
+        ctl.thread_started = false;
+    }
+    /* Ops still queued (the server stopped before they ran) are dropped with their requests. */
+    while (ctl.head) {
+        ctl_op_t *op = ctl.head;
+        ctl.head = op->next;
+        ctl_op_free(op);
+    }
+    ctl.tail = NULL;
+    control_store_close(ctl.store);
+    ctl.store = NULL;
+    free(ctl.workers);
+    ctl.workers = NULL;
+    if (ctl.have_tokens)
+        api_control_free_tokens(ctl.tok_names, ctl.tok_values, ctl.ntokens);
+    ctl.tok_names = ctl.tok_values = NULL;
+    ctl.ntokens = 0;
+    ctl.have_tokens = false;
+}

@@ -1,0 +1,37 @@
+/*
+ * api/control — the flow-control HTTP API: REST reads and changes, long-polls, the SSE stream of
+ * changes, the TIS-compatible poll, auth, and the control self-metrics. The model is in
+ * internal/control/control.h, persistence in internal/control/store.h; the endpoints are
+ * documented in api/openapi.yaml and docs/control.md.
+ */
+#ifndef SLUICE_API_CONTROL_H
+#define SLUICE_API_CONTROL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/server.h"
+
+typedef struct {
+    api_server_t *srv;        /* started later; parked requests live on its workers */
+    const char *storage_path; /* the data directory (exists, locked) */
+    const char *token_file;   /* NULL or "": mutations only from 127.0.0.1 / ::1 */
+    bool read_auth;           /* reads need a token (or loopback) too */
+} api_control_options_t;
+
+/* Opens the control store (reverting changes that expired while sluice was down), loads the token
+ * file, registers routes, the metrics collector and a shutdown hook, and starts the control
+ * thread (which owns every SQLite write and the expiry clock). Call once, before
+ * api_server_start. 0 or -1 + err. */
+int api_control_register(const api_control_options_t *opt, char *err, size_t errlen);
+/* After api_server_stop: stops the control thread and closes the store. Safe if register failed
+ * or never ran. */
+void api_control_shutdown(void);
+
+/* Parses a token file (one `name:token` per line, `#` comments, blank lines ignored). Exposed for
+ * tests. Returns the number of tokens, or -1 + err (naming the line). names/tokens are malloc'd
+ * arrays of malloc'd strings; free with api_control_free_tokens. */
+int api_control_load_tokens(const char *path, char ***names, char ***tokens, char *err, size_t errlen);
+void api_control_free_tokens(char **names, char **tokens, int n);
+
+#endif
