@@ -52,6 +52,7 @@
  */
 #include "internal/expfmt/text_parse.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -336,19 +337,13 @@ static uint32_t name_hash(const char *s)
     return h;
 }
 
-/* true if lab[n] (already NUL-terminated) repeats a name in lab[0..n). */
+/* *dup = whether lab[n] (NUL-terminated) repeats a name in lab[0..n), for n >= SET_THRESHOLD:
+ * a generation-stamped hash set, so a sample with thousands of labels stays linear. */
 static int lab_is_dup(tp_t *tp, label_t *lab, size_t n, bool *dup)
 {
     *dup = false;
     const char *nm = lab[n].name;
-    if (n < SET_THRESHOLD) {
-        for (size_t i = 0; i < n; i++)
-            if (strcmp(lab[i].name, nm) == 0) {
-                *dup = true;
-                return 0;
-            }
-        return 0;
-    }
+    assert(n >= SET_THRESHOLD); /* below it read_labels compares directly */
     if (!tp->lset || tp->lsetcap < 2 * tp->max_labels) {
         size_t cap = 64;
         while (cap < 2 * tp->max_labels)
@@ -402,17 +397,44 @@ static const char *float_label(tp_t *tp, const char *in, double v)
     return out;
 }
 
+/* SWAR: a mask with the high bit set in the first byte of x equal to the byte in `c` (bits above
+ * the first match may be spurious, so only the lowest one is meaningful). */
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+static inline uint64_t swar_eq(uint64_t x, uint64_t c)
+{
+    uint64_t y = x ^ c;
+    return (y - ONES) & ~y & HIGHS;
+}
+
 /*
  * Reads one label value; p is at the opening quote. Unescapes in place and NUL-terminates.
- * On return *pp is at the closing quote. Returns 0, TP_EOF or a negative error.
+ * On return *pp is at the closing quote and *ascii says whether every byte was < 0x80 (then
+ * the UTF-8 check can be skipped). Returns 0, TP_EOF or a negative error.
  */
-static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen)
+static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen, bool *ascii)
 {
     char *p = *pp + 1, *e = tp->end;
     char *start = p;
-    /* Fast path: no escapes. */
-    while (p < e && *p != '"' && *p != '\\' && *p != '\n')
-        p++;
+    uint64_t high = 0;
+    /* Fast path, 8 bytes at a time, up to the first quote, backslash, newline or NUL. */
+    while (e - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t m = swar_eq(w, ONES * '"') | swar_eq(w, ONES * '\\') | swar_eq(w, ONES * '\n') |
+                     swar_eq(w, 0);
+        if (m) {
+            unsigned k = (unsigned)__builtin_ctzll(m) / 8;
+            uint64_t keep = k ? (~UINT64_C(0) >> (64 - 8 * k)) : 0;
+            high |= w & keep & HIGHS;
+            p += k;
+            break;
+        }
+        high |= w & HIGHS;
+        p += 8;
+    }
+    while (p < e && *p != '"' && *p != '\\' && *p != '\n' && *p != 0)
+        high |= (unsigned char)*p++ & 0x80;
     char *w = p;
     for (;;) {
         if (p >= e)
@@ -424,6 +446,8 @@ static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen)
             QUOTE(q, start, (size_t)(w - start));
             return tp_fail(tp, EXPFMT_EPARSE, "label value %s contains unescaped new-line", q);
         }
+        if (c == 0)
+            return tp_fail(tp, EXPFMT_EPARSE, "label value contains a NUL byte");
         if (c == '\\') {
             if (++p >= e)
                 return TP_EOF;
@@ -436,6 +460,7 @@ static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen)
             p++;
             continue;
         }
+        high |= (unsigned char)c & 0x80;
         *w++ = c;
         p++;
     }
@@ -443,6 +468,7 @@ static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen)
     *w = 0; /* w <= p, and p (the closing quote) is consumed by the caller */
     *val = start;
     *pp = p;
+    *ascii = high == 0;
     return 0;
 }
 
@@ -461,6 +487,8 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
 {
     char *p = *pp, *e = tp->end;
     size_t total = 0; /* labels incl. special, for the limit */
+    uint64_t keys[SET_THRESHOLD];
+    assert(*n == 0);
     for (;;) {
         p = skip_blank(p + 1, e);
         if (p >= e)
@@ -504,9 +532,26 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             if (lab_reserve(tp, lab, *n) < 0)
                 return tp_nomem(tp);
             (*lab)[*n].name = ln;
-            bool dup;
-            if (lab_is_dup(tp, *lab, *n, &dup) < 0)
+            bool dup = false;
+            if (*n < SET_THRESHOLD) {
+                /* compare a (length, first 7 bytes) key before strcmp: Flink's names share
+                 * prefixes (task_attempt_id, task_attempt_num) */
+                uint64_t key = 0;
+                size_t kn = lnlen < 7 ? lnlen : 7;
+                if (e - ln >= 8) { /* one load; the bytes past the name are masked off */
+                    memcpy(&key, ln, 8);
+                    key &= (UINT64_C(1) << (8 * kn)) - 1;
+                } else {
+                    for (size_t j = 0; j < kn; j++)
+                        key |= (uint64_t)(unsigned char)ln[j] << (8 * j);
+                }
+                key |= (uint64_t)(lnlen & 0xff) << 56;
+                for (size_t j = 0; j < *n && !dup; j++)
+                    dup = keys[j] == key && strcmp((*lab)[j].name, ln) == 0;
+                keys[*n] = key;
+            } else if (lab_is_dup(tp, *lab, *n, &dup) < 0) {
                 return tp_nomem(tp);
+            }
             if (dup) {
                 QUOTE(q, fam->name, fam->namelen);
                 return tp_fail(tp, EXPFMT_EPARSE, "duplicate label names for metric %s", q);
@@ -522,17 +567,16 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
         }
         char *val;
         size_t vlen;
-        int rc = read_label_value(tp, &p, &val, &vlen);
+        bool ascii;
+        int rc = read_label_value(tp, &p, &val, &vlen, &ascii);
         if (rc)
             return rc;
         if (vlen > tp->max_value)
             return tp_fail(tp, EXPFMT_ELIMIT, "label value longer than %zu bytes", tp->max_value);
-        if (!expfmt__utf8_valid(val, vlen)) {
+        if (!ascii && !expfmt__utf8_valid(val, vlen)) {
             QUOTE(q, val, vlen);
             return tp_fail(tp, EXPFMT_EPARSE, "invalid label value %s", q);
         }
-        if (memchr(val, 0, vlen))
-            return tp_fail(tp, EXPFMT_EPARSE, "label value contains a NUL byte");
         if (special) {
             if (expfmt__parse_float(val, vlen, &sp->v) < 0) {
                 QUOTE(q, val, vlen);

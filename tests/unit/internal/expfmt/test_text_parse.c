@@ -17,7 +17,9 @@
 #include <string.h>
 
 #include "internal/expfmt/family.h"
+#include "internal/expfmt/flinkgen.h"
 #include "internal/expfmt/text_parse.h"
+#include "internal/util/buf.h"
 
 static arena_t *A;
 static char ERR[1024];
@@ -596,6 +598,60 @@ static void test_openmetrics(void **state)
     assert_int_equal(parse_om("# UNIT a s\n# UNIT a s\n# EOF\n", &r), EXPFMT_EPARSE);
 }
 
+/* ------------------------------------------------------------------------ Flink fixture */
+
+static void test_flink_body(void **state)
+{
+    buf_t b1, b2;
+    buf_init(&b1);
+    buf_init(&b2);
+    size_t series = flinkgen_taskmanager(&b1, 3, 42, 1);
+    assert_int_equal(flinkgen_taskmanager(&b2, 3, 42, 2), series);
+    assert_true(series >= 1000 && series <= 1500);
+    expfmt_result_t r1, r2;
+    arena_t *a2 = arena_create(0);
+    assert_int_equal(expfmt_parse_text(b2.data, b2.len, false, NULL, a2, &r2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(parse_lim(b1.data, b1.len, false, NULL, &r1), 0);
+    assert_int_equal(r1.nsamples, series);
+    size_t summaries = 0, counts = 0, grew = 0;
+    for (size_t f = 0; f < r1.nfamilies; f++) {
+        const expfmt_family_t *F = &r1.families[f];
+        assert_true(F->type == EXPFMT_GAUGE || F->type == EXPFMT_SUMMARY);
+        assert_true(strncmp(F->name, "flink_taskmanager_", 18) == 0);
+        assert_non_null(F->help);
+        assert_non_null(strstr(F->help, " (scope: taskmanager"));
+        summaries += F->type == EXPFMT_SUMMARY;
+        for (size_t i = 0; i < F->nsamples; i++) {
+            const expfmt_sample_t *s = &F->samples[i];
+            assert_int_not_equal(s->kind, EXPFMT_KIND_SUM); /* Flink sends no _sum */
+            counts += s->kind == EXPFMT_KIND_COUNT;
+            assert_false(s->has_timestamp);
+            assert_non_null(lab(s, "host"));
+            assert_non_null(lab(s, "tm_id"));
+            if (strstr(F->name, "_job_task_")) {
+                assert_non_null(lab(s, "subtask_index"));
+                assert_non_null(lab(s, "task_attempt_num"));
+                assert_string_equal(lab(s, "job_name"), "order_enrichment");
+            }
+            if (strstr(F->name, "_operator_"))
+                assert_non_null(lab(s, "operator_name"));
+            if (strcmp(F->name, "flink_taskmanager_job_task_operator_numRecordsIn") == 0)
+                grew += r2.families[f].samples[i].value > s->value;
+        }
+    }
+    assert_true(summaries >= 3);
+    assert_true(counts > 0);
+    assert_int_equal(grew, 36); /* 12 subtasks x 3 operators: counters grow between ticks */
+    size_t f1, s1, s2;
+    assert_int_equal(expfmt_check_duplicates(&r1, NULL, 0, A, &f1, &s1, &s2, ERR, sizeof(ERR)), 0);
+    char job[64];
+    flinkgen_job_name(job, sizeof(job), 3, 42);
+    assert_int_equal(strlen(job), 8 + 32);
+    arena_destroy(a2);
+    buf_free(&b1);
+    buf_free(&b2);
+}
+
 /* ------------------------------------------------------------------------ fuzz */
 
 static const char *const seeds[] = {
@@ -687,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_duplicates),
         cmocka_unit_test(test_quote_and_content_type),
         cmocka_unit_test(test_openmetrics),
+        cmocka_unit_test(test_flink_body),
         cmocka_unit_test(test_fuzz),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
