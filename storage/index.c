@@ -34,7 +34,10 @@
  *   matcher matches ""         ->  all slots minus postings of non-matching values
  *
  * which is exactly "a series without the label counts as having value ''". Positive sets are
- * intersected, then negative sets subtracted.
+ * intersected, then negative sets subtracted. Plans are computed before the shards are scanned;
+ * if a new label pair appeared or a symbol id was freed meanwhile (two generation counters), the
+ * shard's candidates are re-checked against their labels, so concurrent creation never lets a
+ * non-matching series through.
  */
 #include "storage/index.h"
 
@@ -313,6 +316,7 @@ struct index {
     u64map_t sym_by_hash;  /* xxh3(string) -> id */
     uint64_t sym_bytes;
     _Atomic uint64_t sym_gen; /* bumped when an id is freed (and so may be reused) */
+    _Atomic uint64_t pairs_gen; /* bumped when a (name, value) pair appears in the names table */
 
     pthread_rwlock_t names_lock;
     u64map_t names;      /* name id -> values_t* */
@@ -437,6 +441,7 @@ static int names_pair_ref(index_t *ix, uint32_t name, uint32_t value)
     }
     if (map_put(&ix->pair_count, key, 1) < 0)
         return -1;
+    atomic_fetch_add(&ix->pairs_gen, 1);
     uint64_t *vp = map_get(&ix->names, name);
     values_t *vals = vp ? (values_t *)(uintptr_t)*vp : NULL;
     if (!vals || vals->n == vals->cap) {
@@ -913,8 +918,8 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
     /* pthread rwlocks cannot downgrade; re-take as a reader. The series cannot vanish in between
      * unless a sweep removes it (only when its payload says it is empty — a freshly created series
      * has not been appended to yet), so look it up again rather than trusting the pointer. */
+    index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot}; /* s is ours only while locked */
     pthread_rwlock_unlock(&sh->lock);
-    index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot};
     index_series_t *again = index_acquire_ref(ix, &ref);
     if (!again)
         return index_acquire_or_create(ix, ls, hash, id, out, created);
@@ -1013,21 +1018,6 @@ static bool series_matches(const index_t *ix, const index_series_t *s, const mat
     return true;
 }
 
-static void verify_refs(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t *out, size_t first)
-{
-    size_t o = first;
-    for (size_t i = first; i < out->n; i++) {
-        index_series_t *s = index_acquire_ref(ix, &out->v[i]);
-        if (!s)
-            continue;
-        bool ok = series_matches(ix, s, ms, n);
-        index_release(ix, s);
-        if (ok)
-            out->v[o++] = out->v[i];
-    }
-    out->n = o;
-}
-
 int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t *out)
 {
     plan_t *plans = calloc(n ? n : 1, sizeof(plan_t));
@@ -1035,8 +1025,7 @@ int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t
         return INDEX_ERR_NOMEM;
     int rc = INDEX_OK;
     bool nothing = false;
-    size_t first = out->n;
-    uint64_t gen = atomic_load(&ix->sym_gen);
+    uint64_t gen = atomic_load(&ix->sym_gen), pgen = atomic_load(&ix->pairs_gen);
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (plan_matcher(ix, ms[i], &plans[i]) < 0)
             rc = INDEX_ERR_NOMEM;
@@ -1074,8 +1063,16 @@ int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t
             else
                 vec_subtract(&cur, tmp.v, tmp.n);
         }
+        /* The plans describe the index as it was before this shard was locked. A series visible
+         * now whose labels were not (a new value a negative matcher never saw, or a symbol id
+         * freed and reused for another string) could be wrongly in cur; both bump a generation
+         * before the series is published, so if neither moved the plans are exact here. Else
+         * check the candidates against their labels (cheap for literal matchers). */
+        bool verify = n > 0 && (atomic_load(&ix->sym_gen) != gen || atomic_load(&ix->pairs_gen) != pgen);
         for (size_t k = 0; k < cur.n && rc == 0; k++) {
             index_series_t *s = sh->slots[cur.v[k]];
+            if (verify && !series_matches(ix, s, ms, n))
+                continue;
             if (refs_push(out, (index_ref_t){.id = s->id, .shard = si, .slot = s->slot}) < 0)
                 rc = INDEX_ERR_NOMEM;
         }
@@ -1086,11 +1083,6 @@ int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t
     free(plans);
     free(cur.v);
     free(tmp.v);
-    /* A symbol id looked up while planning may have been freed and reused for another string
-     * meanwhile; then the postings could name series that do not match. Rare (needs a series
-     * removal during the select); re-check those results against the labels themselves. */
-    if (rc == INDEX_OK && n > 0 && atomic_load(&ix->sym_gen) != gen)
-        verify_refs(ix, ms, n, out, first);
     return rc;
 }
 

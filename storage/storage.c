@@ -828,6 +828,8 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
             }
         }
         hrc = head_check(s->head, &refs[i], smp[i].t);
+        if (hrc == HEAD_ERR_NOT_FOUND)
+            hrc = HEAD_OK; /* swept meanwhile: recreated at apply time below */
         if (hrc != HEAD_OK) {
             int code = head_to_storage_err(hrc);
             fail(res, i, code, err_text(code), &ls);
@@ -857,6 +859,16 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         if (!ok[i])
             continue;
         int hrc = head_append_ref(s->head, &refs[i], smp[i].t, smp[i].v);
+        if (hrc == HEAD_ERR_NOT_FOUND) {
+            /* Swept as empty between creation and now (expiry removes series with no samples):
+             * bring it back under the same id; its WAL series record is already logged. */
+            labels_t ls;
+            const char *why;
+            bool created;
+            if (normalize(&smp[i].labels, lbuf, &ls, &why) == 0 &&
+                head_get_or_create(s->head, &ls, labels_hash(&ls), refs[i].id, &refs[i], &created) == HEAD_OK)
+                hrc = head_append_ref(s->head, &refs[i], smp[i].t, smp[i].v);
+        }
         if (hrc != HEAD_OK) {
             /* Lost a race with another appender of this series since the check. */
             int code = hrc == HEAD_ERR_NOT_FOUND ? STORAGE_ERR_NOMEM : head_to_storage_err(hrc);
