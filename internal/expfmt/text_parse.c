@@ -21,6 +21,8 @@
  *   name     = [a-zA-Z_:][a-zA-Z0-9_:]*      lname = [a-zA-Z_][a-zA-Z0-9_]*, not __name__
  *   value    = Go float (family.c), terminated by blank or '\n' ("1\r" is not a float)
  *   timestamp= Go int64 ms; anything after it, even one blank, is "spurious string"
+ *   In TYPE words and after the timestamp every backslash is dropped first (a Go quirk:
+ *   "# TYPE a ga\\uge" is a gauge, "a 1 2\\" is fine).
  *
  * Semantics mirrored from the Go parser:
  * - Families are keyed by name; "foo_count"/"foo_sum" belong to family "foo" if "foo" is a
@@ -653,6 +655,17 @@ static int parse_type_word(bool om, const char *s, size_t n, expfmt_type_t *t)
     return -1;
 }
 
+/* Go's readTokenUntilNewline(false) drops every backslash (it sets "escaped" but never reads
+ * escapes in that mode): compacts p[0:nl) in place the same way and returns the new length. */
+static size_t drop_backslashes(char *p, const char *nl)
+{
+    char *w = p;
+    for (char *r = p; r < nl; r++)
+        if (*r != '\\')
+            *w++ = *r;
+    return (size_t)(w - p);
+}
+
 /* p at '#'. On return *pp is past the line's '\n'. */
 static int parse_comment(tp_t *tp, char **pp)
 {
@@ -767,8 +780,9 @@ static int parse_comment(tp_t *tp, char **pp)
         if (!nl)
             return TP_EOF;
         expfmt_type_t t;
-        if (parse_type_word(tp->om, p, (size_t)(nl - p), &t) < 0) {
-            QUOTE(q, p, (size_t)(nl - p));
+        size_t tl = tp->om ? (size_t)(nl - p) : drop_backslashes(p, nl);
+        if (parse_type_word(tp->om, p, tl, &t) < 0) {
+            QUOTE(q, p, tl);
             return tp_fail(tp, EXPFMT_EPARSE, "unknown metric type %s", q);
         }
         fam->type = t;
@@ -939,8 +953,9 @@ static int parse_sample(tp_t *tp, char **pp)
             char *nl = memchr(p, '\n', (size_t)(e - p));
             if (!nl)
                 return TP_EOF;
-            if (nl != p) {
-                QUOTE(q, p, (size_t)(nl - p));
+            size_t rest = tp->om ? (size_t)(nl - p) : drop_backslashes(p, nl);
+            if (rest) {
+                QUOTE(q, p, rest);
                 return tp_fail(tp, EXPFMT_EPARSE, "spurious string after timestamp: %s", q);
             }
         }

@@ -166,6 +166,9 @@ static const err_case_t pg_errors[] = {
     {"a 1 99999999999999999999\n",
      "text format parsing error in line 1: expected integer as timestamp, got \"99999999999999999999\""},
     {"\xef\xbb\xbf" "a 1\n", "text format parsing error in line 1: invalid metric name"},
+    {"a 1 2\\\n", "text format parsing error in line 1: expected integer as timestamp, got \"2\\\\\""},
+    {"a 1 2 \\\n", "text format parsing error in line 1: spurious string after timestamp: \" \""},
+    {"# TYPE a ga\\ge \n", "text format parsing error in line 1: unknown metric type \"gage \""},
     /* recorded by reasoning from the Go source (same code paths as above) */
     {"a 1\nb 2\nc", "text format parsing error in line 3: unexpected end of input stream"},
     {"# comment without newline", "text format parsing error in line 1: unexpected end of input stream"},
@@ -211,6 +214,7 @@ static const char *const pg_accepts[] = {
     "a {x=\"1\"} 1\n",
     "# TYPE a gauge_histogram\n", /* accepted: no sample */
     "a -1 -5\n",
+    "# TYPE a ga\\uge\na 1\n", /* backslashes vanish from TYPE words */
 };
 
 static void test_pushgateway_errors(void **state)
