@@ -1301,7 +1301,8 @@ static void stat_push(statvec_t *s, const char *name, uint64_t value)
 
 static void stat_top(statvec_t *s, size_t top, arena_t *a, index_stat_t **out, size_t *n)
 {
-    qsort(s->v, s->n, sizeof(index_stat_t), cmp_stat_desc);
+    if (s->n)
+        qsort(s->v, s->n, sizeof(index_stat_t), cmp_stat_desc);
     size_t k = s->n < top ? s->n : top;
     *out = arena_alloc(a, sizeof(index_stat_t) * (k ? k : 1));
     for (size_t i = 0; i < k; i++) {

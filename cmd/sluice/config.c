@@ -32,6 +32,7 @@ typedef struct {
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_formats[] = {"logfmt", "json", NULL};
+static const char *const wal_fsync_modes[] = {"interval", "always", NULL};
 
 #define OFF(f) offsetof(config_t, f)
 static const config_option_t config_options[] = {
@@ -48,6 +49,13 @@ static const config_option_t config_options[] = {
     {"web.control-read-auth", OPT_BOOL, OFF(control_read_auth), "false", "Require a flow-control token (or 127.0.0.1/::1) for reading control states too.", NULL},
     {"storage.path", OPT_STRING, OFF(storage_path), "./data", "Data directory (WAL, snapshot, SQLite roll-ups and state).", NULL},
     {"retention.raw", OPT_DURATION, OFF(retention_raw_ms), "2h", "How long raw 1-second samples stay in memory.", NULL},
+    {"storage.rollups", OPT_STRING, OFF(rollups), "1m:15d,1h:400d", "Roll-up resolutions and retentions in SQLite (\"\" = none).", NULL},
+    {"storage.max-series", OPT_INT, OFF(max_series), "2000000", "Most series held in memory; new series beyond it are refused (0 = no limit).", NULL},
+    {"storage.max-series-per-request", OPT_INT, OFF(max_series_per_request), "200000", "Most distinct series in one push or remote write (0 = no limit).", NULL},
+    {"storage.max-samples-per-request", OPT_INT, OFF(max_samples_per_request), "2000000", "Most samples in one push or remote write (0 = no limit).", NULL},
+    {"storage.snapshot-interval", OPT_DURATION, OFF(snapshot_interval_ms), "1h", "How often the in-memory tier is snapshotted (also on clean shutdown).", NULL},
+    {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval", "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.", wal_fsync_modes},
+    {"wal.fsync-interval", OPT_DURATION, OFF(wal_fsync_interval_ms), "1s", "Longest time between WAL fsyncs (what kill -9 can lose at most).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},
     {"log.format", OPT_STRING, OFF(log_format), "logfmt", "Log format: logfmt or json.", log_formats},
 };
@@ -73,7 +81,8 @@ static int config_set(config_t *c, const config_option_t *o, const char *val, co
                 ok = ok || strcmp(*ch, val) == 0;
             if (!ok) {
                 snprintf(err, errlen, "invalid value \"%s\" for %s%s (allowed: %s)", val, where, o->name,
-                         o->choices == log_levels ? "debug, info, warn, error" : "logfmt, json");
+                         o->choices == log_levels ? "debug, info, warn, error"
+                         : o->choices == wal_fsync_modes ? "interval, always" : "logfmt, json");
                 return -1;
             }
         }
@@ -261,6 +270,10 @@ int config_validate(const config_t *c, char *err, size_t errlen)
     }
     if (c->workers > 256) {
         snprintf(err, errlen, "--web.workers must be at most 256");
+        return -1;
+    }
+    if (c->wal_fsync_interval_ms < 1 || c->wal_fsync_interval_ms > 60000) {
+        snprintf(err, errlen, "--wal.fsync-interval must be between 1ms and 1m");
         return -1;
     }
     if (!c->storage_path[0]) {

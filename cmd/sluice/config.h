@@ -31,6 +31,13 @@ typedef struct {
     /* storage */
     char *storage_path;
     int64_t retention_raw_ms;
+    int64_t max_series;
+    int64_t max_series_per_request;
+    int64_t max_samples_per_request;
+    char *wal_fsync;            /* "interval" | "always" */
+    int64_t wal_fsync_interval_ms;
+    int64_t snapshot_interval_ms;
+    char *rollups;              /* "1m:15d,1h:400d" */
     /* logging */
     char *log_level;
     char *log_format;

@@ -23,10 +23,12 @@
 #include "api/router.h"
 #include "api/server.h"
 #include "api/status.h"
+#include "api/tsdb_status.h"
 #include "cmd/sluice/config.h"
 #include "internal/util/buildinfo.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
+#include "storage/storage.h"
 
 typedef struct {
     config_t *cfg;
@@ -96,6 +98,23 @@ static int main_lock_data_dir(const char *path, char *err, size_t errlen)
 }
 
 static void main_http_metrics(void *ud, buf_t *out) { api_server_write_metrics(ud, out); }
+static void main_storage_metrics(void *ud, buf_t *out) { storage_write_metrics(ud, out); }
+
+static storage_t *main_storage_new(const config_t *c, char *err, size_t errlen)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.path = c->storage_path;
+    o.retention_raw_ms = c->retention_raw_ms;
+    o.wal_fsync_always = strcmp(c->wal_fsync, "always") == 0;
+    o.wal_fsync_interval_ms = (uint32_t)c->wal_fsync_interval_ms;
+    o.max_series = (uint64_t)c->max_series;
+    o.max_series_per_request = (uint32_t)c->max_series_per_request;
+    o.max_samples_per_request = (uint32_t)c->max_samples_per_request;
+    o.rollups = c->rollups;
+    o.snapshot_interval_ms = c->snapshot_interval_ms;
+    return storage_new(&o, err, errlen);
+}
 static void main_process_metrics(void *ud, buf_t *out)
 {
     (void)ud;
@@ -157,6 +176,7 @@ int main(int argc, char **argv)
     int rc = 1;
     int lock_fd = -1;
     api_server_t *srv = NULL;
+    storage_t *storage = NULL;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
 
@@ -180,10 +200,17 @@ int main(int argc, char **argv)
         goto out;
     }
 
+    storage = main_storage_new(&cfg, err, sizeof(err));
+    if (!storage) {
+        log_error("main", "cannot set up storage", LF_S("err", err));
+        goto out;
+    }
+
     config_format_flags_json(&cfg, &flags);
     api_status_options_t sto = {.flags_json = flags.data, .storage_path = cfg.storage_path,
                                 .retention_raw_ms = cfg.retention_raw_ms};
     api_status_register(&sto);
+    api_tsdb_status_register(storage);
     api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
                                  .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
     if (api_control_register(&cto, err, sizeof(err)) != 0) {
@@ -192,6 +219,7 @@ int main(int argc, char **argv)
     }
     metrics_register("process", main_process_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
+    metrics_register("storage", main_storage_metrics, storage);
 
     if (api_server_start(srv, err, sizeof(err)) != 0) {
         log_error("main", "cannot start the HTTP server", LF_S("err", err));
@@ -200,7 +228,12 @@ int main(int argc, char **argv)
     log_info("main", "listening", LF_S("address", cfg.listen_address), LF_I("port", api_server_port(srv)),
              LF_I("workers", api_server_worker_count(srv)), LF_S("storage_path", cfg.storage_path));
 
-    /* Recovery of persisted state happens here; until it is done /-/ready answers 503. */
+    /* Until recovery is done /-/ready answers 503 (the server is up so health checks see why). */
+    if (storage_recover(storage, err, sizeof(err)) != 0) {
+        log_error("main", "storage recovery failed", LF_S("err", err));
+        api_server_stop(srv, 0);
+        goto out;
+    }
     api_status_set_ready(true);
     log_info("main", "server is ready to receive requests");
 
@@ -216,6 +249,8 @@ int main(int argc, char **argv)
 
     api_status_set_ready(false);
     api_server_stop(srv, cfg.shutdown_timeout_ms);
+    storage_close(storage); /* final snapshot: a clean restart loses nothing */
+    storage = NULL;
     event_free(ev_term);
     event_free(ev_int);
     event_free(ev_hup);
@@ -224,6 +259,7 @@ int main(int argc, char **argv)
 out:
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_server_destroy(srv);
+    storage_close(storage);
     if (base)
         event_base_free(base);
     api_routes_clear();
