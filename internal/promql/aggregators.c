@@ -1,0 +1,408 @@
+/*
+ * aggregators — sum, avg, count, min, max, group, stddev, stdvar, topk, bottomk, count_values
+ * and quantile over one step's instant vector, with Prometheus 2.42's arithmetic:
+ *
+ *   - groups are keyed by the `by` labels (or all labels but the `without` ones and __name__) and
+ *     come out in the order their first member was seen;
+ *   - avg keeps a running mean (with Prometheus' care for infinities), stddev/stdvar use
+ *     Welford's update, min/max replace a NaN accumulator;
+ *   - topk/bottomk keep a binary heap per group that behaves exactly like Go's container/heap,
+ *     then sort it the way Go's sort.Sort does for small inputs (insertion sort), so ties and NaNs
+ *     come out in Prometheus' order.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal/labels/labels.h"
+#include "internal/promql/engine_int.h"
+
+/* ---- Go-compatible sorting ------------------------------------------------------------------ */
+
+static void swap_bytes(char *a, char *b, size_t size)
+{
+    char tmp[64];
+    while (size > 0) {
+        size_t k = size < sizeof(tmp) ? size : sizeof(tmp);
+        memcpy(tmp, a, k);
+        memcpy(a, b, k);
+        memcpy(b, tmp, k);
+        a += k;
+        b += k;
+        size -= k;
+    }
+}
+
+static void merge_sort(char *base, char *tmp, size_t n, size_t size, bool (*less)(const void *, const void *))
+{
+    if (n < 2)
+        return;
+    size_t h = n / 2;
+    merge_sort(base, tmp, h, size, less);
+    merge_sort(base + h * size, tmp, n - h, size, less);
+    size_t i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        if (less(base + j * size, base + i * size))
+            memcpy(tmp + (k++) * size, base + (j++) * size, size);
+        else
+            memcpy(tmp + (k++) * size, base + (i++) * size, size);
+    }
+    while (i < h)
+        memcpy(tmp + (k++) * size, base + (i++) * size, size);
+    while (j < n)
+        memcpy(tmp + (k++) * size, base + (j++) * size, size);
+    memcpy(base, tmp, n * size);
+}
+
+void pq_go_sort(void *base, size_t n, size_t size, bool (*less)(const void *, const void *))
+{
+    char *b = base;
+    if (n <= 12) {
+        for (size_t i = 1; i < n; i++)
+            for (size_t j = i; j > 0 && less(b + j * size, b + (j - 1) * size); j--)
+                swap_bytes(b + j * size, b + (j - 1) * size, size);
+        return;
+    }
+    char *tmp = malloc(n * size);
+    if (!tmp)
+        abort();
+    merge_sort(b, tmp, n, size, less);
+    free(tmp);
+}
+
+static int cmp_nan_first(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    bool xn = isnan(x), yn = isnan(y);
+    if (xn || yn)
+        return xn && yn ? 0 : (xn ? -1 : 1);
+    return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+double pq_quantile(double q, double *vals, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    if (q < 0)
+        return -INFINITY;
+    if (q > 1)
+        return INFINITY;
+    qsort(vals, n, sizeof(double), cmp_nan_first);
+    double nn = (double)n;
+    double rank = q * (nn - 1);
+    double lower = fmax(0, floor(rank));
+    double upper = fmin(nn - 1, lower + 1);
+    double weight = rank - floor(rank);
+    return vals[(size_t)lower] * (1 - weight) + vals[(size_t)upper] * weight;
+}
+
+/* ---- heaps (Go container/heap) -------------------------------------------------------------- */
+
+typedef struct {
+    promql_sample_t *v;
+    size_t n, cap;
+    bool reverse; /* bottomk: max-heap on value */
+} heap_t;
+
+static bool heap_less(const heap_t *h, size_t i, size_t j)
+{
+    double vi = h->v[i].v, vj = h->v[j].v;
+    if (isnan(vi))
+        return true;
+    return h->reverse ? vi > vj : vi < vj;
+}
+
+static void heap_swap(heap_t *h, size_t i, size_t j)
+{
+    promql_sample_t t = h->v[i];
+    h->v[i] = h->v[j];
+    h->v[j] = t;
+}
+
+static void heap_up(heap_t *h, size_t j)
+{
+    while (j > 0) {
+        size_t i = (j - 1) / 2;
+        if (!heap_less(h, j, i))
+            break;
+        heap_swap(h, i, j);
+        j = i;
+    }
+}
+
+static void heap_down(heap_t *h, size_t i, size_t n)
+{
+    for (;;) {
+        size_t j1 = 2 * i + 1;
+        if (j1 >= n)
+            break;
+        size_t j = j1;
+        if (j1 + 1 < n && heap_less(h, j1 + 1, j1))
+            j = j1 + 1;
+        if (!heap_less(h, j, i))
+            break;
+        heap_swap(h, i, j);
+        i = j;
+    }
+}
+
+static void heap_push(pq_ctx_t *c, heap_t *h, promql_sample_t s)
+{
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 4;
+        promql_sample_t *nv = arena_alloc(c->sa, nc * sizeof(*nv));
+        if (h->n)
+            memcpy(nv, h->v, h->n * sizeof(*nv));
+        h->v = nv;
+        h->cap = nc;
+    }
+    h->v[h->n++] = s;
+    heap_up(h, h->n - 1);
+}
+
+static void heap_pop(heap_t *h)
+{
+    size_t n = h->n - 1;
+    heap_swap(h, 0, n);
+    heap_down(h, 0, n);
+    h->n--;
+}
+
+/* sort.Sort(sort.Reverse(heap)) as Go does it for small n; larger n stable merge. */
+static bool rev_less_top(const void *a, const void *b)
+{
+    /* Reverse(Less)(i, j) = Less(j, i) with Less = NaN-first ascending */
+    double vi = ((const promql_sample_t *)b)->v, vj = ((const promql_sample_t *)a)->v;
+    if (isnan(vi))
+        return true;
+    return vi < vj;
+}
+
+static bool rev_less_bottom(const void *a, const void *b)
+{
+    double vi = ((const promql_sample_t *)b)->v, vj = ((const promql_sample_t *)a)->v;
+    if (isnan(vi))
+        return true;
+    return vi > vj;
+}
+
+/* ---- aggregation ---------------------------------------------------------------------------- */
+
+typedef struct {
+    labels_t labels;
+    double value, mean;
+    int64_t count;
+    heap_t heap;
+    double *qvals;
+    size_t nq, capq;
+} group_t;
+
+static uint64_t grouping_key(pq_ctx_t *c, labels_t m, const char *const *g, size_t ng, bool without,
+                             labels_t *out_labels)
+{
+    labels_t k;
+    if (without) {
+        k = pq_labels_drop_name(c, pq_labels_del(c, m, g, ng));
+    } else {
+        k = pq_labels_keep(c, m, g, ng);
+    }
+    *out_labels = k;
+    return labels_hash(&k);
+}
+
+void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param,
+                  const char *sparam, pq_vec_t *out)
+{
+    promql_op_t op = e->u.agg.op;
+    const char **g = e->u.agg.grouping.names;
+    size_t ng = e->u.agg.grouping.n;
+    bool without = e->u.agg.without;
+    int64_t k = 0;
+    if (op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK) {
+        if (!(param <= 9.2233720368547758e18 && param >= -9.2233720368547758e18))
+            pq_errorf(c, PROMQL_ERR_EXECUTION, "Scalar value %g overflows int64", param);
+        k = (int64_t)param;
+        if (k < 1)
+            return;
+    }
+    const char *value_label = NULL;
+    if (op == PROMQL_AGG_COUNT_VALUES) {
+        value_label = sparam;
+        if (!labels_valid_name(value_label, strlen(value_label)))
+            pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid label name \"%s\"", value_label);
+        if (!without) {
+            const char **ng2 = arena_alloc(c->sa, (ng + 1) * sizeof(*ng2));
+            if (ng)
+                memcpy(ng2, g, ng * sizeof(*ng2));
+            ng2[ng] = value_label;
+            g = ng2;
+            ng++;
+        }
+    }
+
+    size_t cap = 16, ngroups = 0;
+    group_t *groups = arena_alloc(c->sa, cap * sizeof(*groups));
+    size_t hcap = 32;
+    while (hcap < in->n * 2 + 1)
+        hcap *= 2;
+    uint64_t *hk = arena_alloc(c->sa, hcap * sizeof(uint64_t));
+    int *hv = arena_alloc(c->sa, hcap * sizeof(int));
+    unsigned char *hu = arena_calloc(c->sa, hcap, 1);
+
+    for (size_t si = 0; si < in->n; si++) {
+        promql_sample_t s = in->v[si];
+        labels_t metric = s.metric;
+        if (op == PROMQL_AGG_COUNT_VALUES) {
+            buf_t b = BUF_INIT;
+            buf_put_float_go(&b, s.v, 'f');
+            metric = pq_labels_set(c, metric, value_label, arena_strdup(c->sa, b.data));
+            buf_free(&b);
+        }
+        labels_t glabels;
+        uint64_t key = grouping_key(c, metric, g, ng, without, &glabels);
+        size_t slot = (size_t)(key * 0x9E3779B97F4A7C15ULL) & (hcap - 1);
+        group_t *grp = NULL;
+        while (hu[slot]) {
+            if (hk[slot] == key) {
+                grp = &groups[hv[slot]];
+                break;
+            }
+            slot = (slot + 1) & (hcap - 1);
+        }
+        if (!grp) {
+            if (ngroups == cap) {
+                group_t *ngp = arena_alloc(c->sa, cap * 2 * sizeof(*ngp));
+                memcpy(ngp, groups, ngroups * sizeof(*ngp));
+                groups = ngp;
+                cap *= 2;
+            }
+            hu[slot] = 1;
+            hk[slot] = key;
+            hv[slot] = (int)ngroups;
+            grp = &groups[ngroups++];
+            memset(grp, 0, sizeof(*grp));
+            grp->labels = glabels;
+            grp->value = s.v;
+            grp->mean = s.v;
+            grp->count = 1;
+            switch (op) {
+            case PROMQL_AGG_STDVAR:
+            case PROMQL_AGG_STDDEV:
+                grp->value = 0;
+                break;
+            case PROMQL_AGG_TOPK:
+            case PROMQL_AGG_BOTTOMK:
+                grp->heap.reverse = op == PROMQL_AGG_BOTTOMK;
+                heap_push(c, &grp->heap, s);
+                break;
+            case PROMQL_AGG_QUANTILE:
+                grp->capq = 8;
+                grp->qvals = arena_alloc(c->sa, grp->capq * sizeof(double));
+                grp->qvals[grp->nq++] = s.v;
+                break;
+            case PROMQL_AGG_GROUP:
+                grp->value = 1;
+                break;
+            default:
+                break;
+            }
+            continue;
+        }
+        switch (op) {
+        case PROMQL_AGG_SUM:
+            grp->value += s.v;
+            break;
+        case PROMQL_AGG_AVG:
+            grp->count++;
+            if (isinf(grp->mean)) {
+                if (isinf(s.v) && (grp->mean > 0) == (s.v > 0))
+                    break;
+                if (!isinf(s.v) && !isnan(s.v))
+                    break;
+            }
+            grp->mean += s.v / (double)grp->count - grp->mean / (double)grp->count;
+            break;
+        case PROMQL_AGG_GROUP:
+            break;
+        case PROMQL_AGG_MAX:
+            if (grp->value < s.v || isnan(grp->value))
+                grp->value = s.v;
+            break;
+        case PROMQL_AGG_MIN:
+            if (grp->value > s.v || isnan(grp->value))
+                grp->value = s.v;
+            break;
+        case PROMQL_AGG_COUNT:
+        case PROMQL_AGG_COUNT_VALUES:
+            grp->count++;
+            break;
+        case PROMQL_AGG_STDVAR:
+        case PROMQL_AGG_STDDEV: {
+            grp->count++;
+            double delta = s.v - grp->mean;
+            grp->mean += delta / (double)grp->count;
+            grp->value += delta * (s.v - grp->mean);
+            break;
+        }
+        case PROMQL_AGG_TOPK:
+            if ((int64_t)grp->heap.n < k || grp->heap.v[0].v < s.v || isnan(grp->heap.v[0].v)) {
+                if ((int64_t)grp->heap.n == k)
+                    heap_pop(&grp->heap);
+                heap_push(c, &grp->heap, s);
+            }
+            break;
+        case PROMQL_AGG_BOTTOMK:
+            if ((int64_t)grp->heap.n < k || grp->heap.v[0].v > s.v || isnan(grp->heap.v[0].v)) {
+                if ((int64_t)grp->heap.n == k)
+                    heap_pop(&grp->heap);
+                heap_push(c, &grp->heap, s);
+            }
+            break;
+        case PROMQL_AGG_QUANTILE:
+            if (grp->nq == grp->capq) {
+                double *nv = arena_alloc(c->sa, grp->capq * 2 * sizeof(double));
+                memcpy(nv, grp->qvals, grp->nq * sizeof(double));
+                grp->qvals = nv;
+                grp->capq *= 2;
+            }
+            grp->qvals[grp->nq++] = s.v;
+            break;
+        default:
+            break;
+        }
+    }
+
+    for (size_t i = 0; i < ngroups; i++) {
+        group_t *grp = &groups[i];
+        switch (op) {
+        case PROMQL_AGG_AVG:
+            grp->value = grp->mean;
+            break;
+        case PROMQL_AGG_COUNT:
+        case PROMQL_AGG_COUNT_VALUES:
+            grp->value = (double)grp->count;
+            break;
+        case PROMQL_AGG_STDVAR:
+            grp->value = grp->value / (double)grp->count;
+            break;
+        case PROMQL_AGG_STDDEV:
+            grp->value = sqrt(grp->value / (double)grp->count);
+            break;
+        case PROMQL_AGG_TOPK:
+        case PROMQL_AGG_BOTTOMK:
+            if (grp->heap.n > 1)
+                pq_go_sort(grp->heap.v, grp->heap.n, sizeof(promql_sample_t),
+                           op == PROMQL_AGG_TOPK ? rev_less_top : rev_less_bottom);
+            for (size_t j = 0; j < grp->heap.n; j++)
+                pq_vec_push(c, out, grp->heap.v[j].metric, grp->heap.v[j].t, grp->heap.v[j].v);
+            continue;
+        case PROMQL_AGG_QUANTILE:
+            grp->value = pq_quantile(param, grp->qvals, grp->nq);
+            break;
+        default:
+            break;
+        }
+        pq_vec_push(c, out, grp->labels, 0, grp->value);
+    }
+}

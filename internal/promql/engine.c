@@ -1,0 +1,1116 @@
+/*
+ * engine — PromQL evaluation (see engine.h for the design). This file owns the query entry
+ * points, selector loading and the evaluation of every node kind except function bodies
+ * (functions.c) and aggregations (aggregators.c).
+ *
+ * Time windows (Prometheus 2.42, all in milliseconds, both ends inclusive):
+ *   instant selector at t   newest sample in [te - lookback, te], dropped if it is a stale
+ *                           marker, where te = (@ time or t) - offset
+ *   range selector at t     samples in [te - range, te], stale markers removed
+ *   subquery at t           the inner expression evaluated at every multiple of the step in
+ *                           [te - range, te]
+ *
+ * Memory: loaded series live in a data arena for the query; every step allocates in a scratch
+ * arena reset after the step; results are deep-copied into the result's arena.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "internal/promql/engine_int.h"
+
+#define DEFAULT_LOOKBACK_MS (5 * 60 * 1000)
+#define DEFAULT_MAX_SAMPLES 50000000
+#define DEFAULT_SUBQ_STEP_MS (60 * 1000)
+
+/* ---- small utilities ------------------------------------------------------------------------ */
+
+double promql_stale_nan(void)
+{
+    uint64_t b = PROMQL_STALE_NAN_BITS;
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+int promql_is_stale_nan(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof(b));
+    return b == PROMQL_STALE_NAN_BITS;
+}
+
+const char *promql_errkind_name(promql_errkind_t k)
+{
+    switch (k) {
+    case PROMQL_ERR_BAD_DATA: return "bad_data";
+    case PROMQL_ERR_EXECUTION: return "execution";
+    case PROMQL_ERR_TIMEOUT: return "timeout";
+    case PROMQL_ERR_CANCELED: return "canceled";
+    case PROMQL_ERR_INTERNAL: return "internal";
+    default: return "";
+    }
+}
+
+_Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    c->err_kind = k;
+    longjmp(c->jb, 1);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void check_interrupt(pq_ctx_t *c)
+{
+    if (c->cancel && *c->cancel)
+        pq_errorf(c, PROMQL_ERR_CANCELED, "query was canceled in expression evaluation");
+    if (c->deadline_ns && now_ns() > c->deadline_ns)
+        pq_errorf(c, PROMQL_ERR_TIMEOUT, "query timed out in expression evaluation");
+}
+
+void pq_count_samples(pq_ctx_t *c, int64_t n)
+{
+    c->cur_samples += n;
+    if (c->cur_samples > c->peak_samples)
+        c->peak_samples = c->cur_samples;
+    if (c->cur_samples > c->max_samples)
+        pq_errorf(c, PROMQL_ERR_EXECUTION,
+                  "query processing would load too many samples into memory in query execution");
+    if ((++c->tick & 1023) == 0)
+        check_interrupt(c);
+}
+
+void pq_vec_push(pq_ctx_t *c, pq_vec_t *v, labels_t m, int64_t t, double val)
+{
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? v->cap * 2 : 8;
+        promql_sample_t *ns = arena_alloc(c->sa, nc * sizeof(*ns));
+        if (v->n)
+            memcpy(ns, v->v, v->n * sizeof(*ns));
+        v->v = ns;
+        v->cap = nc;
+    }
+    v->v[v->n++] = (promql_sample_t){m, t, val};
+    pq_count_samples(c, 1);
+}
+
+static void mat_push(pq_ctx_t *c, pq_mat_t *m, labels_t metric, const promql_point_t *p, size_t n)
+{
+    if (m->n == m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 8;
+        pq_mseries_t *ns = arena_alloc(c->sa, nc * sizeof(*ns));
+        if (m->n)
+            memcpy(ns, m->v, m->n * sizeof(*ns));
+        m->v = ns;
+        m->cap = nc;
+    }
+    m->v[m->n++] = (pq_mseries_t){metric, p, n};
+    pq_count_samples(c, (int64_t)n);
+}
+
+/* ---- labels --------------------------------------------------------------------------------- */
+
+static labels_t labels_alloc(pq_ctx_t *c, size_t n)
+{
+    labels_t r = {arena_alloc(c->sa, (n ? n : 1) * sizeof(label_t)), 0};
+    return r;
+}
+
+labels_t pq_labels_drop_name(pq_ctx_t *c, labels_t ls)
+{
+    for (size_t i = 0; i < ls.n; i++) {
+        if (strcmp(ls.v[i].name, LABEL_METRIC_NAME) == 0) {
+            labels_t r = labels_alloc(c, ls.n);
+            for (size_t j = 0; j < ls.n; j++)
+                if (j != i)
+                    r.v[r.n++] = ls.v[j];
+            return r;
+        }
+    }
+    return ls;
+}
+
+labels_t pq_labels_set(pq_ctx_t *c, labels_t ls, const char *name, const char *value)
+{
+    labels_t r = labels_alloc(c, ls.n + 1);
+    bool done = false;
+    for (size_t i = 0; i < ls.n; i++) {
+        int cmp = strcmp(ls.v[i].name, name);
+        if (!done && cmp >= 0) {
+            if (value[0])
+                r.v[r.n++] = (label_t){name, value};
+            done = true;
+            if (cmp == 0)
+                continue;
+        }
+        r.v[r.n++] = ls.v[i];
+    }
+    if (!done && value[0])
+        r.v[r.n++] = (label_t){name, value};
+    return r;
+}
+
+static bool in_names(const char *n, const char *const *names, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        if (strcmp(n, names[i]) == 0)
+            return true;
+    return false;
+}
+
+labels_t pq_labels_del(pq_ctx_t *c, labels_t ls, const char *const *names, size_t n)
+{
+    labels_t r = labels_alloc(c, ls.n);
+    for (size_t i = 0; i < ls.n; i++)
+        if (!in_names(ls.v[i].name, names, n))
+            r.v[r.n++] = ls.v[i];
+    return r;
+}
+
+labels_t pq_labels_keep(pq_ctx_t *c, labels_t ls, const char *const *names, size_t n)
+{
+    labels_t r = labels_alloc(c, ls.n);
+    for (size_t i = 0; i < ls.n; i++)
+        if (in_names(ls.v[i].name, names, n))
+            r.v[r.n++] = ls.v[i];
+    return r;
+}
+
+/* Open-addressing set/map keyed by 64-bit hashes (values: int). */
+typedef struct {
+    uint64_t *keys;
+    int *vals;
+    unsigned char *used;
+    size_t cap, n;
+} hmap_t;
+
+static void hmap_init(pq_ctx_t *c, hmap_t *m, size_t expect)
+{
+    size_t cap = 16;
+    while (cap < expect * 2 + 1)
+        cap *= 2;
+    m->keys = arena_alloc(c->sa, cap * sizeof(uint64_t));
+    m->vals = arena_alloc(c->sa, cap * sizeof(int));
+    m->used = arena_calloc(c->sa, cap, 1);
+    m->cap = cap;
+    m->n = 0;
+}
+
+static int *hmap_find(hmap_t *m, uint64_t k)
+{
+    size_t i = (size_t)(k * 0x9E3779B97F4A7C15ULL) & (m->cap - 1);
+    while (m->used[i]) {
+        if (m->keys[i] == k)
+            return &m->vals[i];
+        i = (i + 1) & (m->cap - 1);
+    }
+    return NULL;
+}
+
+static void hmap_grow(pq_ctx_t *c, hmap_t *m);
+
+static int *hmap_put(pq_ctx_t *c, hmap_t *m, uint64_t k, int v, bool *existed)
+{
+    if ((m->n + 1) * 2 > m->cap)
+        hmap_grow(c, m);
+    size_t i = (size_t)(k * 0x9E3779B97F4A7C15ULL) & (m->cap - 1);
+    while (m->used[i]) {
+        if (m->keys[i] == k) {
+            if (existed)
+                *existed = true;
+            return &m->vals[i];
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    m->used[i] = 1;
+    m->keys[i] = k;
+    m->vals[i] = v;
+    m->n++;
+    if (existed)
+        *existed = false;
+    return &m->vals[i];
+}
+
+static void hmap_grow(pq_ctx_t *c, hmap_t *m)
+{
+    hmap_t old = *m;
+    hmap_init(c, m, old.cap);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.used[i])
+            hmap_put(c, m, old.keys[i], old.vals[i], NULL);
+}
+
+bool pq_vec_has_dup_labelsets(pq_ctx_t *c, const pq_vec_t *v)
+{
+    if (v->n < 2)
+        return false;
+    hmap_t m;
+    hmap_init(c, &m, v->n);
+    for (size_t i = 0; i < v->n; i++) {
+        bool ex;
+        hmap_put(c, &m, labels_hash(&v->v[i].metric), (int)i, &ex);
+        if (ex)
+            return true;
+    }
+    return false;
+}
+
+static void check_dups(pq_ctx_t *c, const pq_vec_t *v)
+{
+    if (pq_vec_has_dup_labelsets(c, v))
+        pq_errorf(c, PROMQL_ERR_EXECUTION, "vector cannot contain metrics with the same labelset");
+}
+
+/* Prometheus' Labels.String(): {a="b", c="d"}. */
+static const char *labels_str(pq_ctx_t *c, labels_t ls)
+{
+    buf_t b = BUF_INIT;
+    buf_putc(&b, '{');
+    for (size_t i = 0; i < ls.n; i++) {
+        if (i)
+            buf_puts(&b, ", ");
+        buf_printf(&b, "%s=\"%s\"", ls.v[i].name, ls.v[i].value);
+    }
+    buf_putc(&b, '}');
+    char *s = arena_strdup(c->sa, b.data);
+    buf_free(&b);
+    return s;
+}
+
+/* ---- selectors ------------------------------------------------------------------------------ */
+
+static int64_t resolve_at(const pq_ctx_t *c, promql_at_t at, int64_t at_ms, int64_t t)
+{
+    switch (at) {
+    case PROMQL_AT_TS: return at_ms;
+    case PROMQL_AT_START: return c->start;
+    case PROMQL_AT_END: return c->end;
+    default: return t;
+    }
+}
+
+typedef struct {
+    const promql_expr_t **nodes; /* by selector id */
+    const char **funcs;          /* enclosing function by selector id */
+} prep_t;
+
+static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, int64_t en, const char *fn)
+{
+    switch (e->kind) {
+    case PROMQL_NODE_VECTOR_SEL:
+    case PROMQL_NODE_MATRIX_SEL: {
+        int64_t bs = s, be = en;
+        if (e->u.sel.at != PROMQL_AT_NONE)
+            bs = be = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, s);
+        bs -= e->u.sel.offset_ms;
+        be -= e->u.sel.offset_ms;
+        int64_t mint = bs - (e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : c->lookback);
+        pq_seldata_t *sd = &c->sel[e->u.sel.id];
+        if (!sd->needed) {
+            sd->needed = true;
+            sd->mint = mint;
+            sd->maxt = be;
+        } else {
+            if (mint < sd->mint)
+                sd->mint = mint;
+            if (be > sd->maxt)
+                sd->maxt = be;
+        }
+        pp->nodes[e->u.sel.id] = e;
+        pp->funcs[e->u.sel.id] = fn;
+        return;
+    }
+    case PROMQL_NODE_SUBQUERY: {
+        int64_t bs = s, be = en;
+        if (e->u.subq.at != PROMQL_AT_NONE)
+            bs = be = resolve_at(c, e->u.subq.at, e->u.subq.at_ms, s);
+        bs -= e->u.subq.offset_ms;
+        be -= e->u.subq.offset_ms;
+        prepare(c, pp, e->u.subq.expr, bs - e->u.subq.range_ms, be, NULL);
+        return;
+    }
+    case PROMQL_NODE_PAREN:
+        prepare(c, pp, e->u.paren.expr, s, en, fn);
+        return;
+    case PROMQL_NODE_UNARY:
+        prepare(c, pp, e->u.unary.expr, s, en, NULL);
+        return;
+    case PROMQL_NODE_BINARY:
+        prepare(c, pp, e->u.bin.lhs, s, en, NULL);
+        prepare(c, pp, e->u.bin.rhs, s, en, NULL);
+        return;
+    case PROMQL_NODE_AGG:
+        if (e->u.agg.param)
+            prepare(c, pp, e->u.agg.param, s, en, NULL);
+        prepare(c, pp, e->u.agg.expr, s, en, NULL);
+        return;
+    case PROMQL_NODE_CALL:
+        for (size_t i = 0; i < e->u.call.nargs; i++)
+            prepare(c, pp, e->u.call.args[i], s, en, e->u.call.func->name);
+        return;
+    default:
+        return;
+    }
+}
+
+static void load_selectors(pq_ctx_t *c, arena_t *da)
+{
+    int n = c->ast->nselectors;
+    if (n == 0)
+        return;
+    prep_t pp;
+    pp.nodes = arena_calloc(c->sa, (size_t)n, sizeof(*pp.nodes));
+    pp.funcs = arena_calloc(c->sa, (size_t)n, sizeof(*pp.funcs));
+    prepare(c, &pp, c->ast->root, c->start, c->end, NULL);
+    for (int id = 0; id < n; id++) {
+        pq_seldata_t *sd = &c->sel[id];
+        if (!sd->needed)
+            continue;
+        const promql_expr_t *e = pp.nodes[id];
+        querier_hints_t h = {c->start, c->end, c->interval,
+                             e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0, pp.funcs[id]};
+        querier_set_t *set = querier_select(c->q, (const matcher_t *const *)e->u.sel.matchers,
+                                            e->u.sel.nmatchers, sd->mint, sd->maxt, &h);
+        if (!set)
+            pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory selecting series");
+        size_t cap = 0;
+        const querier_series_t *qs;
+        promql_point_t *tmp = NULL;
+        size_t tcap = 0;
+        while ((qs = querier_set_next(set)) != NULL) {
+            querier_iter_t it;
+            querier_iter_init(&it, qs, sd->mint, sd->maxt);
+            size_t np = 0;
+            bool stale = false;
+            int64_t t;
+            double v;
+            while (querier_iter_next(&it, &t, &v)) {
+                if (np == tcap) {
+                    tcap = tcap ? tcap * 2 : 256;
+                    promql_point_t *nt = realloc(tmp, tcap * sizeof(*nt));
+                    if (!nt)
+                        abort();
+                    tmp = nt;
+                }
+                tmp[np++] = (promql_point_t){t, v};
+                if (promql_is_stale_nan(v))
+                    stale = true;
+            }
+            if (np == 0)
+                continue;
+            if (sd->n == cap) {
+                cap = cap ? cap * 2 : 16;
+                pq_sseries_t *ns = arena_alloc(da, cap * sizeof(*ns));
+                if (sd->n)
+                    memcpy(ns, sd->s, sd->n * sizeof(*ns));
+                sd->s = ns;
+            }
+            pq_sseries_t *ss = &sd->s[sd->n++];
+            ss->metric.n = qs->labels.n;
+            ss->metric.v = arena_alloc(da, (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t));
+            for (size_t i = 0; i < qs->labels.n; i++) {
+                ss->metric.v[i].name = arena_strdup(da, qs->labels.v[i].name);
+                ss->metric.v[i].value = arena_strdup(da, qs->labels.v[i].value);
+            }
+            ss->pts = arena_alloc(da, np * sizeof(promql_point_t));
+            memcpy(ss->pts, tmp, np * sizeof(promql_point_t));
+            ss->n = np;
+            ss->has_stale = stale;
+        }
+        free(tmp);
+        const char *qerr = querier_set_error(set);
+        if (qerr) {
+            char m[400];
+            snprintf(m, sizeof(m), "%s", qerr);
+            querier_set_free(set);
+            pq_errorf(c, PROMQL_ERR_INTERNAL, "%s", m);
+        }
+        querier_set_free(set);
+    }
+}
+
+/* Index of the last point with t <= ts, or -1. */
+static ssize_t last_le(const promql_point_t *p, size_t n, int64_t ts)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p[mid].t <= ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (ssize_t)lo - 1;
+}
+
+/* Index of the first point with t >= ts. */
+static size_t first_ge(const promql_point_t *p, size_t n, int64_t ts)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p[mid].t < ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, bool keep_ts)
+{
+    pq_val_t r = {.type = PROMQL_VT_VECTOR};
+    int64_t te = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
+    const pq_seldata_t *sd = &c->sel[e->u.sel.id];
+    for (size_t i = 0; i < sd->n; i++) {
+        const pq_sseries_t *s = &sd->s[i];
+        ssize_t k = last_le(s->pts, s->n, te);
+        if (k < 0 || s->pts[k].t < te - c->lookback || promql_is_stale_nan(s->pts[k].v))
+            continue;
+        pq_vec_push(c, &r.vec, s->metric, keep_ts ? s->pts[k].t : t, s->pts[k].v);
+    }
+    return r;
+}
+
+static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
+{
+    pq_val_t r = {.type = PROMQL_VT_MATRIX};
+    int64_t te = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
+    int64_t ts = te - e->u.sel.range_ms;
+    r.range_ms = e->u.sel.range_ms;
+    r.win_end = te;
+    const pq_seldata_t *sd = &c->sel[e->u.sel.id];
+    for (size_t i = 0; i < sd->n; i++) {
+        const pq_sseries_t *s = &sd->s[i];
+        size_t lo = first_ge(s->pts, s->n, ts);
+        ssize_t hi = last_le(s->pts, s->n, te);
+        if (hi < (ssize_t)lo)
+            continue;
+        size_t n = (size_t)hi - lo + 1;
+        const promql_point_t *p = s->pts + lo;
+        if (s->has_stale) {
+            promql_point_t *f = arena_alloc(c->sa, n * sizeof(*f));
+            size_t k = 0;
+            for (size_t j = 0; j < n; j++)
+                if (!promql_is_stale_nan(p[j].v))
+                    f[k++] = p[j];
+            if (k == 0)
+                continue;
+            p = f;
+            n = k;
+        }
+        mat_push(c, &r.mat, s->metric, p, n);
+    }
+    return r;
+}
+
+/* ---- subqueries ----------------------------------------------------------------------------- */
+
+typedef struct {
+    labels_t metric;
+    promql_point_t *p;
+    size_t n, cap;
+} acc_series_t;
+
+typedef struct {
+    acc_series_t *s;
+    size_t n, cap;
+    hmap_t idx;
+} acc_t;
+
+static void acc_init(pq_ctx_t *c, acc_t *a) { memset(a, 0, sizeof(*a)); hmap_init(c, &a->idx, 16); }
+
+static void acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, double v, bool copy_labels)
+{
+    bool ex;
+    int *slot = hmap_put(c, &a->idx, labels_hash(&m), (int)a->n, &ex);
+    acc_series_t *s;
+    if (!ex) {
+        if (a->n == a->cap) {
+            size_t nc = a->cap ? a->cap * 2 : 16;
+            acc_series_t *ns = arena_alloc(ar, nc * sizeof(*ns));
+            if (a->n)
+                memcpy(ns, a->s, a->n * sizeof(*ns));
+            a->s = ns;
+            a->cap = nc;
+        }
+        s = &a->s[a->n++];
+        memset(s, 0, sizeof(*s));
+        if (copy_labels) {
+            s->metric.n = m.n;
+            s->metric.v = arena_alloc(ar, (m.n ? m.n : 1) * sizeof(label_t));
+            for (size_t i = 0; i < m.n; i++) {
+                s->metric.v[i].name = arena_strdup(ar, m.v[i].name);
+                s->metric.v[i].value = arena_strdup(ar, m.v[i].value);
+            }
+        } else {
+            s->metric = m;
+        }
+    } else {
+        s = &a->s[*slot];
+    }
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 8;
+        promql_point_t *np = arena_alloc(ar, nc * sizeof(*np));
+        if (s->n)
+            memcpy(np, s->p, s->n * sizeof(*np));
+        s->p = np;
+        s->cap = nc;
+    }
+    s->p[s->n++] = (promql_point_t){t, v};
+}
+
+static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
+{
+    pq_val_t r = {.type = PROMQL_VT_MATRIX};
+    int64_t te = resolve_at(c, e->u.subq.at, e->u.subq.at_ms, t) - e->u.subq.offset_ms;
+    int64_t step = e->u.subq.step_ms ? e->u.subq.step_ms : c->subq_step;
+    int64_t from = te - e->u.subq.range_ms;
+    /* first multiple of step >= from (Go's truncating division, then round up) */
+    int64_t first = step * (from / step);
+    if (first < from)
+        first += step;
+    r.range_ms = e->u.subq.range_ms;
+    r.win_end = te;
+    acc_t acc;
+    acc_init(c, &acc);
+    for (int64_t ts = first; ts <= te; ts += step) {
+        pq_val_t v = pq_eval(c, e->u.subq.expr, ts);
+        if (v.type == PROMQL_VT_SCALAR) {
+            labels_t none = {NULL, 0};
+            acc_add(c, c->sa, &acc, none, ts, v.scalar, false);
+        } else {
+            for (size_t i = 0; i < v.vec.n; i++)
+                acc_add(c, c->sa, &acc, v.vec.v[i].metric, ts, v.vec.v[i].v, false);
+        }
+    }
+    for (size_t i = 0; i < acc.n; i++)
+        mat_push(c, &r.mat, acc.s[i].metric, acc.s[i].p, acc.s[i].n);
+    return r;
+}
+
+/* ---- binary operators ----------------------------------------------------------------------- */
+
+static double elem_binop(promql_op_t op, double l, double r, bool *keep)
+{
+    *keep = true;
+    switch (op) {
+    case PROMQL_OP_ADD: return l + r;
+    case PROMQL_OP_SUB: return l - r;
+    case PROMQL_OP_MUL: return l * r;
+    case PROMQL_OP_DIV: return l / r;
+    case PROMQL_OP_POW: return pow(l, r);
+    case PROMQL_OP_MOD: return fmod(l, r);
+    case PROMQL_OP_ATAN2: return atan2(l, r);
+    case PROMQL_OP_EQLC: *keep = l == r; return l;
+    case PROMQL_OP_NEQ: *keep = l != r; return l;
+    case PROMQL_OP_GTR: *keep = l > r; return l;
+    case PROMQL_OP_LSS: *keep = l < r; return l;
+    case PROMQL_OP_GTE: *keep = l >= r; return l;
+    case PROMQL_OP_LTE: *keep = l <= r; return l;
+    default: return NAN;
+    }
+}
+
+static bool drops_name(promql_op_t op)
+{
+    return op == PROMQL_OP_ADD || op == PROMQL_OP_SUB || op == PROMQL_OP_MUL || op == PROMQL_OP_DIV ||
+           op == PROMQL_OP_POW || op == PROMQL_OP_MOD;
+}
+
+/* Matching signature: hash of the `on` labels, or of all labels but the `ignoring` ones and
+ * __name__. */
+static uint64_t signature(pq_ctx_t *c, labels_t ls, bool on, const promql_strlist_t *names)
+{
+    label_t stackbuf[32];
+    labels_t k = {ls.n <= 32 ? stackbuf : arena_alloc(c->sa, ls.n * sizeof(label_t)), 0};
+    for (size_t i = 0; i < ls.n; i++) {
+        bool listed = in_names(ls.v[i].name, names->names, names->n);
+        if (on ? listed : (!listed && strcmp(ls.v[i].name, LABEL_METRIC_NAME) != 0))
+            k.v[k.n++] = ls.v[i];
+    }
+    return labels_hash(&k);
+}
+
+static labels_t result_metric(pq_ctx_t *c, const promql_expr_t *e, labels_t l, labels_t r)
+{
+    labels_t m = l;
+    if (drops_name(e->u.bin.op))
+        m = pq_labels_drop_name(c, m);
+    if (e->u.bin.card == PROMQL_CARD_ONE_TO_ONE) {
+        if (e->u.bin.on)
+            m = pq_labels_keep(c, m, e->u.bin.labels.names, e->u.bin.labels.n);
+        else
+            m = pq_labels_del(c, m, e->u.bin.labels.names, e->u.bin.labels.n);
+    }
+    for (size_t i = 0; i < e->u.bin.include.n; i++) {
+        const char *ln = e->u.bin.include.names[i];
+        const char *v = labels_get(&r, ln);
+        m = pq_labels_set(c, m, ln, v ? v : "");
+    }
+    return m;
+}
+
+static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec_t *rhs, int64_t t,
+                         pq_vec_t *out)
+{
+    promql_card_t card = e->u.bin.card;
+    bool on = e->u.bin.on;
+    const promql_strlist_t *names = &e->u.bin.labels;
+    if (card == PROMQL_CARD_ONE_TO_MANY) {
+        pq_vec_t *tmp = lhs;
+        lhs = rhs;
+        rhs = tmp;
+    }
+    hmap_t right;
+    hmap_init(c, &right, rhs->n);
+    for (size_t i = 0; i < rhs->n; i++) {
+        bool ex;
+        int *slot = hmap_put(c, &right, signature(c, rhs->v[i].metric, on, names), (int)i, &ex);
+        if (ex) {
+            const char *side = card == PROMQL_CARD_ONE_TO_MANY ? "left" : "right";
+            labels_t ml = on ? pq_labels_keep(c, rhs->v[i].metric, names->names, names->n)
+                             : pq_labels_del(c, pq_labels_drop_name(c, rhs->v[i].metric), names->names, names->n);
+            pq_errorf(c, PROMQL_ERR_EXECUTION,
+                      "found duplicate series for the match group %s on the %s hand-side of the operation: "
+                      "[%s, %s];many-to-many matching not allowed: matching labels must be unique on one side",
+                      labels_str(c, ml), side, labels_str(c, rhs->v[i].metric),
+                      labels_str(c, rhs->v[*slot].metric));
+        }
+    }
+    hmap_t matched;
+    hmap_init(c, &matched, lhs->n);
+    for (size_t i = 0; i < lhs->n; i++) {
+        const promql_sample_t *ls = &lhs->v[i];
+        uint64_t sig = signature(c, ls->metric, on, names);
+        int *ri = hmap_find(&right, sig);
+        if (!ri)
+            continue;
+        const promql_sample_t *rs = &rhs->v[*ri];
+        double vl = ls->v, vr = rs->v;
+        if (card == PROMQL_CARD_ONE_TO_MANY) {
+            double x = vl;
+            vl = vr;
+            vr = x;
+        }
+        bool keep;
+        double val = elem_binop(e->u.bin.op, vl, vr, &keep);
+        if (e->u.bin.return_bool)
+            val = keep ? 1.0 : 0.0;
+        else if (!keep)
+            continue;
+        labels_t m = result_metric(c, e, ls->metric, rs->metric);
+        if (e->u.bin.return_bool)
+            m = pq_labels_drop_name(c, m);
+        bool ex;
+        if (card == PROMQL_CARD_ONE_TO_ONE) {
+            hmap_put(c, &matched, sig, 0, &ex);
+            if (ex)
+                pq_errorf(c, PROMQL_ERR_EXECUTION,
+                          "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)");
+        } else {
+            uint64_t k = sig ^ (labels_hash(&m) * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL);
+            hmap_put(c, &matched, k, 0, &ex);
+            if (ex)
+                pq_errorf(c, PROMQL_ERR_EXECUTION,
+                          "multiple matches for labels: grouping labels must ensure unique matches");
+        }
+        pq_vec_push(c, out, m, t, val);
+    }
+}
+
+static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec_t *rhs, pq_vec_t *out)
+{
+    bool on = e->u.bin.on;
+    const promql_strlist_t *names = &e->u.bin.labels;
+    hmap_t set;
+    switch (e->u.bin.op) {
+    case PROMQL_OP_AND:
+        hmap_init(c, &set, rhs->n);
+        for (size_t i = 0; i < rhs->n; i++)
+            hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
+        for (size_t i = 0; i < lhs->n; i++)
+            if (hmap_find(&set, signature(c, lhs->v[i].metric, on, names)))
+                pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
+        break;
+    case PROMQL_OP_OR:
+        hmap_init(c, &set, lhs->n);
+        for (size_t i = 0; i < lhs->n; i++) {
+            hmap_put(c, &set, signature(c, lhs->v[i].metric, on, names), 0, NULL);
+            pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
+        }
+        for (size_t i = 0; i < rhs->n; i++)
+            if (!hmap_find(&set, signature(c, rhs->v[i].metric, on, names)))
+                pq_vec_push(c, out, rhs->v[i].metric, rhs->v[i].t, rhs->v[i].v);
+        break;
+    case PROMQL_OP_UNLESS:
+        hmap_init(c, &set, rhs->n);
+        for (size_t i = 0; i < rhs->n; i++)
+            hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
+        for (size_t i = 0; i < lhs->n; i++)
+            if (!hmap_find(&set, signature(c, lhs->v[i].metric, on, names)))
+                pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
+        break;
+    default:
+        break;
+    }
+}
+
+static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
+{
+    pq_val_t l = pq_eval(c, e->u.bin.lhs, t);
+    pq_val_t r = pq_eval(c, e->u.bin.rhs, t);
+    promql_op_t op = e->u.bin.op;
+    pq_val_t out = {.type = PROMQL_VT_VECTOR};
+    if (l.type == PROMQL_VT_SCALAR && r.type == PROMQL_VT_SCALAR) {
+        bool keep;
+        double v = elem_binop(op, l.scalar, r.scalar, &keep);
+        if (e->u.bin.return_bool)
+            v = keep ? 1.0 : 0.0;
+        out.type = PROMQL_VT_SCALAR;
+        out.scalar = v;
+        return out;
+    }
+    if (l.type == PROMQL_VT_VECTOR && r.type == PROMQL_VT_VECTOR) {
+        if (promql_op_is_set(op))
+            set_binop(c, e, &l.vec, &r.vec, &out.vec);
+        else
+            vector_binop(c, e, &l.vec, &r.vec, t, &out.vec);
+    } else {
+        bool swap = l.type == PROMQL_VT_SCALAR;
+        pq_vec_t *vec = swap ? &r.vec : &l.vec;
+        double sc = swap ? l.scalar : r.scalar;
+        for (size_t i = 0; i < vec->n; i++) {
+            double lv = vec->v[i].v, rv = sc;
+            if (swap) {
+                lv = sc;
+                rv = vec->v[i].v;
+            }
+            bool keep;
+            double v = elem_binop(op, lv, rv, &keep);
+            if (promql_op_is_comparison(op) && swap)
+                v = rv;
+            if (e->u.bin.return_bool) {
+                v = keep ? 1.0 : 0.0;
+                keep = true;
+            }
+            if (!keep)
+                continue;
+            labels_t m = vec->v[i].metric;
+            if (drops_name(op) || e->u.bin.return_bool)
+                m = pq_labels_drop_name(c, m);
+            pq_vec_push(c, &out.vec, m, t, v);
+        }
+    }
+    check_dups(c, &out.vec);
+    return out;
+}
+
+/* ---- functions ------------------------------------------------------------------------------ */
+
+static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
+{
+    const promql_func_t *f = e->u.call.func;
+    size_t na = e->u.call.nargs;
+    pq_val_t out = {.type = f->ret};
+    pq_fcall_t fc = {.call = e, .t = t};
+
+    if (strcmp(f->name, "timestamp") == 0) {
+        const promql_expr_t *a = promql_unwrap_parens(e->u.call.args[0]);
+        pq_val_t v = a->kind == PROMQL_NODE_VECTOR_SEL ? eval_vector_sel(c, a, t, true) : pq_eval(c, a, t);
+        for (size_t i = 0; i < v.vec.n; i++)
+            pq_vec_push(c, &out.vec, pq_labels_drop_name(c, v.vec.v[i].metric), t, (double)v.vec.v[i].t / 1000.0);
+        check_dups(c, &out.vec);
+        return out;
+    }
+
+    pq_val_t *args = arena_calloc(c->sa, na ? na : 1, sizeof(*args));
+    int mat_idx = -1;
+    for (size_t i = 0; i < na; i++) {
+        args[i] = pq_eval(c, e->u.call.args[i], t);
+        if (args[i].type == PROMQL_VT_SCALAR && i < 4)
+            fc.sargs[i] = args[i].scalar;
+        if (args[i].type == PROMQL_VT_MATRIX && mat_idx < 0) {
+            mat_idx = (int)i;
+            fc.range_ms = args[i].range_ms;
+            fc.win_end = args[i].win_end;
+        }
+    }
+
+    if (f->mfn) {
+        pq_mat_t *m = &args[mat_idx].mat;
+        for (size_t i = 0; i < m->n; i++) {
+            if (m->v[i].n == 0)
+                continue;
+            double v;
+            if (!f->mfn(c, &fc, m->v[i].pts, m->v[i].n, &v))
+                continue;
+            labels_t ls = f->keep_name ? m->v[i].metric : pq_labels_drop_name(c, m->v[i].metric);
+            pq_vec_push(c, &out.vec, ls, t, v);
+        }
+    } else if (f->efn) {
+        pq_vec_t *in = &args[0].vec;
+        for (size_t i = 0; i < in->n; i++) {
+            labels_t ls = f->keep_name ? in->v[i].metric : pq_labels_drop_name(c, in->v[i].metric);
+            pq_vec_push(c, &out.vec, ls, t, f->efn(in->v[i].v));
+        }
+    } else {
+        f->gfn(c, &fc, args, na, &out);
+    }
+    if (out.type == PROMQL_VT_VECTOR)
+        check_dups(c, &out.vec);
+    return out;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
+{
+    pq_val_t r = {.type = e->type};
+    switch (e->kind) {
+    case PROMQL_NODE_NUMBER:
+        r.scalar = e->u.number;
+        return r;
+    case PROMQL_NODE_STRING:
+        r.str = e->u.string;
+        return r;
+    case PROMQL_NODE_VECTOR_SEL:
+        return eval_vector_sel(c, e, t, false);
+    case PROMQL_NODE_MATRIX_SEL:
+        return eval_matrix_sel(c, e, t);
+    case PROMQL_NODE_SUBQUERY:
+        return eval_subquery(c, e, t);
+    case PROMQL_NODE_PAREN:
+        return pq_eval(c, e->u.paren.expr, t);
+    case PROMQL_NODE_UNARY: {
+        pq_val_t v = pq_eval(c, e->u.unary.expr, t);
+        if (e->u.unary.op != PROMQL_OP_SUB)
+            return v;
+        if (v.type == PROMQL_VT_SCALAR) {
+            v.scalar = -v.scalar;
+            return v;
+        }
+        for (size_t i = 0; i < v.vec.n; i++) {
+            v.vec.v[i].metric = pq_labels_drop_name(c, v.vec.v[i].metric);
+            v.vec.v[i].v = -v.vec.v[i].v;
+        }
+        check_dups(c, &v.vec);
+        return v;
+    }
+    case PROMQL_NODE_BINARY:
+        return eval_binary(c, e, t);
+    case PROMQL_NODE_AGG: {
+        double param = 0;
+        const char *sparam = NULL;
+        if (e->u.agg.param) {
+            pq_val_t p = pq_eval(c, e->u.agg.param, t);
+            param = p.scalar;
+            sparam = p.str;
+        }
+        pq_val_t in = pq_eval(c, e->u.agg.expr, t);
+        for (size_t i = 0; i < in.vec.n; i++)
+            in.vec.v[i].t = t;
+        r.type = PROMQL_VT_VECTOR;
+        pq_aggregate(c, e, &in.vec, param, sparam, &r.vec);
+        for (size_t i = 0; i < r.vec.n; i++)
+            r.vec.v[i].t = t;
+        return r;
+    }
+    case PROMQL_NODE_CALL:
+        return eval_call(c, e, t);
+    }
+    return r;
+}
+
+/* ---- entry points --------------------------------------------------------------------------- */
+
+static labels_t copy_labels(arena_t *a, labels_t m)
+{
+    labels_t r = {arena_alloc(a, (m.n ? m.n : 1) * sizeof(label_t)), m.n};
+    for (size_t i = 0; i < m.n; i++) {
+        r.v[i].name = arena_strdup(a, m.v[i].name);
+        r.v[i].value = arena_strdup(a, m.v[i].value);
+    }
+    return r;
+}
+
+static promql_result_t *result_new(void)
+{
+    promql_result_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        abort();
+    r->arena = arena_create(0);
+    if (!r->arena)
+        abort();
+    return r;
+}
+
+void promql_result_free(promql_result_t *r)
+{
+    if (!r)
+        return;
+    arena_destroy(r->arena);
+    free(r);
+}
+
+static int cmp_series(const void *a, const void *b)
+{
+    const promql_series_t *x = a, *y = b;
+    return labels_compare(&x->metric, &y->metric);
+}
+
+/* Runs the query; interval 0 = instant. */
+static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t start, int64_t end,
+                             int64_t interval, const promql_opts_t *o)
+{
+    promql_result_t *res = result_new();
+    promql_opts_t def = {0};
+    if (!o)
+        o = &def;
+    pq_ctx_t *c = calloc(1, sizeof(*c));
+    arena_t *da = arena_create(0);
+    if (!c || !da)
+        abort();
+    c->qa = res->arena;
+    c->sa = arena_create(0);
+    if (!c->sa)
+        abort();
+    c->q = q;
+    c->ast = ast;
+    c->start = start;
+    c->end = end;
+    c->interval = interval;
+    c->lookback = o->lookback_ms > 0 ? o->lookback_ms : DEFAULT_LOOKBACK_MS;
+    c->subq_step = o->subquery_step_ms > 0 ? o->subquery_step_ms : DEFAULT_SUBQ_STEP_MS;
+    c->max_samples = o->max_samples > 0 ? o->max_samples : DEFAULT_MAX_SAMPLES;
+    c->cancel = o->cancel;
+    if (o->timeout_ms > 0)
+        c->deadline_ns = now_ns() + o->timeout_ms * 1000000;
+    c->sel = arena_calloc(da, (size_t)(ast->nselectors ? ast->nselectors : 1), sizeof(pq_seldata_t));
+
+    if (setjmp(c->jb)) {
+        res->err_kind = c->err_kind;
+        snprintf(res->err, sizeof(res->err), "%s", c->err);
+        goto done;
+    }
+    promql_vtype_t rt = ast->root->type;
+    if (interval > 0 && rt != PROMQL_VT_SCALAR && rt != PROMQL_VT_VECTOR)
+        pq_errorf(c, PROMQL_ERR_BAD_DATA,
+                  "invalid expression type \"%s\" for range query, must be Scalar or instant Vector",
+                  promql_vtype_name(rt));
+    load_selectors(c, da);
+    arena_reset(c->sa);
+
+    promql_value_t *out = &res->value;
+    if (interval == 0) {
+        pq_val_t v = pq_eval(c, ast->root, start);
+        out->type = v.type;
+        out->t = start;
+        switch (v.type) {
+        case PROMQL_VT_SCALAR:
+            out->scalar = v.scalar;
+            break;
+        case PROMQL_VT_STRING:
+            out->string = arena_strdup(c->qa, v.str);
+            break;
+        case PROMQL_VT_VECTOR:
+            out->samples = arena_alloc(c->qa, (v.vec.n ? v.vec.n : 1) * sizeof(promql_sample_t));
+            out->nsamples = v.vec.n;
+            for (size_t i = 0; i < v.vec.n; i++) {
+                out->samples[i] = v.vec.v[i];
+                out->samples[i].metric = copy_labels(c->qa, v.vec.v[i].metric);
+                out->samples[i].t = start;
+            }
+            break;
+        case PROMQL_VT_MATRIX:
+            out->series = arena_alloc(c->qa, (v.mat.n ? v.mat.n : 1) * sizeof(promql_series_t));
+            out->nseries = v.mat.n;
+            for (size_t i = 0; i < v.mat.n; i++) {
+                promql_series_t *s = &out->series[i];
+                s->metric = copy_labels(c->qa, v.mat.v[i].metric);
+                s->npoints = v.mat.v[i].n;
+                s->points = arena_alloc(c->qa, (s->npoints ? s->npoints : 1) * sizeof(promql_point_t));
+                memcpy(s->points, v.mat.v[i].pts, s->npoints * sizeof(promql_point_t));
+            }
+            break;
+        default:
+            break;
+        }
+    } else {
+        acc_t acc;
+        /* the accumulator and its index must outlive step resets: build it in the data arena */
+        arena_t *keep = c->sa;
+        c->sa = da;
+        acc_init(c, &acc);
+        c->sa = keep;
+        for (int64_t ts = start; ts <= end; ts += interval) {
+            check_interrupt(c);
+            c->cur_samples = c->result_samples;
+            pq_val_t v = pq_eval(c, ast->root, ts);
+            keep = c->sa;
+            c->sa = da; /* acc_add may grow the index */
+            if (v.type == PROMQL_VT_SCALAR) {
+                labels_t none = {NULL, 0};
+                acc_add(c, da, &acc, none, ts, v.scalar, true);
+                c->result_samples++;
+            } else {
+                for (size_t i = 0; i < v.vec.n; i++)
+                    acc_add(c, da, &acc, v.vec.v[i].metric, ts, v.vec.v[i].v, true);
+                c->result_samples += (int64_t)v.vec.n;
+            }
+            c->sa = keep;
+            if (c->result_samples > c->max_samples)
+                pq_errorf(c, PROMQL_ERR_EXECUTION,
+                          "query processing would load too many samples into memory in query execution");
+            arena_reset(c->sa);
+        }
+        out->type = PROMQL_VT_MATRIX;
+        out->series = arena_alloc(c->qa, (acc.n ? acc.n : 1) * sizeof(promql_series_t));
+        out->nseries = acc.n;
+        for (size_t i = 0; i < acc.n; i++) {
+            promql_series_t *s = &out->series[i];
+            s->metric = copy_labels(c->qa, acc.s[i].metric);
+            s->npoints = acc.s[i].n;
+            s->points = arena_alloc(c->qa, s->npoints * sizeof(promql_point_t));
+            memcpy(s->points, acc.s[i].p, s->npoints * sizeof(promql_point_t));
+        }
+        qsort(out->series, out->nseries, sizeof(promql_series_t), cmp_series);
+    }
+done:
+    res->peak_samples = c->peak_samples;
+    arena_destroy(c->sa);
+    arena_destroy(da);
+    free(c);
+    return res;
+}
+
+promql_result_t *promql_exec_instant(querier_t *q, const promql_ast_t *ast, int64_t t_ms,
+                                     const promql_opts_t *opts)
+{
+    return exec(q, ast, t_ms, t_ms, 0, opts);
+}
+
+promql_result_t *promql_exec_range(querier_t *q, const promql_ast_t *ast, int64_t start_ms,
+                                   int64_t end_ms, int64_t step_ms, const promql_opts_t *opts)
+{
+    if (step_ms <= 0 || end_ms < start_ms) {
+        promql_result_t *r = result_new();
+        r->err_kind = PROMQL_ERR_BAD_DATA;
+        snprintf(r->err, sizeof(r->err), "invalid range: end before start or step <= 0");
+        return r;
+    }
+    return exec(q, ast, start_ms, end_ms, step_ms, opts);
+}

@@ -1,0 +1,143 @@
+/*
+ * engine_int — what engine.c, functions.c, aggregators.c and parser.c share inside
+ * internal/promql: the per-step value representation, the evaluation context and the function
+ * table. Not for use outside this directory.
+ */
+#ifndef SLUICE_PROMQL_ENGINE_INT_H
+#define SLUICE_PROMQL_ENGINE_INT_H
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal/promql/ast.h"
+#include "internal/promql/engine.h"
+#include "internal/promql/value.h"
+
+/* A growable instant vector in the step arena. */
+typedef struct {
+    promql_sample_t *v;
+    size_t n, cap;
+} pq_vec_t;
+
+/* One series of a range vector at one step: a window of points (not owned). */
+typedef struct {
+    labels_t metric;
+    const promql_point_t *pts;
+    size_t n;
+} pq_mseries_t;
+
+typedef struct {
+    pq_mseries_t *v;
+    size_t n, cap;
+} pq_mat_t;
+
+/* A value during evaluation of one step. */
+typedef struct {
+    promql_vtype_t type;
+    double scalar;
+    const char *str;
+    pq_vec_t vec;
+    pq_mat_t mat;
+    /* For range vectors: the window [mint, maxt] they were cut from and the range, as
+     * extrapolating functions need them. */
+    int64_t range_ms, win_end;
+} pq_val_t;
+
+/* A selector's loaded series. */
+typedef struct {
+    labels_t metric;
+    promql_point_t *pts; /* all samples incl. stale markers, time ordered */
+    size_t n;
+    bool has_stale;
+} pq_sseries_t;
+
+typedef struct {
+    pq_sseries_t *s;
+    size_t n;
+    int64_t mint, maxt;
+    bool needed;
+} pq_seldata_t;
+
+typedef struct pq_ctx {
+    arena_t *qa; /* query lifetime: loaded series, result */
+    arena_t *sa; /* step scratch, reset after every outer step */
+    querier_t *q;
+    int64_t start, end, interval; /* outer query; interval 0 for instant */
+    int64_t lookback, subq_step, max_samples;
+    int64_t cur_samples, peak_samples, result_samples;
+    int64_t deadline_ns; /* 0: none */
+    const volatile int *cancel;
+    unsigned tick;
+    pq_seldata_t *sel;
+    const promql_ast_t *ast;
+    jmp_buf jb;
+    promql_errkind_t err_kind;
+    char err[512];
+} pq_ctx_t;
+
+/* Raises an evaluation error (longjmp to the query entry). */
+_Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void pq_vec_push(pq_ctx_t *c, pq_vec_t *v, labels_t m, int64_t t, double val);
+/* Sample accounting against max_samples. */
+void pq_count_samples(pq_ctx_t *c, int64_t n);
+
+/* Label helpers; results live in the step arena. */
+labels_t pq_labels_drop_name(pq_ctx_t *c, labels_t ls);
+labels_t pq_labels_set(pq_ctx_t *c, labels_t ls, const char *name, const char *value); /* "" deletes */
+labels_t pq_labels_del(pq_ctx_t *c, labels_t ls, const char *const *names, size_t n);
+labels_t pq_labels_keep(pq_ctx_t *c, labels_t ls, const char *const *names, size_t n);
+bool pq_vec_has_dup_labelsets(pq_ctx_t *c, const pq_vec_t *v);
+
+/* Evaluates e at time t (milliseconds). */
+pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t);
+
+/* --- functions ------------------------------------------------------------------------------ */
+
+/* Context of one call at one step. */
+typedef struct {
+    const promql_expr_t *call;
+    int64_t t;        /* evaluation time of the step */
+    int64_t range_ms; /* matrix argument's range */
+    int64_t win_end;  /* matrix argument's window end (t - offset, or @ - offset) */
+    double sargs[4];  /* scalar arguments by position */
+} pq_fcall_t;
+
+/* Range-vector function applied to one series' window (n >= 1); false: no output. */
+typedef bool (*pq_mfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point_t *p, size_t n,
+                         double *out);
+/* Elementwise function on an instant vector's values. */
+typedef double (*pq_efn_t)(double v);
+/* Anything else: receives evaluated arguments, writes the result. */
+typedef void (*pq_gfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *args, size_t nargs,
+                         pq_val_t *out);
+
+struct promql_func {
+    const char *name;
+    promql_vtype_t args[5];
+    int nargs;
+    int variadic; /* 0 fixed; >0 up to that many optional trailing args; -1 unlimited */
+    promql_vtype_t ret;
+    pq_mfn_t mfn;
+    pq_efn_t efn;
+    pq_gfn_t gfn;
+    bool keep_name; /* mfn / efn outputs keep __name__ */
+};
+
+const promql_func_t *promql__func_lookup(const char *name, size_t n);
+
+/* Aggregation over one step's vector. param: scalar (topk, bottomk, quantile) or string
+ * (count_values). */
+void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param,
+                  const char *sparam, pq_vec_t *out);
+
+/* quantile of values (sorts them), Prometheus' rules for q outside [0,1] and empty input. */
+double pq_quantile(double q, double *vals, size_t n);
+
+/* Go's sort.Sort over small arrays: insertion sort (n <= 12), else a heap-sort-free stable merge;
+ * less(a, b, arg). */
+void pq_go_sort(void *base, size_t n, size_t size, bool (*less)(const void *, const void *));
+
+#endif
