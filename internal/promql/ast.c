@@ -14,7 +14,6 @@
 
 #include "internal/promql/ast.h"
 #include "internal/promql/engine_int.h"
-#include "internal/util/parse.h"
 
 const char *promql_vtype_name(promql_vtype_t t)
 {
@@ -108,11 +107,30 @@ static void put_go_quoted(buf_t *b, const char *s)
     buf_putc(b, '"');
 }
 
+/* model.Duration.String(): years and weeks only when they divide the rest exactly ("90d", not
+ * "12w6d"). */
 static void put_duration(buf_t *b, int64_t ms)
 {
-    char d[48];
-    format_duration_ms(ms, d, sizeof(d));
-    buf_puts(b, d);
+    static const struct {
+        const char *unit;
+        int64_t ms;
+        bool exact;
+    } units[] = {{"y", 365LL * 86400000, true}, {"w", 7LL * 86400000, true}, {"d", 86400000, false},
+                 {"h", 3600000, false},         {"m", 60000, false},         {"s", 1000, false},
+                 {"ms", 1, false}};
+    if (ms == 0) {
+        buf_puts(b, "0s");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        if (units[i].exact && ms % units[i].ms != 0)
+            continue;
+        int64_t v = ms / units[i].ms;
+        if (v > 0) {
+            buf_printf(b, "%lld%s", (long long)v, units[i].unit);
+            ms -= v * units[i].ms;
+        }
+    }
 }
 
 static void put_at_offset(buf_t *b, promql_at_t at, int64_t at_ms, int64_t offset_ms)

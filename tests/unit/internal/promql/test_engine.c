@@ -1,0 +1,180 @@
+/*
+ * Engine entry points beyond the conformance scripts: range-query shape (step alignment, sorted
+ * series, scalar results as one label-less series), result ownership, error kinds (bad_data for
+ * range queries of range vectors, execution for max_samples and duplicate label sets, canceled),
+ * and the test-script runner's own failure reporting.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal/promql/ast.h"
+#include "internal/promql/engine.h"
+#include "internal/promql/testscript.h"
+
+static promql_memstore_t *store_with_counters(void)
+{
+    promql_memstore_t *m = promql_memstore_new();
+    for (int s = 0; s < 3; s++) {
+        char inst[8];
+        snprintf(inst, sizeof(inst), "%d", s);
+        label_t l[] = {{"__name__", "req_total"}, {"instance", inst}};
+        labels_t ls = {l, 2};
+        for (int i = 0; i <= 60; i++) /* every 10 s for 10 minutes */
+            promql_memstore_add(m, &ls, i * 10000, (double)(i * (s + 1)));
+    }
+    return m;
+}
+
+static promql_result_t *run(promql_memstore_t *m, const char *q, int64_t start, int64_t end, int64_t step,
+                            const promql_opts_t *o)
+{
+    char err[256];
+    promql_ast_t *ast = promql_parse(q, err, sizeof(err));
+    assert_non_null(ast);
+    querier_t *qr = promql_memstore_querier(m);
+    promql_result_t *r = step ? promql_exec_range(qr, ast, start, end, step, o) : promql_exec_instant(qr, ast, start, o);
+    querier_close(qr);
+    promql_ast_free(ast); /* results must not point into the AST */
+    return r;
+}
+
+static void test_range_rate(void **s)
+{
+    (void)s;
+    promql_memstore_t *m = store_with_counters();
+    promql_result_t *r = run(m, "rate(req_total[1m])", 120000, 300000, 30000, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.type, PROMQL_VT_MATRIX);
+    assert_int_equal(r->value.nseries, 3);
+    for (size_t i = 0; i < 3; i++) {
+        const promql_series_t *se = &r->value.series[i];
+        char want[8];
+        snprintf(want, sizeof(want), "%zu", i);
+        assert_string_equal(labels_get(&se->metric, "instance"), want); /* sorted by labels */
+        assert_null(labels_get(&se->metric, "__name__"));               /* rate drops the name */
+        assert_int_equal(se->npoints, 7);
+        for (size_t j = 0; j < se->npoints; j++) {
+            assert_int_equal(se->points[j].t, 120000 + (int64_t)j * 30000);
+            assert_true(se->points[j].v > 0.0999 * (double)(i + 1) && se->points[j].v < 0.1001 * (double)(i + 1));
+        }
+    }
+    promql_result_free(r);
+    promql_memstore_free(m);
+}
+
+static void test_scalar_range_and_instant_vector(void **s)
+{
+    (void)s;
+    promql_memstore_t *m = store_with_counters();
+    promql_result_t *r = run(m, "time() * 2", 0, 20000, 10000, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.nseries, 1);
+    assert_int_equal(r->value.series[0].metric.n, 0);
+    assert_int_equal(r->value.series[0].npoints, 3);
+    assert_true(r->value.series[0].points[2].v == 40.0);
+    promql_result_free(r);
+
+    r = run(m, "sum(req_total)", 600000, 0, 0, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.type, PROMQL_VT_VECTOR);
+    assert_int_equal(r->value.nsamples, 1);
+    assert_true(r->value.samples[0].v == 60.0 + 120.0 + 180.0);
+    assert_int_equal(r->value.samples[0].t, 600000);
+    promql_result_free(r);
+
+    /* an instant query of a range vector returns the raw window */
+    r = run(m, "req_total{instance=\"0\"}[30s]", 600000, 0, 0, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.type, PROMQL_VT_MATRIX);
+    assert_int_equal(r->value.nseries, 1);
+    assert_int_equal(r->value.series[0].npoints, 4); /* 570, 580, 590, 600 s: both ends inclusive */
+    assert_non_null(labels_get(&r->value.series[0].metric, "__name__"));
+    promql_result_free(r);
+    promql_memstore_free(m);
+}
+
+static void test_errors(void **s)
+{
+    (void)s;
+    promql_memstore_t *m = store_with_counters();
+    promql_result_t *r = run(m, "req_total[5m]", 0, 60000, 10000, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_BAD_DATA);
+    assert_string_equal(promql_errkind_name(r->err_kind), "bad_data");
+    assert_non_null(strstr(r->err, "invalid expression type \"range vector\" for range query"));
+    promql_result_free(r);
+
+    promql_opts_t o = {.max_samples = 10};
+    r = run(m, "sum_over_time(req_total[5m])", 600000, 0, 0, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    assert_non_null(strstr(r->err, "query processing would load too many samples into memory"));
+    promql_result_free(r);
+
+    r = run(m, "req_total", 0, 600000, 1000, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    promql_result_free(r);
+
+    r = run(m, "req_total * 0 + 1 + ignoring(instance) group_left req_total", 600000, 0, 0, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    assert_non_null(strstr(r->err, "many-to-many matching not allowed"));
+    promql_result_free(r);
+
+    r = run(m, "label_replace(req_total, \"instance\", \"x\", \"\", \"\")", 600000, 0, 0, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    assert_string_equal(r->err, "vector cannot contain metrics with the same labelset");
+    promql_result_free(r);
+
+    volatile int cancel = 1;
+    promql_opts_t oc = {.cancel = &cancel};
+    r = run(m, "req_total", 0, 600000, 1000, &oc);
+    assert_int_equal(r->err_kind, PROMQL_ERR_CANCELED);
+    promql_result_free(r);
+    promql_memstore_free(m);
+}
+
+static void test_script_runner_reports_failures(void **s)
+{
+    (void)s;
+    const char *script = "load 1m\n"
+                         "  m{a=\"1\"} 0+1x10 stale\n"
+                         "  n 1 _x3 5\n"
+                         "\n"
+                         "eval instant at 5m m\n"
+                         "  m{a=\"1\"} 5\n"
+                         "\n"
+                         "eval instant at 5m m\n"
+                         "  m{a=\"1\"} 6\n"
+                         "\n"
+                         "eval instant at 11m m\n"
+                         "\n"
+                         "eval instant at 4m n\n"
+                         "  n 5\n"
+                         "\n"
+                         "eval_fail instant at 1m m\n"
+                         "\n"
+                         "eval instant at 1m 1 + 1\n"
+                         "  2\n";
+    FILE *devnull = fopen("/dev/null", "w");
+    promql_script_stats_t st = {0};
+    assert_int_equal(promql_script_run("inline", script, devnull, &st), 0);
+    fclose(devnull);
+    assert_int_equal(st.evals, 6);
+    assert_int_equal(st.passed, 4); /* the wrong value and the eval_fail that succeeds fail */
+    assert_int_equal(st.failed, 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_range_rate),
+        cmocka_unit_test(test_scalar_range_and_instant_vector),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_script_runner_reports_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
