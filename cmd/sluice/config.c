@@ -54,6 +54,8 @@ static const config_option_t config_options[] = {
     {"storage.max-series-per-request", OPT_INT, OFF(max_series_per_request), "200000", "Most distinct series in one push or remote write (0 = no limit).", NULL},
     {"storage.max-samples-per-request", OPT_INT, OFF(max_samples_per_request), "2000000", "Most samples in one push or remote write (0 = no limit).", NULL},
     {"storage.snapshot-interval", OPT_DURATION, OFF(snapshot_interval_ms), "1h", "How often the in-memory tier is snapshotted (also on clean shutdown).", NULL},
+    {"push.group-ttl", OPT_DURATION, OFF(push_group_ttl_ms), "0", "Expire a push group this long after its last push (0 = never).", NULL},
+    {"push.group-missed-intervals", OPT_INT, OFF(push_missed_intervals), "10", "Expire a push group that missed this many of its own push intervals (0 = never).", NULL},
     {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval", "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.", wal_fsync_modes},
     {"wal.fsync-interval", OPT_DURATION, OFF(wal_fsync_interval_ms), "1s", "Longest time between WAL fsyncs (what kill -9 can lose at most).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},

@@ -38,6 +38,9 @@ typedef struct {
     int64_t wal_fsync_interval_ms;
     int64_t snapshot_interval_ms;
     char *rollups;              /* "1m:15d,1h:400d" */
+    /* push gateway */
+    int64_t push_group_ttl_ms;
+    int64_t push_missed_intervals;
     /* logging */
     char *log_level;
     char *log_format;

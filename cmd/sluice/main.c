@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/control.h"
+#include "api/push.h"
 #include "api/router.h"
 #include "api/server.h"
 #include "api/status.h"
@@ -177,6 +178,7 @@ int main(int argc, char **argv)
     int lock_fd = -1;
     api_server_t *srv = NULL;
     storage_t *storage = NULL;
+    api_push_t *push = NULL;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
 
@@ -211,6 +213,21 @@ int main(int argc, char **argv)
                                 .retention_raw_ms = cfg.retention_raw_ms};
     api_status_register(&sto);
     api_tsdb_status_register(storage);
+    api_push_options_t po = {
+        .storage = storage,
+        .limits = {.max_samples = (size_t)cfg.max_samples_per_request},
+        .max_decoded_bytes = cfg.max_body_bytes,
+        .group_ttl_ms = cfg.push_group_ttl_ms,
+        .missed_intervals = (uint32_t)cfg.push_missed_intervals,
+        .enable_admin_api = cfg.enable_admin_api,
+        .flags_json = flags.data,
+    };
+    push = api_push_new(&po);
+    if (!push) {
+        log_error("main", "out of memory");
+        goto out;
+    }
+    api_push_register_routes(push); /* pushed groups come first in /metrics, as in a Pushgateway */
     api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
                                  .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
     if (api_control_register(&cto, err, sizeof(err)) != 0) {
@@ -234,6 +251,10 @@ int main(int argc, char **argv)
         api_server_stop(srv, 0);
         goto out;
     }
+    if (api_push_start(push) != 0) {
+        log_error("main", "cannot start push group expiry");
+        goto out;
+    }
     api_status_set_ready(true);
     log_info("main", "server is ready to receive requests");
 
@@ -249,6 +270,7 @@ int main(int argc, char **argv)
 
     api_status_set_ready(false);
     api_server_stop(srv, cfg.shutdown_timeout_ms);
+    api_push_stop(push);
     storage_close(storage); /* final snapshot: a clean restart loses nothing */
     storage = NULL;
     event_free(ev_term);
@@ -259,6 +281,7 @@ int main(int argc, char **argv)
 out:
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_server_destroy(srv);
+    api_push_free(push);
     storage_close(storage);
     if (base)
         event_base_free(base);

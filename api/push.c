@@ -1,0 +1,552 @@
+/*
+ * push — the Pushgateway API on top of the push registry and storage:
+ *
+ *   PUT|POST|DELETE /metrics/job/<JOB>{/<LABEL>/<VALUE>}     (also <name>@base64/<url-safe base64>)
+ *   GET /api/v1/metrics       GET /api/v1/status       PUT /api/v1/admin/wipe (--web.enable-admin-api)
+ *   GET /metrics              every group's metrics (a registered collector, before self-metrics)
+ *
+ * A push: path -> grouping labels; body (gzip/snappy decoded, bounded) -> parser chosen by
+ * Content-Type; registry prepare (checks, computes samples + staleness markers) -> storage append
+ * (WAL before the reply) -> registry commit -> 200. Pushes are serialized by one mutex around
+ * prepare/append/commit so storage sees them in order; parsing, the expensive part, runs outside
+ * it on every worker in parallel.
+ *
+ * Error words follow the Pushgateway: parse errors are 400 with the parser's line-numbered text
+ * and leave the group alone; consistency errors are 400 with "pushed metrics are invalid or
+ * inconsistent with existing metrics: ..." and stamp push_failure_time_seconds.
+ */
+#include "api/push.h"
+
+#include <pthread.h>
+#include <snappy-c.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "api/router.h"
+#include "internal/expfmt/proto_parse.h"
+#include "internal/expfmt/text_parse.h"
+#include "internal/util/buildinfo.h"
+#include "internal/util/log.h"
+#include "internal/util/metrics.h"
+
+struct api_push {
+    api_push_options_t opt;
+    push_registry_t *reg;
+    pthread_mutex_t apply_mu;
+    pthread_t expiry_thread;
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+    bool stop, thread_started;
+    char *flags_json;
+};
+
+static int64_t push_now_ms(const api_push_t *p)
+{
+    if (p->opt.clock_ms)
+        return p->opt.clock_ms();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- path ------------------------------------------------------------------------------------- */
+
+/* RFC 4648 URL-safe base64, padding optional (Go's RawURLEncoding after trimming '='). */
+static int push_base64_decode(const char *in, arena_t *a, char **out, char *err, size_t errlen)
+{
+    size_t n = strlen(in);
+    while (n && in[n - 1] == '=')
+        n--;
+    char *o = arena_alloc(a, n * 3 / 4 + 4);
+    size_t k = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        int v = c >= 'A' && c <= 'Z'   ? c - 'A'
+                : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                : c >= '0' && c <= '9' ? c - '0' + 52
+                : c == '-'             ? 62
+                : c == '_'             ? 63
+                                       : -1;
+        if (v < 0) {
+            snprintf(err, errlen, "illegal base64 data at input byte %zu", i);
+            return -1;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[k++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    /* A lone trailing character (6 bits) cannot encode a byte; leftover bits must be zero. */
+    if (n % 4 == 1 || (bits > 0 && (acc & ((1u << bits) - 1)) != 0)) {
+        snprintf(err, errlen, "illegal base64 data at input byte %zu", n % 4 == 1 ? n - 1 : n - 1);
+        return -1;
+    }
+    o[k] = 0;
+    if (memchr(o, 0, k)) {
+        snprintf(err, errlen, "decoded value contains a NUL byte");
+        return -1;
+    }
+    *out = o;
+    return 0;
+}
+
+/* Parses "/metrics/job[@base64]/<job>{/<name>[@base64]/<value>}" into grouping labels (job
+ * included). 0, or -1 with a Pushgateway-style message. */
+static int push_parse_path(const char *path, arena_t *a, labels_t *out, char *err, size_t errlen)
+{
+    static const char prefix[] = "/metrics/";
+    if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
+        return -1;
+    char *rest = arena_strdup(a, path + sizeof(prefix) - 1);
+    size_t ncomp = 1;
+    for (char *c = rest; *c; c++)
+        ncomp += *c == '/';
+    char **comp = arena_alloc(a, ncomp * sizeof(char *));
+    size_t k = 0;
+    for (char *c = rest, *s = rest;; c++) {
+        if (*c == '/' || *c == 0) {
+            bool end = *c == 0;
+            *c = 0;
+            comp[k++] = s;
+            s = c + 1;
+            if (end)
+                break;
+        }
+    }
+    /* comp[0] = "job" or "job@base64", comp[1] = job, then name/value pairs. */
+    if (k < 2 || (strcmp(comp[0], "job") != 0 && strcmp(comp[0], "job@base64") != 0)) {
+        snprintf(err, errlen, "the path must start with /metrics/job/<JOB>");
+        return -1;
+    }
+    const char *job = comp[1];
+    if (strcmp(comp[0], "job@base64") == 0) {
+        char *dec, berr[128];
+        if (push_base64_decode(comp[1], a, &dec, berr, sizeof(berr)) != 0) {
+            snprintf(err, errlen, "invalid base64 encoding in job name \"%s\": %s", comp[1], berr);
+            return -1;
+        }
+        job = dec;
+    }
+    if (!job[0]) {
+        snprintf(err, errlen, "job name is required");
+        return -1;
+    }
+    size_t npairs = k - 2;
+    if (npairs % 2 != 0) {
+        snprintf(err, errlen, "odd number of components in label string \"/%s\"", path + sizeof(prefix) - 1 + strlen(comp[0]) + strlen(comp[1]) + 2);
+        return -1;
+    }
+    label_t *ls = arena_alloc(a, (npairs / 2 + 1) * sizeof(label_t));
+    size_t n = 0;
+    for (size_t i = 2; i + 1 < k; i += 2) {
+        char *name = comp[i];
+        const char *value = comp[i + 1];
+        size_t nl = strlen(name);
+        bool b64 = nl > 7 && strcmp(name + nl - 7, "@base64") == 0;
+        if (b64)
+            name[nl - 7] = 0;
+        if (!labels_valid_name(name, strlen(name)) || strncmp(name, "__", 2) == 0) {
+            snprintf(err, errlen, "improper label name \"%s\"", name);
+            return -1;
+        }
+        if (b64) {
+            char *dec, berr[128];
+            if (push_base64_decode(value, a, &dec, berr, sizeof(berr)) != 0) {
+                snprintf(err, errlen, "invalid base64 encoding for label %s=\"%s\": %s", name, value, berr);
+                return -1;
+            }
+            value = dec;
+        }
+        if (strcmp(name, "job") == 0)
+            continue; /* the job from the path's head wins */
+        size_t j;
+        for (j = 0; j < n; j++)
+            if (strcmp(ls[j].name, name) == 0)
+                break;
+        ls[j] = (label_t){name, value}; /* a repeated name: the last one wins */
+        if (j == n)
+            n++;
+    }
+    ls[n++] = (label_t){"job", job};
+    out->v = ls;
+    out->n = n;
+    labels_sort(out);
+    return 0;
+}
+
+/* ---- body ---------------------------------------------------------------------------------------- */
+
+/* Decodes Content-Encoding into a mutable, NUL-terminated buffer (arena). Returns 0, or an HTTP
+ * status (400, 413, 415) with a message. */
+static int push_decode_body(api_push_t *p, api_req_t *req, char **out, size_t *out_len, char *err, size_t errlen)
+{
+    size_t len;
+    const uint8_t *body = api_req_body(req, &len);
+    const char *enc = api_req_header(req, "Content-Encoding");
+    size_t limit = p->opt.max_decoded_bytes;
+    if (!enc || !enc[0] || strcasecmp(enc, "identity") == 0) {
+        *out = (char *)body; /* arena-owned and mutable */
+        *out_len = len;
+        return 0;
+    }
+    if (strcasecmp(enc, "snappy") == 0) {
+        size_t dlen;
+        if (snappy_uncompressed_length((const char *)body, len, &dlen) != SNAPPY_OK ||
+            snappy_validate_compressed_buffer((const char *)body, len) != SNAPPY_OK) {
+            snprintf(err, errlen, "invalid snappy-compressed body");
+            return 400;
+        }
+        if (dlen > limit) {
+            snprintf(err, errlen, "decompressed body is larger than %zu bytes", limit);
+            return 413;
+        }
+        char *d = arena_try_alloc(req->arena, dlen + 1);
+        if (!d || snappy_uncompress((const char *)body, len, d, &dlen) != SNAPPY_OK) {
+            snprintf(err, errlen, "invalid snappy-compressed body");
+            return 400;
+        }
+        d[dlen] = 0;
+        *out = d;
+        *out_len = dlen;
+        return 0;
+    }
+    if (strcasecmp(enc, "gzip") == 0 || strcasecmp(enc, "deflate") == 0) {
+        z_stream zs;
+        memset(&zs, 0, sizeof(zs));
+        if (inflateInit2(&zs, strcasecmp(enc, "gzip") == 0 ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+            snprintf(err, errlen, "cannot initialise zlib");
+            return 400;
+        }
+        buf_t b = BUF_INIT;
+        zs.next_in = (Bytef *)body;
+        zs.avail_in = (uInt)len;
+        int zr = Z_OK;
+        while (zr != Z_STREAM_END) {
+            buf_reserve(&b, 65536);
+            zs.next_out = (Bytef *)b.data + b.len;
+            zs.avail_out = 65536;
+            zr = inflate(&zs, Z_NO_FLUSH);
+            b.len = (size_t)((char *)zs.next_out - b.data);
+            if (zr != Z_OK && zr != Z_STREAM_END) {
+                inflateEnd(&zs);
+                buf_free(&b);
+                snprintf(err, errlen, "invalid %s-compressed body", enc);
+                return 400;
+            }
+            if (b.len > limit) {
+                inflateEnd(&zs);
+                buf_free(&b);
+                snprintf(err, errlen, "decompressed body is larger than %zu bytes", limit);
+                return 413;
+            }
+            if (zr == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
+                inflateEnd(&zs);
+                buf_free(&b);
+                snprintf(err, errlen, "truncated %s-compressed body", enc);
+                return 400;
+            }
+        }
+        inflateEnd(&zs);
+        char *d = arena_try_alloc(req->arena, b.len + 1);
+        if (!d) {
+            buf_free(&b);
+            snprintf(err, errlen, "out of memory");
+            return 413;
+        }
+        memcpy(d, b.data, b.len);
+        d[b.len] = 0;
+        *out = d;
+        *out_len = b.len;
+        buf_free(&b);
+        return 0;
+    }
+    snprintf(err, errlen, "unsupported Content-Encoding \"%s\" (identity, gzip, deflate and snappy are)", enc);
+    return 415;
+}
+
+/* ---- storing an effect ---------------------------------------------------------------------------- */
+
+/* Appends the samples of a change (pushed values or staleness markers) at the push second.
+ * Returns 0 or a storage error; msg is filled on error. */
+static int push_store(api_push_t *p, const push_effect_t *e, arena_t *a, char *msg, size_t msglen)
+{
+    if (!e->n || !p->opt.storage)
+        return 0;
+    storage_sample_t *ss = arena_try_alloc(a, e->n * sizeof(*ss));
+    if (!ss) {
+        snprintf(msg, msglen, "out of memory");
+        return STORAGE_ERR_NOMEM;
+    }
+    int64_t t = e->t_ms - e->t_ms % 1000; /* one-second resolution: pushes of one second line up */
+    for (size_t i = 0; i < e->n; i++) {
+        ss[i].labels = e->samples[i].labels;
+        ss[i].t = t;
+        ss[i].v = e->samples[i].v;
+    }
+    storage_append_result_t res;
+    int rc = storage_append(p->opt.storage, ss, e->n, &res);
+    if (rc == STORAGE_OK)
+        return 0;
+    if (rc == STORAGE_ERR_OUT_OF_ORDER || rc == STORAGE_ERR_TOO_OLD) {
+        /* The clock went back: keep what could be stored, note the rest. */
+        log_warn("push", "some samples were not stored", LF_S("reason", res.msg), LF_I("failed", (int64_t)res.failed));
+        return 0;
+    }
+    snprintf(msg, msglen, "%s", res.msg);
+    return rc;
+}
+
+static int push_storage_status(int rc)
+{
+    switch (rc) {
+    case STORAGE_ERR_IO:
+    case STORAGE_ERR_NOT_READY:
+    case STORAGE_ERR_NOMEM: return 503;
+    default: return 400;
+    }
+}
+
+/* ---- handlers ------------------------------------------------------------------------------------- */
+
+static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
+{
+    char err[2048];
+    labels_t grouping;
+    if (push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
+        api_reply_text(req, 400, "%s\n", err);
+        return;
+    }
+    char *body;
+    size_t len;
+    int st = push_decode_body(p, req, &body, &len, err, sizeof(err));
+    if (st) {
+        api_reply_text(req, st, "%s\n", err);
+        return;
+    }
+    expfmt_result_t parsed;
+    expfmt_format_t fmt = expfmt_format_from_content_type(api_req_header(req, "Content-Type"));
+    int rc = fmt == EXPFMT_FORMAT_PROTO_DELIM
+                 ? expfmt_parse_proto((const uint8_t *)body, len, &p->opt.limits, req->arena, &parsed, err, sizeof(err))
+                 : expfmt_parse_text(body, len, fmt == EXPFMT_FORMAT_OPENMETRICS, &p->opt.limits, req->arena, &parsed,
+                                     err, sizeof(err));
+    if (rc != EXPFMT_OK) {
+        api_reply_text(req, rc == EXPFMT_ENOMEM ? 413 : 400, "%s\n", err);
+        return;
+    }
+    int64_t now = push_now_ms(p);
+    push_pending_t *pending;
+    push_effect_t effect;
+    pthread_mutex_lock(&p->apply_mu);
+    rc = push_registry_prepare(p->reg, &grouping, mode, &parsed, now, req->arena, &pending, &effect, err,
+                               sizeof(err));
+    if (rc != PUSH_OK) {
+        push_registry_fail(p->reg, &grouping, now);
+        pthread_mutex_unlock(&p->apply_mu);
+        api_reply_text(req, rc == PUSH_ERR_NOMEM ? 503 : 400, "%s\n", rc == PUSH_ERR_NOMEM ? "out of memory" : err);
+        return;
+    }
+    rc = push_store(p, &effect, req->arena, err, sizeof(err));
+    if (rc != 0) {
+        push_registry_abort(pending);
+        push_registry_fail(p->reg, &grouping, now);
+        pthread_mutex_unlock(&p->apply_mu);
+        api_reply_text(req, push_storage_status(rc), "cannot store the push: %s\n", err);
+        return;
+    }
+    push_registry_commit(p->reg, pending);
+    pthread_mutex_unlock(&p->apply_mu);
+    api_reply(req, 200, NULL, NULL, 0);
+}
+
+static void push_handle_delete(api_push_t *p, api_req_t *req)
+{
+    char err[1024];
+    labels_t grouping;
+    if (push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
+        api_reply_text(req, 400, "%s\n", err);
+        return;
+    }
+    push_effect_t effect;
+    pthread_mutex_lock(&p->apply_mu);
+    push_registry_delete(p->reg, &grouping, push_now_ms(p), req->arena, &effect);
+    int rc = push_store(p, &effect, req->arena, err, sizeof(err));
+    pthread_mutex_unlock(&p->apply_mu);
+    if (rc != 0)
+        log_warn("push", "cannot store staleness markers of a deleted group", LF_S("err", err));
+    api_reply(req, 202, NULL, NULL, 0);
+}
+
+static void push_handler(api_req_t *req, void *ud)
+{
+    api_push_t *p = ud;
+    switch (req->method) {
+    case API_PUT: push_handle_write(p, req, PUSH_PUT); break;
+    case API_POST: push_handle_write(p, req, PUSH_POST); break;
+    case API_DELETE: push_handle_delete(p, req); break;
+    default: api_reply_text(req, 405, "method not allowed\n");
+    }
+}
+
+static void push_api_metrics(api_req_t *req, void *ud)
+{
+    api_push_t *p = ud;
+    buf_t b = BUF_INIT;
+    push_registry_write_json(p->reg, &b);
+    api_reply_prom_success(req, b.data, b.len);
+    buf_free(&b);
+}
+
+static void push_api_status(api_req_t *req, void *ud)
+{
+    api_push_t *p = ud;
+    buf_t b = BUF_INIT;
+    char start[64];
+    time_t s = (time_t)metrics_process_start_time();
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    strftime(start, sizeof(start), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    buf_puts(&b, "{\"flags\":");
+    buf_puts(&b, p->flags_json ? p->flags_json : "{}");
+    buf_printf(&b, ",\"start_time\":\"%s\",\"build_information\":{\"version\":\"%s\",\"revision\":\"%s\","
+                   "\"branch\":\"%s\",\"buildUser\":\"%s\",\"buildDate\":\"%s\",\"goVersion\":\"%s\"}}",
+               start, SLUICE_VERSION, SLUICE_REVISION, SLUICE_BRANCH, SLUICE_BUILD_USER, SLUICE_BUILD_DATE,
+               SLUICE_COMPILER);
+    api_reply_prom_success(req, b.data, b.len);
+    buf_free(&b);
+}
+
+static void push_api_wipe(api_req_t *req, void *ud)
+{
+    api_push_t *p = ud;
+    push_effect_t effect;
+    char err[512];
+    pthread_mutex_lock(&p->apply_mu);
+    push_registry_wipe(p->reg, push_now_ms(p), req->arena, &effect);
+    int rc = push_store(p, &effect, req->arena, err, sizeof(err));
+    pthread_mutex_unlock(&p->apply_mu);
+    if (rc != 0)
+        log_warn("push", "cannot store staleness markers of wiped groups", LF_S("err", err));
+    log_info("push", "all groups wiped by the admin API");
+    api_reply(req, 202, NULL, NULL, 0);
+}
+
+static void push_collect_text(void *ud, buf_t *out) { push_registry_write_text(((api_push_t *)ud)->reg, out); }
+static void push_collect_self(void *ud, buf_t *out) { push_registry_write_metrics(((api_push_t *)ud)->reg, out); }
+
+/* ---- expiry ------------------------------------------------------------------------------------ */
+
+void api_push_expire_now(api_push_t *p)
+{
+    arena_t *a = arena_create(0);
+    if (!a)
+        return;
+    push_effect_t effect;
+    char err[512];
+    pthread_mutex_lock(&p->apply_mu);
+    size_t n = push_registry_expire(p->reg, push_now_ms(p), a, &effect);
+    int rc = push_store(p, &effect, a, err, sizeof(err));
+    pthread_mutex_unlock(&p->apply_mu);
+    if (n)
+        log_info("push", "expired groups", LF_I("groups", (int64_t)n), LF_I("stale_series", (int64_t)effect.n));
+    if (rc != 0)
+        log_warn("push", "cannot store staleness markers of expired groups", LF_S("err", err));
+    arena_destroy(a);
+}
+
+static void *push_expiry_main(void *arg)
+{
+    api_push_t *p = arg;
+    pthread_mutex_lock(&p->stop_mu);
+    while (!p->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&p->stop_cv, &p->stop_mu, &ts);
+        if (p->stop)
+            break;
+        pthread_mutex_unlock(&p->stop_mu);
+        api_push_expire_now(p);
+        pthread_mutex_lock(&p->stop_mu);
+    }
+    pthread_mutex_unlock(&p->stop_mu);
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------------- */
+
+api_push_t *api_push_new(const api_push_options_t *opt)
+{
+    api_push_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->opt = *opt;
+    if (!p->opt.max_decoded_bytes)
+        p->opt.max_decoded_bytes = 32u << 20;
+    push_options_t po = {.group_ttl_ms = opt->group_ttl_ms, .missed_intervals = opt->missed_intervals};
+    p->reg = push_registry_new(&po);
+    p->flags_json = opt->flags_json ? strdup(opt->flags_json) : NULL;
+    pthread_mutex_init(&p->apply_mu, NULL);
+    pthread_mutex_init(&p->stop_mu, NULL);
+    pthread_cond_init(&p->stop_cv, NULL);
+    if (!p->reg) {
+        api_push_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+push_registry_t *api_push_registry(api_push_t *p) { return p->reg; }
+
+void api_push_register_routes(api_push_t *p)
+{
+    api_route_add(API_PUT | API_POST | API_DELETE, "/metrics/job/*", "push", push_handler, p);
+    api_route_add(API_PUT | API_POST | API_DELETE, "/metrics/job@base64/*", "push", push_handler, p);
+    api_route_add(API_GET, "/api/v1/metrics", "push_metrics", push_api_metrics, p);
+    api_route_add(API_GET, "/api/v1/status", "push_status", push_api_status, p);
+    if (p->opt.enable_admin_api)
+        api_route_add(API_PUT, "/api/v1/admin/wipe", "push_wipe", push_api_wipe, p);
+    metrics_register("push_groups", push_collect_text, p);
+    metrics_register("push_self", push_collect_self, p);
+}
+
+int api_push_start(api_push_t *p)
+{
+    if (pthread_create(&p->expiry_thread, NULL, push_expiry_main, p) != 0)
+        return -1;
+    p->thread_started = true;
+    return 0;
+}
+
+void api_push_stop(api_push_t *p)
+{
+    if (!p || !p->thread_started)
+        return;
+    pthread_mutex_lock(&p->stop_mu);
+    p->stop = true;
+    pthread_cond_signal(&p->stop_cv);
+    pthread_mutex_unlock(&p->stop_mu);
+    pthread_join(p->expiry_thread, NULL);
+    p->thread_started = false;
+}
+
+void api_push_free(api_push_t *p)
+{
+    if (!p)
+        return;
+    api_push_stop(p);
+    push_registry_free(p->reg);
+    pthread_mutex_destroy(&p->apply_mu);
+    pthread_mutex_destroy(&p->stop_mu);
+    pthread_cond_destroy(&p->stop_cv);
+    free(p->flags_json);
+    free(p);
+}

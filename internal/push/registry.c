@@ -1,0 +1,1531 @@
+/*
+ * push registry — groups, families and the incremental consistency index; see registry.h.
+ *
+ * Memory layout. Every accepted push copies what it keeps into one "batch" arena (strings
+ * deduplicated within the push); a group's families point into the batches of the pushes that
+ * delivered them and each batch is reference-counted by its families, so a POST that replaces
+ * some families frees a batch only when none of its families is left.
+ *
+ *   registry ── groups (hash by grouping key) ── group ── families (sorted by name)
+ *            └─ types (hash by metric name -> type, number of groups holding it)
+ *
+ * A family keeps "metrics" in the protobuf sense: one per label set, with a value (counter,
+ * gauge, untyped) or sum/count plus quantiles or buckets (summary, histogram). That is the shape
+ * both the text and the JSON outputs need; storage gets the component series.
+ *
+ * Locking: one mutex guards everything. Prepare does its heavy work (building families,
+ * hashing series) outside it and takes it only to read the group and the type index; commit
+ * takes it to swap families in. The caller serializes prepare/commit pairs (see registry.h).
+ */
+#include "internal/push/registry.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#define PUSH_TIME_NAME "push_time_seconds"
+#define PUSH_FAIL_NAME "push_failure_time_seconds"
+#define PUSH_TIME_HELP "Last Unix time when changing this group in the Pushgateway succeeded."
+#define PUSH_FAIL_HELP "Last Unix time when changing this group in the Pushgateway failed."
+
+/* Stale marker: the NaN Prometheus writes when a series disappears. */
+static double push_stale_nan(void)
+{
+    uint64_t bits = 0x7ff0000000000002ULL;
+    double d;
+    memcpy(&d, &bits, sizeof(d));
+    return d;
+}
+
+/* ---- data ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    arena_t *arena;
+    int refs;
+} push_batch_t;
+
+typedef struct {
+    label_t *labels; /* sorted by name; grouping applied; instance defaulted; no quantile/le */
+    uint32_t nlabels;
+    uint32_t nq;     /* quantiles (summary) or buckets (histogram) */
+    double value;    /* counter, gauge, untyped */
+    double sum, count;
+    double *qb, *qv; /* quantile / upper bound, and value / cumulative count */
+} push_metric_t;
+
+typedef struct {
+    const char *name;
+    const char *help; /* NULL: none */
+    expfmt_type_t type;
+    push_metric_t *metrics;
+    size_t n;
+    int64_t push_ms;
+    push_batch_t *batch;
+} push_family_t;
+
+typedef struct push_group {
+    struct push_group *next; /* hash chain */
+    uint64_t hash;
+    char *key;               /* canonical grouping key */
+    labels_t grouping;       /* sorted; strings owned via `strings` */
+    char *strings;
+    push_family_t **fams;    /* sorted by name */
+    size_t nfams, cap;
+    int64_t push_ms, fail_ms; /* 0 = never */
+    bool last_ok;
+    int64_t first_push_ms;
+    double interval_ms;       /* smoothed interval between successful pushes; 0 = unknown */
+} push_group_t;
+
+typedef struct push_type {
+    struct push_type *next;
+    uint64_t hash;
+    char *name;
+    expfmt_type_t type;
+    uint32_t groups;
+} push_type_t;
+
+struct push_registry {
+    pthread_mutex_t mu;
+    push_options_t opt;
+    push_group_t **gtab;
+    size_t gcap, ngroups;
+    push_type_t **ttab;
+    size_t tcap, ntypes;
+    _Atomic uint64_t pushes, failures, expired, deleted;
+};
+
+struct push_pending {
+    char *key;
+    uint64_t hash;
+    labels_t grouping;
+    push_mode_t mode;
+    push_family_t **fams; /* sorted by name */
+    size_t nfams;
+    push_batch_t *batch;
+    int64_t now_ms;
+};
+
+static uint64_t push_hash_str(const char *s) { return XXH3_64bits(s, strlen(s)); }
+
+/* ---- type index ------------------------------------------------------------------------------ */
+
+static push_type_t *type_find(push_registry_t *r, const char *name, uint64_t h)
+{
+    if (!r->tcap)
+        return NULL;
+    for (push_type_t *t = r->ttab[h & (r->tcap - 1)]; t; t = t->next)
+        if (t->hash == h && strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+static void type_grow(push_registry_t *r)
+{
+    size_t ncap = r->tcap ? r->tcap * 2 : 256;
+    push_type_t **nt = calloc(ncap, sizeof(*nt));
+    if (!nt)
+        abort();
+    for (size_t i = 0; i < r->tcap; i++)
+        for (push_type_t *t = r->ttab[i], *n; t; t = n) {
+            n = t->next;
+            t->next = nt[t->hash & (ncap - 1)];
+            nt[t->hash & (ncap - 1)] = t;
+        }
+    free(r->ttab);
+    r->ttab = nt;
+    r->tcap = ncap;
+}
+
+static void type_ref(push_registry_t *r, const char *name, expfmt_type_t type)
+{
+    uint64_t h = push_hash_str(name);
+    push_type_t *t = type_find(r, name, h);
+    if (t) {
+        assert(t->groups == 0 || t->type == type);
+        t->type = type;
+        t->groups++;
+        return;
+    }
+    if ((r->ntypes + 1) * 2 > r->tcap)
+        type_grow(r);
+    t = calloc(1, sizeof(*t));
+    if (!t || !(t->name = strdup(name)))
+        abort();
+    t->hash = h;
+    t->type = type;
+    t->groups = 1;
+    t->next = r->ttab[h & (r->tcap - 1)];
+    r->ttab[h & (r->tcap - 1)] = t;
+    r->ntypes++;
+}
+
+static void type_unref(push_registry_t *r, const char *name)
+{
+    uint64_t h = push_hash_str(name);
+    push_type_t **pp = &r->ttab[h & (r->tcap - 1)];
+    for (; *pp; pp = &(*pp)->next) {
+        push_type_t *t = *pp;
+        if (t->hash == h && strcmp(t->name, name) == 0) {
+            assert(t->groups > 0);
+            if (--t->groups == 0) {
+                *pp = t->next;
+                free(t->name);
+                free(t);
+                r->ntypes--;
+            }
+            return;
+        }
+    }
+    assert(!"type_unref of an unknown name");
+}
+
+/* ---- groups ------------------------------------------------------------------------------------ */
+
+/* Canonical key of a sorted grouping label set (arena a). */
+static char *group_key(const labels_t *g, arena_t *a)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < g->n; i++)
+        len += strlen(g->v[i].name) + strlen(g->v[i].value) + 2;
+    char *k = arena_alloc(a, len), *p = k;
+    for (size_t i = 0; i < g->n; i++) {
+        size_t nl = strlen(g->v[i].name), vl = strlen(g->v[i].value);
+        memcpy(p, g->v[i].name, nl);
+        p += nl;
+        *p++ = '\xff';
+        memcpy(p, g->v[i].value, vl);
+        p += vl;
+        *p++ = '\xfe';
+    }
+    *p = 0;
+    return k;
+}
+
+static push_group_t *group_find(push_registry_t *r, const char *key, uint64_t h)
+{
+    if (!r->gcap)
+        return NULL;
+    for (push_group_t *g = r->gtab[h & (r->gcap - 1)]; g; g = g->next)
+        if (g->hash == h && strcmp(g->key, key) == 0)
+            return g;
+    return NULL;
+}
+
+static void group_grow(push_registry_t *r)
+{
+    size_t ncap = r->gcap ? r->gcap * 2 : 64;
+    push_group_t **nt = calloc(ncap, sizeof(*nt));
+    if (!nt)
+        abort();
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i], *n; g; g = n) {
+            n = g->next;
+            g->next = nt[g->hash & (ncap - 1)];
+            nt[g->hash & (ncap - 1)] = g;
+        }
+    free(r->gtab);
+    r->gtab = nt;
+    r->gcap = ncap;
+}
+
+static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, const char *key, uint64_t h)
+{
+    if ((r->ngroups + 1) * 2 > r->gcap)
+        group_grow(r);
+    push_group_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        abort();
+    size_t slen = strlen(key) + 1;
+    for (size_t i = 0; i < grouping->n; i++)
+        slen += strlen(grouping->v[i].name) + strlen(grouping->v[i].value) + 2;
+    g->strings = malloc(slen);
+    g->grouping.v = calloc(grouping->n ? grouping->n : 1, sizeof(label_t));
+    if (!g->strings || !g->grouping.v)
+        abort();
+    char *p = g->strings;
+    g->key = p;
+    memcpy(p, key, strlen(key) + 1);
+    p += strlen(key) + 1;
+    for (size_t i = 0; i < grouping->n; i++) {
+        size_t nl = strlen(grouping->v[i].name) + 1, vl = strlen(grouping->v[i].value) + 1;
+        memcpy(p, grouping->v[i].name, nl);
+        g->grouping.v[i].name = p;
+        p += nl;
+        memcpy(p, grouping->v[i].value, vl);
+        g->grouping.v[i].value = p;
+        p += vl;
+    }
+    g->grouping.n = grouping->n;
+    g->hash = h;
+    g->next = r->gtab[h & (r->gcap - 1)];
+    r->gtab[h & (r->gcap - 1)] = g;
+    r->ngroups++;
+    return g;
+}
+
+static void batch_unref(push_batch_t *b)
+{
+    if (b && --b->refs == 0) {
+        arena_destroy(b->arena);
+        free(b);
+    }
+}
+
+static void family_release(push_registry_t *r, push_family_t *f)
+{
+    type_unref(r, f->name);
+    batch_unref(f->batch);
+}
+
+static void group_unlink_free(push_registry_t *r, push_group_t *g)
+{
+    push_group_t **pp = &r->gtab[g->hash & (r->gcap - 1)];
+    while (*pp != g)
+        pp = &(*pp)->next;
+    *pp = g->next;
+    r->ngroups--;
+    for (size_t i = 0; i < g->nfams; i++)
+        family_release(r, g->fams[i]);
+    free(g->fams);
+    free(g->grouping.v);
+    free(g->strings);
+    free(g);
+}
+
+static push_family_t *group_family(const push_group_t *g, const char *name)
+{
+    size_t lo = 0, hi = g->nfams;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(g->fams[mid]->name, name);
+        if (c == 0)
+            return g->fams[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* ---- building families from a body ----------------------------------------------------------- */
+
+/* Interning within one push: identical strings (job names, hosts, operator names) are stored once. */
+typedef struct {
+    const char **slot;
+    size_t cap, n;
+    arena_t *a;
+} push_strtab_t;
+
+static const char *strtab_intern(push_strtab_t *t, const char *s)
+{
+    if ((t->n + 1) * 2 > t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 1024;
+        const char **ns = calloc(ncap, sizeof(*ns));
+        if (!ns)
+            abort();
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slot[i]) {
+                size_t j = XXH3_64bits(t->slot[i], strlen(t->slot[i])) & (ncap - 1);
+                while (ns[j])
+                    j = (j + 1) & (ncap - 1);
+                ns[j] = t->slot[i];
+            }
+        free(t->slot);
+        t->slot = ns;
+        t->cap = ncap;
+    }
+    size_t len = strlen(s);
+    size_t j = XXH3_64bits(s, len) & (t->cap - 1);
+    while (t->slot[j]) {
+        if (strcmp(t->slot[j], s) == 0)
+            return t->slot[j];
+        j = (j + 1) & (t->cap - 1);
+    }
+    const char *c = arena_strndup(t->a, s, len);
+    t->slot[j] = c;
+    t->n++;
+    return c;
+}
+
+static int label_cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const label_t *)a)->name, ((const label_t *)b)->name);
+}
+
+/* The labels a sample is exposed with (without quantile/le): body labels overridden by grouping
+ * labels, plus instance="" when absent. Sorted; strings interned into the batch. */
+static label_t *push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st,
+                                   arena_t *a, uint32_t *out_n)
+{
+    uint32_t nbody = s->nlabels;
+    if (s->kind == EXPFMT_KIND_QUANTILE || s->kind == EXPFMT_KIND_BUCKET)
+        nbody--; /* the parser puts quantile/le last */
+    label_t *ls = arena_alloc(a, (nbody + grouping->n + 1) * sizeof(label_t));
+    uint32_t n = 0;
+    bool has_instance = false;
+    for (size_t i = 0; i < grouping->n; i++) {
+        ls[n].name = strtab_intern(st, grouping->v[i].name);
+        ls[n].value = strtab_intern(st, grouping->v[i].value);
+        has_instance |= strcmp(grouping->v[i].name, "instance") == 0;
+        n++;
+    }
+    for (uint32_t i = 0; i < nbody; i++) {
+        if (labels_get(grouping, s->labels[i].name))
+            continue; /* the path wins */
+        ls[n].name = strtab_intern(st, s->labels[i].name);
+        ls[n].value = strtab_intern(st, s->labels[i].value);
+        has_instance |= strcmp(s->labels[i].name, "instance") == 0;
+        n++;
+    }
+    if (!has_instance) {
+        ls[n].name = strtab_intern(st, "instance");
+        ls[n].value = strtab_intern(st, "");
+        n++;
+    }
+    qsort(ls, n, sizeof(label_t), label_cmp_name);
+    *out_n = n;
+    return ls;
+}
+
+static bool labels_same(const label_t *a, uint32_t na, const label_t *b, uint32_t nb)
+{
+    if (na != nb)
+        return false;
+    for (uint32_t i = 0; i < na; i++)
+        if (a[i].name != b[i].name || a[i].value != b[i].value) /* interned: pointer equality */
+            return false;
+    return true;
+}
+
+/* Go's MetricSorter: label values in order, then (ours) label names for sets of different shape. */
+static int metric_cmp(const void *pa, const void *pb)
+{
+    const push_metric_t *a = pa, *b = pb;
+    uint32_t n = a->nlabels < b->nlabels ? a->nlabels : b->nlabels;
+    for (uint32_t i = 0; i < n; i++) {
+        int c = strcmp(a->labels[i].value, b->labels[i].value);
+        if (c)
+            return c;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int c = strcmp(a->labels[i].name, b->labels[i].name);
+        if (c)
+            return c;
+    }
+    return (a->nlabels > b->nlabels) - (a->nlabels < b->nlabels);
+}
+
+/* Builds one family's metrics from the body's component samples. */
+static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
+                                        push_batch_t *batch, int64_t now_ms)
+{
+    arena_t *a = batch->arena;
+    push_family_t *f = arena_calloc(a, 1, sizeof(*f));
+    f->name = strtab_intern(st, bf->name);
+    f->help = bf->help ? arena_strdup(a, bf->help) : NULL;
+    f->type = bf->type;
+    f->push_ms = now_ms;
+    f->batch = batch;
+    push_metric_t *ms = arena_calloc(a, bf->nsamples ? bf->nsamples : 1, sizeof(*ms));
+    size_t n = 0;
+    bool complex = bf->type == EXPFMT_SUMMARY || bf->type == EXPFMT_HISTOGRAM || bf->type == EXPFMT_GAUGE_HISTOGRAM;
+    size_t mcap = 16;
+    while (complex && mcap < bf->nsamples * 2)
+        mcap *= 2;
+    push_metric_t **mtab = complex ? calloc(mcap, sizeof(*mtab)) : NULL;
+    if (complex && !mtab)
+        abort();
+    for (size_t i = 0; i < bf->nsamples; i++) {
+        const expfmt_sample_t *s = &bf->samples[i];
+        uint32_t nl;
+        label_t *ls = push_metric_labels(s, grouping, st, a, &nl);
+        push_metric_t *m = NULL;
+        if (complex) {
+            /* Component samples of one metric share its (interned) label set. Bodies usually keep
+             * them together, so check the last metric first, then a hash of the label pointers. */
+            if (n && labels_same(ms[n - 1].labels, ms[n - 1].nlabels, ls, nl)) {
+                m = &ms[n - 1];
+            } else {
+                uint64_t h = XXH3_64bits(ls, nl * sizeof(label_t));
+                size_t j = h & (mcap - 1);
+                for (; mtab[j]; j = (j + 1) & (mcap - 1))
+                    if (labels_same(mtab[j]->labels, mtab[j]->nlabels, ls, nl)) {
+                        m = mtab[j];
+                        break;
+                    }
+                if (!m) {
+                    m = &ms[n++];
+                    m->labels = ls;
+                    m->nlabels = nl;
+                    mtab[j] = m;
+                }
+            }
+        }
+        if (!m) {
+            m = &ms[n++];
+            m->labels = ls;
+            m->nlabels = nl;
+        }
+        switch (s->kind) {
+        case EXPFMT_KIND_VALUE: m->value = s->value; break;
+        case EXPFMT_KIND_SUM: m->sum = s->value; break;
+        case EXPFMT_KIND_COUNT: m->count = s->value; break;
+        case EXPFMT_KIND_QUANTILE:
+        case EXPFMT_KIND_BUCKET: {
+            double bound = strtod(s->labels[s->nlabels - 1].value, NULL);
+            double *qb = arena_alloc(a, (m->nq + 1) * sizeof(double));
+            double *qv = arena_alloc(a, (m->nq + 1) * sizeof(double));
+            if (m->nq) {
+                memcpy(qb, m->qb, m->nq * sizeof(double));
+                memcpy(qv, m->qv, m->nq * sizeof(double));
+            }
+            qb[m->nq] = bound;
+            qv[m->nq] = s->value;
+            m->qb = qb;
+            m->qv = qv;
+            m->nq++;
+            break;
+        }
+        default: break; /* OpenMetrics _created: not kept by a Pushgateway */
+        }
+    }
+    free(mtab);
+    qsort(ms, n, sizeof(*ms), metric_cmp);
+    f->metrics = ms;
+    f->n = n;
+    return f;
+}
+
+/* ---- series of a family (what storage sees) ----------------------------------------------------- */
+
+typedef void (*push_series_fn)(void *ud, const char *name, const push_metric_t *m, const char *extra_name,
+                               double extra, double v);
+
+/* Calls fn for every component series of f: (series name, metric, quantile/le label or NULL, its
+ * value as a number, sample value). Summaries without _sum/_count in the body still expose 0 in
+ * the text and JSON outputs (as the Pushgateway does) but storage gets the same components. */
+static void family_each_series(const push_family_t *f, push_series_fn fn, void *ud, arena_t *a)
+{
+    size_t nl = strlen(f->name);
+    char *sum = NULL, *count = NULL, *bucket = NULL;
+    if (f->type == EXPFMT_SUMMARY || f->type == EXPFMT_HISTOGRAM || f->type == EXPFMT_GAUGE_HISTOGRAM) {
+        bool gh = f->type == EXPFMT_GAUGE_HISTOGRAM;
+        sum = arena_sprintf(a, "%s%s", f->name, gh ? "_gsum" : "_sum");
+        count = arena_sprintf(a, "%s%s", f->name, gh ? "_gcount" : "_count");
+        bucket = arena_sprintf(a, "%s_bucket", f->name);
+    }
+    (void)nl;
+    for (size_t i = 0; i < f->n; i++) {
+        const push_metric_t *m = &f->metrics[i];
+        switch (f->type) {
+        case EXPFMT_SUMMARY:
+            for (uint32_t q = 0; q < m->nq; q++)
+                fn(ud, f->name, m, "quantile", m->qb[q], m->qv[q]);
+            fn(ud, sum, m, NULL, 0, m->sum);
+            fn(ud, count, m, NULL, 0, m->count);
+            break;
+        case EXPFMT_HISTOGRAM:
+        case EXPFMT_GAUGE_HISTOGRAM: {
+            bool has_inf = false;
+            for (uint32_t q = 0; q < m->nq; q++) {
+                fn(ud, bucket, m, "le", m->qb[q], m->qv[q]);
+                has_inf |= isinf(m->qb[q]) && m->qb[q] > 0;
+            }
+            if (!has_inf)
+                fn(ud, bucket, m, "le", INFINITY, m->count);
+            fn(ud, sum, m, NULL, 0, m->sum);
+            fn(ud, count, m, NULL, 0, m->count);
+            break;
+        }
+        default: fn(ud, f->name, m, NULL, 0, m->value); break;
+        }
+    }
+}
+
+typedef struct {
+    arena_t *a;
+    push_sample_t *v;
+    size_t n, cap;
+    double stale_value; /* when stale: every value becomes the stale marker */
+    bool stale;
+    /* PUT/POST: hashes of the series the push keeps, to find the ones it drops */
+    uint64_t *keep;
+    size_t keep_cap;
+    bool collect_keep;
+    bool filter_kept;
+} push_collect_t;
+
+static char *float_label(arena_t *a, double v)
+{
+    buf_t b = BUF_INIT;
+    buf_put_float(&b, v);
+    char *s = arena_strndup(a, b.data, b.len);
+    buf_free(&b);
+    return s;
+}
+
+static uint64_t series_hash(const char *name, const push_metric_t *m, const char *extra_name, const char *extra)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, name, strlen(name) + 1);
+    for (uint32_t i = 0; i < m->nlabels; i++) {
+        XXH3_64bits_update(&st, m->labels[i].name, strlen(m->labels[i].name) + 1);
+        XXH3_64bits_update(&st, m->labels[i].value, strlen(m->labels[i].value) + 1);
+    }
+    if (extra_name) {
+        XXH3_64bits_update(&st, extra_name, strlen(extra_name) + 1);
+        XXH3_64bits_update(&st, extra, strlen(extra) + 1);
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+static void keep_add(push_collect_t *c, uint64_t h)
+{
+    if (h == 0)
+        h = 1;
+    size_t j = h & (c->keep_cap - 1);
+    while (c->keep[j] && c->keep[j] != h)
+        j = (j + 1) & (c->keep_cap - 1);
+    c->keep[j] = h;
+}
+
+static bool keep_has(const push_collect_t *c, uint64_t h)
+{
+    if (!c->keep_cap)
+        return false;
+    if (h == 0)
+        h = 1;
+    for (size_t j = h & (c->keep_cap - 1); c->keep[j]; j = (j + 1) & (c->keep_cap - 1))
+        if (c->keep[j] == h)
+            return true;
+    return false;
+}
+
+static void collect_series(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
+                           double v)
+{
+    push_collect_t *c = ud;
+    const char *extra_s = extra_name ? float_label(c->a, extra) : NULL;
+    if (c->collect_keep || c->filter_kept) {
+        uint64_t h = series_hash(name, m, extra_name, extra_s);
+        if (c->collect_keep)
+            keep_add(c, h);
+        if (c->filter_kept && keep_has(c, h))
+            return;
+    }
+    if (c->n == c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 256;
+        push_sample_t *nv = arena_alloc(c->a, ncap * sizeof(*nv));
+        if (c->n)
+            memcpy(nv, c->v, c->n * sizeof(*nv));
+        c->v = nv;
+        c->cap = ncap;
+    }
+    uint32_t nl = m->nlabels + 1 + (extra_name ? 1 : 0);
+    label_t *ls = arena_alloc(c->a, nl * sizeof(label_t));
+    uint32_t k = 0;
+    ls[k++] = (label_t){LABEL_METRIC_NAME, name};
+    for (uint32_t i = 0; i < m->nlabels; i++)
+        if (m->labels[i].value[0]) /* an empty value is the same as no label */
+            ls[k++] = m->labels[i];
+    if (extra_name)
+        ls[k++] = (label_t){extra_name, extra_s};
+    labels_t set = {ls, k};
+    labels_sort(&set);
+    c->v[c->n].labels = set;
+    c->v[c->n].v = c->stale ? c->stale_value : v;
+    c->n++;
+}
+
+/* ---- prepare / commit ------------------------------------------------------------------------------ */
+
+push_registry_t *push_registry_new(const push_options_t *opt)
+{
+    push_registry_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    if (opt)
+        r->opt = *opt;
+    return r;
+}
+
+void push_registry_free(push_registry_t *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->gcap; i++)
+        while (r->gtab[i])
+            group_unlink_free(r, r->gtab[i]);
+    free(r->gtab);
+    for (size_t i = 0; i < r->tcap; i++)
+        for (push_type_t *t = r->ttab[i], *n; t; t = n) {
+            n = t->next;
+            free(t->name);
+            free(t);
+        }
+    free(r->ttab);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+static const char *push_type_upper(expfmt_type_t t) { return expfmt_type_proto_name(t); }
+
+int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode,
+                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                          push_effect_t *effect, char *err, size_t errlen)
+{
+    static const char prefix[] = "pushed metrics are invalid or inconsistent with existing metrics: ";
+    /* Sorted copy of the grouping labels. */
+    labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
+    memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
+    labels_sort(&grouping);
+
+    for (size_t i = 0; i < body->nfamilies; i++)
+        for (size_t j = 0; j < body->families[i].nsamples; j++)
+            if (body->families[i].samples[j].has_timestamp) {
+                snprintf(err, errlen, "%spushed metrics must not have timestamps", prefix);
+                return PUSH_ERR_INVALID;
+            }
+    const char **ignore = arena_alloc(a, (grouping.n ? grouping.n : 1) * sizeof(char *));
+    for (size_t i = 0; i < grouping.n; i++)
+        ignore[i] = grouping.v[i].name;
+    size_t df, d1, d2;
+    char derr[1024];
+    int dup = expfmt_check_duplicates(body, ignore, grouping.n, a, &df, &d1, &d2, derr, sizeof(derr));
+    if (dup != 0) {
+        if (dup < 0)
+            return PUSH_ERR_NOMEM;
+        snprintf(err, errlen, "%s%s", prefix, derr);
+        return PUSH_ERR_INVALID;
+    }
+    for (size_t i = 0; i < body->nfamilies; i++) {
+        const char *n = body->families[i].name;
+        if (strcmp(n, PUSH_TIME_NAME) == 0 || strcmp(n, PUSH_FAIL_NAME) == 0) {
+            snprintf(err, errlen, "%spushed metric %s is reserved for the gateway's own bookkeeping", prefix, n);
+            return PUSH_ERR_INVALID;
+        }
+    }
+
+    char *key = group_key(&grouping, a);
+    uint64_t h = push_hash_str(key);
+
+    /* Consistency with what other groups hold, under the lock (read only). */
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, key, h);
+    for (size_t i = 0; i < body->nfamilies; i++) {
+        const expfmt_family_t *bf = &body->families[i];
+        push_type_t *t = type_find(r, bf->name, push_hash_str(bf->name));
+        if (!t || t->type == bf->type)
+            continue;
+        uint32_t others = t->groups - (g && group_family(g, bf->name) ? 1 : 0);
+        if (others > 0) {
+            snprintf(err, errlen, "%scollected metric \"%s\" of type %s is not a %s, the type it has in other groups",
+                     prefix, bf->name, push_type_upper(bf->type), push_type_upper(t->type));
+            pthread_mutex_unlock(&r->mu);
+            return PUSH_ERR_INVALID;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+
+    /* Build the families the group will hold (outside the lock). */
+    push_batch_t *batch = calloc(1, sizeof(*batch));
+    if (!batch || !(batch->arena = arena_create(0))) {
+        free(batch);
+        return PUSH_ERR_NOMEM;
+    }
+    push_strtab_t st = {.a = batch->arena};
+    push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
+    p->key = key;
+    p->hash = h;
+    p->grouping = grouping;
+    p->mode = mode;
+    p->batch = batch;
+    p->now_ms = now_ms;
+    p->nfams = body->nfamilies;
+    p->fams = arena_alloc(a, (body->nfamilies ? body->nfamilies : 1) * sizeof(push_family_t *));
+    for (size_t i = 0; i < body->nfamilies; i++)
+        p->fams[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms);
+    free(st.slot);
+    /* families sorted by name (bodies have unique names) */
+    for (size_t i = 1; i < p->nfams; i++)
+        for (size_t j = i; j > 0 && strcmp(p->fams[j - 1]->name, p->fams[j]->name) > 0; j--) {
+            push_family_t *tmp = p->fams[j];
+            p->fams[j] = p->fams[j - 1];
+            p->fams[j - 1] = tmp;
+        }
+
+    /* Samples to store, then staleness markers for what the push drops. */
+    push_collect_t c = {.a = a};
+    size_t nseries = body->nsamples + 16;
+    c.keep_cap = 16;
+    while (c.keep_cap < nseries * 2)
+        c.keep_cap *= 2;
+    c.keep = arena_calloc(a, c.keep_cap, sizeof(uint64_t));
+    c.collect_keep = true;
+    for (size_t i = 0; i < p->nfams; i++)
+        family_each_series(p->fams[i], collect_series, &c, a);
+    c.collect_keep = false;
+    pthread_mutex_lock(&r->mu);
+    g = group_find(r, key, h);
+    if (g) {
+        c.filter_kept = true;
+        c.stale = true;
+        c.stale_value = push_stale_nan();
+        for (size_t i = 0; i < g->nfams; i++) {
+            push_family_t *of = g->fams[i];
+            bool replaced = mode == PUSH_PUT;
+            for (size_t j = 0; !replaced && j < p->nfams; j++)
+                replaced = strcmp(p->fams[j]->name, of->name) == 0;
+            if (replaced)
+                family_each_series(of, collect_series, &c, a);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    effect->samples = c.v;
+    effect->n = c.n;
+    effect->t_ms = now_ms;
+    *pending = p;
+    return PUSH_OK;
+}
+
+static void group_note_push(push_group_t *g, int64_t now_ms)
+{
+    if (g->push_ms > 0 && now_ms > g->push_ms) {
+        double iv = (double)(now_ms - g->push_ms);
+        g->interval_ms = g->interval_ms > 0 ? 0.7 * g->interval_ms + 0.3 * iv : iv;
+    }
+    if (!g->first_push_ms)
+        g->first_push_ms = now_ms;
+    g->push_ms = now_ms;
+    g->last_ok = true;
+}
+
+void push_registry_commit(push_registry_t *r, push_pending_t *p)
+{
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, p->key, p->hash);
+    if (!g)
+        g = group_create(r, &p->grouping, p->key, p->hash);
+    size_t keep = 0;
+    push_family_t **old = g->fams;
+    size_t nold = g->nfams;
+    push_family_t **merged = calloc(nold + p->nfams + 1, sizeof(*merged));
+    if (!merged)
+        abort();
+    /* Merge the sorted lists: the new families win; PUT drops every old family. */
+    size_t i = 0, j = 0;
+    while (i < nold || j < p->nfams) {
+        int c = i >= nold ? 1 : j >= p->nfams ? -1 : strcmp(old[i]->name, p->fams[j]->name);
+        if (c < 0) {
+            if (p->mode == PUSH_POST)
+                merged[keep++] = old[i];
+            else
+                family_release(r, old[i]);
+            i++;
+        } else {
+            if (c == 0)
+                family_release(r, old[i++]);
+            merged[keep++] = p->fams[j];
+            type_ref(r, p->fams[j]->name, p->fams[j]->type);
+            p->batch->refs++;
+            j++;
+        }
+    }
+    free(old);
+    g->fams = merged;
+    g->nfams = keep;
+    g->cap = nold + p->nfams + 1;
+    group_note_push(g, p->now_ms);
+    pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add(&r->pushes, 1);
+    if (p->batch->refs == 0) { /* an empty push keeps nothing */
+        arena_destroy(p->batch->arena);
+        free(p->batch);
+    }
+    p->batch = NULL;
+}
+
+void push_registry_fail(push_registry_t *r, const labels_t *grouping_in, int64_t now_ms)
+{
+    arena_t *a = arena_create(0);
+    if (!a)
+        return;
+    labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
+    memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
+    labels_sort(&grouping);
+    char *key = group_key(&grouping, a);
+    uint64_t h = push_hash_str(key);
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, key, h);
+    if (!g)
+        g = group_create(r, &grouping, key, h);
+    g->fail_ms = now_ms;
+    g->last_ok = false;
+    pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add(&r->failures, 1);
+    arena_destroy(a);
+}
+
+/* Discards a pending push that could not be stored. */
+void push_registry_abort(push_pending_t *p)
+{
+    if (p && p->batch && p->batch->refs == 0) {
+        arena_destroy(p->batch->arena);
+        free(p->batch);
+        p->batch = NULL;
+    }
+}
+
+static void group_stale_effect(push_registry_t *r, push_group_t *g, arena_t *a, push_collect_t *c)
+{
+    c->stale = true;
+    c->stale_value = push_stale_nan();
+    for (size_t i = 0; i < g->nfams; i++)
+        family_each_series(g->fams[i], collect_series, c, a);
+}
+
+bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64_t now_ms, arena_t *a,
+                          push_effect_t *effect)
+{
+    labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
+    memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
+    labels_sort(&grouping);
+    char *key = group_key(&grouping, a);
+    uint64_t h = push_hash_str(key);
+    push_collect_t c = {.a = a};
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, key, h);
+    if (g) {
+        group_stale_effect(r, g, a, &c);
+        group_unlink_free(r, g);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (g)
+        atomic_fetch_add(&r->deleted, 1);
+    effect->samples = c.v;
+    effect->n = c.n;
+    effect->t_ms = now_ms;
+    return g != NULL;
+}
+
+void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect)
+{
+    push_collect_t c = {.a = a};
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->gcap; i++)
+        while (r->gtab[i]) {
+            group_stale_effect(r, r->gtab[i], a, &c);
+            group_unlink_free(r, r->gtab[i]);
+        }
+    pthread_mutex_unlock(&r->mu);
+    effect->samples = c.v;
+    effect->n = c.n;
+    effect->t_ms = now_ms;
+}
+
+/* A group expires when it has not pushed for group_ttl, or for missed_intervals of its own
+ * observed push interval (known once it pushed twice). Groups that never pushed successfully
+ * (only failures) follow the same clock from their first failure. */
+static bool group_expired(const push_registry_t *r, const push_group_t *g, int64_t now_ms)
+{
+    int64_t last = g->push_ms > g->fail_ms ? g->push_ms : g->fail_ms;
+    if (r->opt.group_ttl_ms > 0 && now_ms - last > r->opt.group_ttl_ms)
+        return true;
+    if (r->opt.missed_intervals > 0 && g->interval_ms > 0 &&
+        (double)(now_ms - last) > g->interval_ms * r->opt.missed_intervals)
+        return true;
+    return false;
+}
+
+size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect)
+{
+    push_collect_t c = {.a = a};
+    size_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->gcap; i++) {
+        push_group_t *g = r->gtab[i];
+        while (g) {
+            push_group_t *next = g->next;
+            if (group_expired(r, g, now_ms)) {
+                group_stale_effect(r, g, a, &c);
+                group_unlink_free(r, g);
+                n++;
+            }
+            g = next;
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    atomic_fetch_add(&r->expired, n);
+    effect->samples = c.v;
+    effect->n = c.n;
+    effect->t_ms = now_ms;
+    return n;
+}
+
+size_t push_registry_group_count(push_registry_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->ngroups;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* ---- output ------------------------------------------------------------------------------------------ */
+
+static void put_label_value(buf_t *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            buf_puts(b, "\\\\");
+        else if (*v == '"')
+            buf_puts(b, "\\\"");
+        else if (*v == '\n')
+            buf_puts(b, "\\n");
+        else
+            buf_putc(b, *v);
+    }
+}
+
+static void put_help(buf_t *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            buf_puts(b, "\\\\");
+        else if (*v == '\n')
+            buf_puts(b, "\\n");
+        else
+            buf_putc(b, *v);
+    }
+}
+
+static void put_series_line(buf_t *b, const char *name, const label_t *ls, uint32_t n, const char *extra_name,
+                            double extra, double v)
+{
+    buf_puts(b, name);
+    if (n || extra_name) {
+        buf_putc(b, '{');
+        for (uint32_t i = 0; i < n; i++) {
+            if (i)
+                buf_putc(b, ',');
+            buf_puts(b, ls[i].name);
+            buf_puts(b, "=\"");
+            put_label_value(b, ls[i].value);
+            buf_putc(b, '"');
+        }
+        if (extra_name) {
+            if (n)
+                buf_putc(b, ',');
+            buf_puts(b, extra_name);
+            buf_puts(b, "=\"");
+            buf_put_float(b, extra);
+            buf_putc(b, '"');
+        }
+        buf_putc(b, '}');
+    }
+    buf_putc(b, ' ');
+    buf_put_float(b, v);
+    buf_putc(b, '\n');
+}
+
+typedef struct {
+    buf_t *b;
+} push_text_ctx_t;
+
+static void text_series(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
+                        double v)
+{
+    put_series_line(((push_text_ctx_t *)ud)->b, name, m->labels, m->nlabels, extra_name, extra, v);
+}
+
+typedef struct {
+    const push_family_t *f;
+    const push_metric_t *m;
+} push_ref_t;
+
+static int ref_cmp(const void *pa, const void *pb)
+{
+    const push_ref_t *a = pa, *b = pb;
+    int c = strcmp(a->f->name, b->f->name);
+    if (c)
+        return c;
+    return metric_cmp(a->m, b->m);
+}
+
+/* The grouping labels as a series' labels: plus instance="" when absent. Arena a. */
+static label_t *group_series_labels(const push_group_t *g, arena_t *a, uint32_t *n)
+{
+    label_t *ls = arena_alloc(a, (g->grouping.n + 1) * sizeof(label_t));
+    uint32_t k = 0;
+    bool inst = false;
+    for (size_t i = 0; i < g->grouping.n; i++) {
+        ls[k++] = g->grouping.v[i];
+        inst |= strcmp(g->grouping.v[i].name, "instance") == 0;
+    }
+    if (!inst)
+        ls[k++] = (label_t){"instance", ""};
+    qsort(ls, k, sizeof(label_t), label_cmp_name);
+    *n = k;
+    return ls;
+}
+
+void push_registry_write_text(push_registry_t *r, buf_t *out)
+{
+    arena_t *a = arena_create(0);
+    if (!a)
+        return;
+    pthread_mutex_lock(&r->mu);
+    size_t nref = 0;
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i]; g; g = g->next)
+            for (size_t f = 0; f < g->nfams; f++)
+                nref += g->fams[f]->n;
+    push_ref_t *refs = malloc((nref ? nref : 1) * sizeof(*refs));
+    push_metric_t *bookkeeping = arena_calloc(a, r->ngroups ? r->ngroups * 2 : 1, sizeof(push_metric_t));
+    push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
+    push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
+    size_t k = 0, ng = 0;
+    if (!refs)
+        goto out;
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i]; g; g = g->next) {
+            for (size_t f = 0; f < g->nfams; f++)
+                for (size_t m = 0; m < g->fams[f]->n; m++)
+                    refs[k++] = (push_ref_t){g->fams[f], &g->fams[f]->metrics[m]};
+            push_metric_t *mt = &bookkeeping[ng * 2], *mf = &bookkeeping[ng * 2 + 1];
+            mt->labels = group_series_labels(g, a, &mt->nlabels);
+            mt->value = (double)g->push_ms / 1000.0;
+            mf->labels = mt->labels;
+            mf->nlabels = mt->nlabels;
+            mf->value = (double)g->fail_ms / 1000.0;
+            ng++;
+        }
+    /* The bookkeeping families join the sort like any other. */
+    push_ref_t *all = realloc(refs, (k + ng * 2 + 1) * sizeof(*refs));
+    if (!all)
+        goto out;
+    refs = all;
+    for (size_t i = 0; i < ng; i++) {
+        refs[k++] = (push_ref_t){&ftime, &bookkeeping[i * 2]};
+        refs[k++] = (push_ref_t){&ffail, &bookkeeping[i * 2 + 1]};
+    }
+    qsort(refs, k, sizeof(*refs), ref_cmp);
+    push_text_ctx_t ctx = {out};
+    for (size_t i = 0; i < k;) {
+        const push_family_t *f = refs[i].f;
+        const char *help = NULL;
+        size_t j = i;
+        for (; j < k && strcmp(refs[j].f->name, f->name) == 0; j++)
+            if (!help && refs[j].f->help)
+                help = refs[j].f->help;
+        if (help) {
+            buf_puts(out, "# HELP ");
+            buf_puts(out, f->name);
+            buf_putc(out, ' ');
+            put_help(out, help);
+            buf_putc(out, '\n');
+        }
+        buf_puts(out, "# TYPE ");
+        buf_puts(out, f->name);
+        buf_putc(out, ' ');
+        buf_puts(out, expfmt_type_name(f->type));
+        buf_putc(out, '\n');
+        for (; i < j; i++) {
+            push_family_t one = *refs[i].f;
+            one.metrics = (push_metric_t *)refs[i].m;
+            one.n = 1;
+            family_each_series(&one, text_series, &ctx, a);
+        }
+    }
+out:
+    pthread_mutex_unlock(&r->mu);
+    free(refs);
+    arena_destroy(a);
+}
+
+static void json_time(buf_t *b, int64_t ms)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char tmp[64];
+    int frac = (int)(ms % 1000);
+    if (frac)
+        snprintf(tmp, sizeof(tmp), "\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+    else
+        snprintf(tmp, sizeof(tmp), "\"%04d-%02d-%02dT%02d:%02d:%02dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    buf_puts(b, tmp);
+}
+
+static void json_str(buf_t *b, const char *s) { buf_put_json_string(b, s, strlen(s)); }
+
+static void json_float_str(buf_t *b, double v)
+{
+    buf_putc(b, '"');
+    buf_put_float(b, v);
+    buf_putc(b, '"');
+}
+
+static void json_labels(buf_t *b, const label_t *ls, uint32_t n)
+{
+    buf_putc(b, '{');
+    for (uint32_t i = 0; i < n; i++) {
+        if (i)
+            buf_putc(b, ',');
+        json_str(b, ls[i].name);
+        buf_putc(b, ':');
+        json_str(b, ls[i].value);
+    }
+    buf_putc(b, '}');
+}
+
+static void json_family(buf_t *b, const push_family_t *f, int64_t ts_ms)
+{
+    json_str(b, f->name);
+    buf_puts(b, ":{\"time_stamp\":");
+    json_time(b, ts_ms);
+    buf_puts(b, ",\"type\":");
+    json_str(b, expfmt_type_proto_name(f->type));
+    if (f->help && f->help[0]) {
+        buf_puts(b, ",\"help\":");
+        json_str(b, f->help);
+    }
+    buf_puts(b, ",\"metrics\":[");
+    for (size_t i = 0; i < f->n; i++) {
+        const push_metric_t *m = &f->metrics[i];
+        if (i)
+            buf_putc(b, ',');
+        buf_puts(b, "{\"labels\":");
+        json_labels(b, m->labels, m->nlabels);
+        if (f->type == EXPFMT_SUMMARY || f->type == EXPFMT_HISTOGRAM || f->type == EXPFMT_GAUGE_HISTOGRAM) {
+            bool summary = f->type == EXPFMT_SUMMARY;
+            buf_puts(b, summary ? ",\"quantiles\":{" : ",\"buckets\":{");
+            for (uint32_t q = 0; q < m->nq; q++) {
+                if (q)
+                    buf_putc(b, ',');
+                json_float_str(b, m->qb[q]);
+                buf_putc(b, ':');
+                json_float_str(b, m->qv[q]);
+            }
+            buf_puts(b, "},\"count\":");
+            json_float_str(b, m->count);
+            buf_puts(b, ",\"sum\":");
+            json_float_str(b, m->sum);
+        } else {
+            buf_puts(b, ",\"value\":");
+            json_float_str(b, m->value);
+        }
+        buf_putc(b, '}');
+    }
+    buf_puts(b, "]}");
+}
+
+void push_registry_write_json(push_registry_t *r, buf_t *out)
+{
+    arena_t *a = arena_create(0);
+    if (!a)
+        return;
+    pthread_mutex_lock(&r->mu);
+    buf_putc(out, '[');
+    bool first = true;
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i]; g; g = g->next) {
+            if (!first)
+                buf_putc(out, ',');
+            first = false;
+            buf_puts(out, "{\"labels\":");
+            json_labels(out, g->grouping.v, (uint32_t)g->grouping.n);
+            buf_printf(out, ",\"last_push_successful\":%s", g->last_ok ? "true" : "false");
+            for (size_t f = 0; f < g->nfams; f++) {
+                buf_putc(out, ',');
+                json_family(out, g->fams[f], g->fams[f]->push_ms);
+            }
+            push_metric_t mt = {0}, mf = {0};
+            mt.labels = group_series_labels(g, a, &mt.nlabels);
+            mt.value = (double)g->push_ms / 1000.0;
+            mf.labels = mt.labels;
+            mf.nlabels = mt.nlabels;
+            mf.value = (double)g->fail_ms / 1000.0;
+            int64_t ts = g->push_ms > g->fail_ms ? g->push_ms : g->fail_ms;
+            push_family_t ft = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE, .metrics = &mt, .n = 1};
+            push_family_t ff = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE, .metrics = &mf, .n = 1};
+            buf_putc(out, ',');
+            json_family(out, &ft, ts);
+            buf_putc(out, ',');
+            json_family(out, &ff, ts);
+            buf_putc(out, '}');
+        }
+    buf_putc(out, ']');
+    pthread_mutex_unlock(&r->mu);
+    arena_destroy(a);
+}
+
+void push_registry_write_metrics(push_registry_t *r, buf_t *out)
+{
+    buf_printf(out,
+               "# HELP sluice_push_groups Push groups currently held.\n# TYPE sluice_push_groups gauge\nsluice_push_groups %zu\n"
+               "# HELP sluice_push_pushes_total Pushes accepted (PUT and POST).\n# TYPE sluice_push_pushes_total counter\nsluice_push_pushes_total %llu\n"
+               "# HELP sluice_push_failures_total Pushes refused.\n# TYPE sluice_push_failures_total counter\nsluice_push_failures_total %llu\n"
+               "# HELP sluice_push_groups_expired_total Groups removed by expiry.\n# TYPE sluice_push_groups_expired_total counter\nsluice_push_groups_expired_total %llu\n"
+               "# HELP sluice_push_groups_deleted_total Groups removed by DELETE.\n# TYPE sluice_push_groups_deleted_total counter\nsluice_push_groups_deleted_total %llu\n",
+               push_registry_group_count(r), (unsigned long long)atomic_load(&r->pushes),
+               (unsigned long long)atomic_load(&r->failures), (unsigned long long)atomic_load(&r->expired),
+               (unsigned long long)atomic_load(&r->deleted));
+}
+
+/* ---- persistence ------------------------------------------------------------------------------------
+ *
+ * The state as bytes, little-endian:
+ *   "SPG1" u32 ngroups, then per group:
+ *     u32 nlabels, (str name, str value)*, i64 push_ms, i64 fail_ms, u8 last_ok, f64 interval_ms,
+ *     i64 first_push_ms, u32 nfams, then per family:
+ *       str name, u8 has_help, [str help], u8 type, i64 push_ms, u32 nmetrics, then per metric:
+ *         u32 nlabels, (str name, str value)*, f64 value, f64 sum, f64 count, u32 nq, (f64 bound, f64 v)*
+ *   str = u32 length + bytes.
+ */
+
+static void ser_u32(buf_t *b, uint32_t v) { buf_append(b, &v, 4); }
+static void ser_u64(buf_t *b, uint64_t v) { buf_append(b, &v, 8); }
+static void ser_f64(buf_t *b, double v) { buf_append(b, &v, 8); }
+static void ser_str(buf_t *b, const char *s)
+{
+    uint32_t n = (uint32_t)strlen(s);
+    ser_u32(b, n);
+    buf_append(b, s, n);
+}
+
+void push_registry_serialize(push_registry_t *r, buf_t *out)
+{
+    pthread_mutex_lock(&r->mu);
+    buf_append(out, "SPG1", 4);
+    ser_u32(out, (uint32_t)r->ngroups);
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i]; g; g = g->next) {
+            ser_u32(out, (uint32_t)g->grouping.n);
+            for (size_t l = 0; l < g->grouping.n; l++) {
+                ser_str(out, g->grouping.v[l].name);
+                ser_str(out, g->grouping.v[l].value);
+            }
+            ser_u64(out, (uint64_t)g->push_ms);
+            ser_u64(out, (uint64_t)g->fail_ms);
+            buf_putc(out, g->last_ok ? 1 : 0);
+            ser_f64(out, g->interval_ms);
+            ser_u64(out, (uint64_t)g->first_push_ms);
+            ser_u32(out, (uint32_t)g->nfams);
+            for (size_t f = 0; f < g->nfams; f++) {
+                const push_family_t *fam = g->fams[f];
+                ser_str(out, fam->name);
+                buf_putc(out, fam->help ? 1 : 0);
+                if (fam->help)
+                    ser_str(out, fam->help);
+                buf_putc(out, (char)fam->type);
+                ser_u64(out, (uint64_t)fam->push_ms);
+                ser_u32(out, (uint32_t)fam->n);
+                for (size_t m = 0; m < fam->n; m++) {
+                    const push_metric_t *pm = &fam->metrics[m];
+                    ser_u32(out, pm->nlabels);
+                    for (uint32_t l = 0; l < pm->nlabels; l++) {
+                        ser_str(out, pm->labels[l].name);
+                        ser_str(out, pm->labels[l].value);
+                    }
+                    ser_f64(out, pm->value);
+                    ser_f64(out, pm->sum);
+                    ser_f64(out, pm->count);
+                    ser_u32(out, pm->nq);
+                    for (uint32_t q = 0; q < pm->nq; q++) {
+                        ser_f64(out, pm->qb[q]);
+                        ser_f64(out, pm->qv[q]);
+                    }
+                }
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct {
+    const uint8_t *p, *end;
+    bool bad;
+} push_reader_t;
+
+static const void *rd_bytes(push_reader_t *rd, size_t n)
+{
+    if (rd->bad || (size_t)(rd->end - rd->p) < n) {
+        rd->bad = true;
+        return NULL;
+    }
+    const void *v = rd->p;
+    rd->p += n;
+    return v;
+}
+static uint32_t rd_u32(push_reader_t *rd)
+{
+    uint32_t v = 0;
+    const void *p = rd_bytes(rd, 4);
+    if (p)
+        memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t rd_u64(push_reader_t *rd)
+{
+    uint64_t v = 0;
+    const void *p = rd_bytes(rd, 8);
+    if (p)
+        memcpy(&v, p, 8);
+    return v;
+}
+static double rd_f64(push_reader_t *rd)
+{
+    double v = 0;
+    const void *p = rd_bytes(rd, 8);
+    if (p)
+        memcpy(&v, p, 8);
+    return v;
+}
+static uint8_t rd_u8(push_reader_t *rd)
+{
+    const uint8_t *p = rd_bytes(rd, 1);
+    return p ? *p : 0;
+}
+static const char *rd_str(push_reader_t *rd, push_strtab_t *st)
+{
+    uint32_t n = rd_u32(rd);
+    const char *p = rd_bytes(rd, n);
+    if (!p || memchr(p, 0, n)) {
+        rd->bad = true;
+        return "";
+    }
+    char tmp[256];
+    char *s = n < sizeof(tmp) ? tmp : malloc(n + 1);
+    if (!s) {
+        rd->bad = true;
+        return "";
+    }
+    memcpy(s, p, n);
+    s[n] = 0;
+    const char *r = strtab_intern(st, s);
+    if (s != tmp)
+        free(s);
+    return r;
+}
+
+/* A count read from untrusted bytes: each element takes at least `min_bytes`, so more elements
+ * than the remaining bytes allow means the input is corrupt. */
+static uint32_t rd_count(push_reader_t *rd, size_t min_bytes)
+{
+    uint32_t n = rd_u32(rd);
+    if ((size_t)(rd->end - rd->p) / min_bytes < n)
+        rd->bad = true;
+    return rd->bad ? 0 : n;
+}
+
+int push_registry_restore(push_registry_t *r, const void *data, size_t len)
+{
+    push_reader_t rd = {data, (const uint8_t *)data + len, false};
+    const char *magic = rd_bytes(&rd, 4);
+    if (!magic || memcmp(magic, "SPG1", 4) != 0)
+        return -1;
+    arena_t *scratch = arena_create(0);
+    if (!scratch)
+        return -1;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->gcap; i++)
+        while (r->gtab[i])
+            group_unlink_free(r, r->gtab[i]);
+    uint32_t ng = rd_count(&rd, 4);
+    for (uint32_t gi = 0; gi < ng && !rd.bad; gi++) {
+        push_batch_t *batch = calloc(1, sizeof(*batch));
+        if (!batch || !(batch->arena = arena_create(0)))
+            abort();
+        push_strtab_t st = {.a = batch->arena};
+        uint32_t nl = rd_count(&rd, 8);
+        labels_t grouping = {arena_alloc(scratch, (nl ? nl : 1) * sizeof(label_t)), nl};
+        for (uint32_t l = 0; l < nl; l++) {
+            grouping.v[l].name = rd_str(&rd, &st);
+            grouping.v[l].value = rd_str(&rd, &st);
+        }
+        labels_sort(&grouping);
+        char *key = group_key(&grouping, scratch);
+        uint64_t h = push_hash_str(key);
+        push_group_t *g = group_find(r, key, h);
+        if (!g)
+            g = group_create(r, &grouping, key, h);
+        g->push_ms = (int64_t)rd_u64(&rd);
+        g->fail_ms = (int64_t)rd_u64(&rd);
+        g->last_ok = rd_u8(&rd) != 0;
+        g->interval_ms = rd_f64(&rd);
+        g->first_push_ms = (int64_t)rd_u64(&rd);
+        uint32_t nf = rd_count(&rd, 22);
+        g->fams = calloc(nf + 1, sizeof(*g->fams));
+        if (!g->fams)
+            abort();
+        g->cap = nf + 1;
+        for (uint32_t fi = 0; fi < nf && !rd.bad; fi++) {
+            push_family_t *f = arena_calloc(batch->arena, 1, sizeof(*f));
+            f->name = rd_str(&rd, &st);
+            f->help = rd_u8(&rd) ? rd_str(&rd, &st) : NULL;
+            f->type = (expfmt_type_t)rd_u8(&rd);
+            f->push_ms = (int64_t)rd_u64(&rd);
+            f->n = rd_count(&rd, 32);
+            f->batch = batch;
+            f->metrics = arena_calloc(batch->arena, f->n ? f->n : 1, sizeof(push_metric_t));
+            for (size_t m = 0; m < f->n && !rd.bad; m++) {
+                push_metric_t *pm = &f->metrics[m];
+                pm->nlabels = rd_count(&rd, 8);
+                pm->labels = arena_alloc(batch->arena, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
+                for (uint32_t l = 0; l < pm->nlabels; l++) {
+                    pm->labels[l].name = rd_str(&rd, &st);
+                    pm->labels[l].value = rd_str(&rd, &st);
+                }
+                pm->value = rd_f64(&rd);
+                pm->sum = rd_f64(&rd);
+                pm->count = rd_f64(&rd);
+                pm->nq = rd_count(&rd, 16);
+                pm->qb = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+                pm->qv = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+                for (uint32_t q = 0; q < pm->nq; q++) {
+                    pm->qb[q] = rd_f64(&rd);
+                    pm->qv[q] = rd_f64(&rd);
+                }
+            }
+            if (rd.bad || f->type > EXPFMT_UNKNOWN || group_family(g, f->name)) {
+                rd.bad = true;
+                break;
+            }
+            /* insert sorted */
+            size_t pos = g->nfams;
+            while (pos > 0 && strcmp(g->fams[pos - 1]->name, f->name) > 0) {
+                g->fams[pos] = g->fams[pos - 1];
+                pos--;
+            }
+            g->fams[pos] = f;
+            g->nfams++;
+            batch->refs++;
+            type_ref(r, f->name, f->type);
+        }
+        free(st.slot);
+        if (batch->refs == 0) {
+            arena_destroy(batch->arena);
+            free(batch);
+        }
+    }
+    bool bad = rd.bad;
+    if (bad)
+        for (size_t i = 0; i < r->gcap; i++)
+            while (r->gtab[i])
+                group_unlink_free(r, r->gtab[i]);
+    pthread_mutex_unlock(&r->mu);
+    arena_destroy(scratch);
+    return bad ? -1 : 0;
+}

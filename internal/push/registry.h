@@ -1,0 +1,113 @@
+/*
+ * push registry — the Pushgateway's state: groups of metric families keyed by their grouping
+ * labels (job plus the path's label pairs), with Pushgateway 1.5's semantics:
+ *
+ *   PUT    replaces the whole group          POST   replaces the families named in the body
+ *   DELETE removes the group                 every change stamps push_time_seconds; a refused
+ *                                            push stamps push_failure_time_seconds
+ *
+ * A push is checked before anything changes: no timestamps, no duplicate series, and every
+ * family's type must agree with the type the gateway already holds for that name in any group.
+ * The type check is incremental — an index of name -> (type, number of groups holding it) — so
+ * its cost is proportional to the push, not to everything stored (the Pushgateway re-gathers
+ * everything on every push, its best-known scaling failure).
+ *
+ * Applying a push yields the samples to append to storage (every component series, stamped with
+ * the push time) and staleness markers for every series the change removed; expiry does the same
+ * for groups that stopped pushing. The registry itself does no I/O: the caller appends the
+ * samples and persists the state through push_registry_serialize/restore.
+ *
+ * Series labels as exposed (and stored): body labels, overridden by same-named grouping labels,
+ * plus instance="" when no instance label is present — as the Pushgateway exposes them.
+ *
+ * Thread safety: all functions lock internally. push_registry_prepare + push_registry_commit
+ * must be called by one thread at a time per registry (the caller serializes pushes so that the
+ * storage append between them happens in push order).
+ */
+#ifndef SLUICE_PUSH_REGISTRY_H
+#define SLUICE_PUSH_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/expfmt/family.h"
+#include "internal/labels/labels.h"
+#include "internal/util/arena.h"
+#include "internal/util/buf.h"
+
+typedef struct push_registry push_registry_t;
+
+typedef enum { PUSH_PUT = 0, PUSH_POST = 1 } push_mode_t;
+
+enum {
+    PUSH_OK = 0,
+    PUSH_ERR_INVALID = -1, /* the push is refused (400); message in err */
+    PUSH_ERR_NOMEM = -2,
+};
+
+typedef struct {
+    int64_t group_ttl_ms;     /* expire a group this long after its last push; 0 = never */
+    uint32_t missed_intervals; /* expire after this many of its own push intervals without a push; 0 = never */
+} push_options_t;
+
+/* One sample to store: full label set including __name__ (arena-owned). */
+typedef struct {
+    labels_t labels;
+    double v;
+} push_sample_t;
+
+/* What a change means for storage: samples to append at time t_ms (stale markers included). */
+typedef struct {
+    push_sample_t *samples;
+    size_t n;
+    int64_t t_ms;
+} push_effect_t;
+
+/* A validated push waiting for its samples to be stored; owned by the arena passed to prepare. */
+typedef struct push_pending push_pending_t;
+
+push_registry_t *push_registry_new(const push_options_t *opt);
+void push_registry_free(push_registry_t *r);
+
+/*
+ * Checks a parsed body against the gateway's state and computes the effect, changing nothing.
+ * grouping: the path's labels (job first is not required; names unique). now_ms is the push
+ * time (the caller truncates to the second for storage). Returns PUSH_OK with *pending and
+ * *effect set (both in arena a), or PUSH_ERR_INVALID with the Pushgateway's message in err (then
+ * call push_registry_fail to stamp push_failure_time_seconds).
+ */
+int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
+                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                          push_effect_t *effect, char *err, size_t errlen);
+/* Makes a prepared push visible (after its samples were stored). */
+void push_registry_commit(push_registry_t *r, push_pending_t *pending);
+/* Discards a prepared push whose samples could not be stored (nothing changes). */
+void push_registry_abort(push_pending_t *pending);
+/* Records a refused push: stamps push_failure_time_seconds, creating the group if needed. */
+void push_registry_fail(push_registry_t *r, const labels_t *grouping, int64_t now_ms);
+
+/* Removes a group; *effect gets staleness markers for its series (arena a). Returns true if the
+ * group existed. */
+bool push_registry_delete(push_registry_t *r, const labels_t *grouping, int64_t now_ms, arena_t *a,
+                          push_effect_t *effect);
+/* Removes every group (admin wipe). */
+void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect);
+/* Expires groups per the options; *effect gets their staleness markers. Returns groups expired. */
+size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect);
+
+/* GET /metrics: every group's families in text format 0.0.4, Pushgateway order (families by
+ * name, series by label values), with push_time_seconds / push_failure_time_seconds. */
+void push_registry_write_text(push_registry_t *r, buf_t *out);
+/* GET /api/v1/metrics: the JSON array that goes in "data". */
+void push_registry_write_json(push_registry_t *r, buf_t *out);
+size_t push_registry_group_count(push_registry_t *r);
+/* sluice_push_* self-metrics. */
+void push_registry_write_metrics(push_registry_t *r, buf_t *out);
+
+/* The whole state as bytes (for the storage snapshot) and back. restore replaces the state;
+ * returns 0 or -1 on malformed input (state left empty). */
+void push_registry_serialize(push_registry_t *r, buf_t *out);
+int push_registry_restore(push_registry_t *r, const void *data, size_t len);
+
+#endif
