@@ -634,10 +634,14 @@ static void collect_series(void *ud, const char *name, const push_metric_t *m, c
     uint32_t nl = m->nlabels + 1 + (extra_name ? 1 : 0);
     label_t *ls = arena_alloc(c->a, nl * sizeof(label_t));
     uint32_t k = 0;
-    ls[k++] = (label_t){LABEL_METRIC_NAME, name};
+    /* Staleness markers outlive the families they come from (a deleted group is freed before
+     * its markers are stored), so their strings are copied; a push's own samples point into
+     * its batch, which lives on in the registry. */
+    ls[k++] = (label_t){LABEL_METRIC_NAME, c->stale ? arena_strdup(c->a, name) : name};
     for (uint32_t i = 0; i < m->nlabels; i++)
         if (m->labels[i].value[0]) /* an empty value is the same as no label */
-            ls[k++] = m->labels[i];
+            ls[k++] = c->stale ? (label_t){arena_strdup(c->a, m->labels[i].name), arena_strdup(c->a, m->labels[i].value)}
+                               : m->labels[i];
     if (extra_name)
         ls[k++] = (label_t){extra_name, extra_s};
     labels_t set = {ls, k};

@@ -1,0 +1,146 @@
+"""Differential test: the same PUT/POST/DELETE sequence (valid and invalid) against the real
+prometheus-pushgateway (Debian package, started here) and sluice. Status codes must match after
+every step, and /api/v1/metrics must hold the same groups and metrics (timestamps ignored)."""
+import base64
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+import requests
+
+from conftest import free_port
+
+PUSHGATEWAY = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
+
+
+@pytest.fixture
+def pushgateway():
+    port = free_port()
+    d = tempfile.mkdtemp(prefix="pgw-")
+    log = open(os.path.join(d, "log"), "wb")
+    # Debian builds persist to /var/lib/prometheus/pushgateway.data by default: keep runs apart.
+    p = subprocess.Popen([PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}",
+                          f"--persistence.file={d}/pushgateway.data"], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            if requests.get(url + "/-/ready", timeout=1).status_code == 200:
+                break
+        except requests.RequestException:
+            time.sleep(0.05)
+    else:
+        p.kill()
+        raise RuntimeError("pushgateway did not start")
+    yield url
+    p.terminate()
+    p.wait(timeout=10)
+    log.close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def b64(s):
+    return base64.urlsafe_b64encode(s.encode()).decode().rstrip("=")
+
+
+FLINK_LIKE = (
+    "# HELP flink_taskmanager_job_task_operator_numRecordsIn numRecordsIn (scope: taskmanager_job_task_operator)\n"
+    "# TYPE flink_taskmanager_job_task_operator_numRecordsIn gauge\n"
+    'flink_taskmanager_job_task_operator_numRecordsIn{job_id="j1",task_name="Source: x",subtask_index="0",operator_name="Source: x"} 120.0\n'
+    'flink_taskmanager_job_task_operator_numRecordsIn{job_id="j1",task_name="Source: x",subtask_index="1",operator_name="Source: x"} 130.0\n'
+    "# HELP flink_taskmanager_job_task_operator_latency latency (scope: taskmanager_job_task_operator)\n"
+    "# TYPE flink_taskmanager_job_task_operator_latency summary\n"
+    'flink_taskmanager_job_task_operator_latency{subtask_index="0",quantile="0.5"} 1.0\n'
+    'flink_taskmanager_job_task_operator_latency{subtask_index="0",quantile="0.99"} 7.5\n'
+    'flink_taskmanager_job_task_operator_latency_count{subtask_index="0"} 42.0\n'
+)
+
+# (method, path, body, headers) — executed in order against both servers.
+STEPS = [
+    ("PUT", "/metrics/job/a", "x 1\n", {}),
+    ("PUT", "/metrics/job/a/instance/i1", "# TYPE y counter\ny{l=\"v\"} 2\ny{l=\"w\"} 3\n", {}),
+    ("POST", "/metrics/job/a/instance/i1", "# TYPE z gauge\nz 4\n", {}),
+    ("POST", "/metrics/job/a/instance/i1", "# TYPE y counter\ny{l=\"v\"} 5\n", {}),
+    ("PUT", "/metrics/job/b", FLINK_LIKE, {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}),
+    ("PUT", "/metrics/job/c", "# TYPE y gauge\ny 1\n", {}),            # type conflict with a/i1
+    ("PUT", "/metrics/job/c", "y 1\n", {}),                               # untyped vs counter
+    ("PUT", "/metrics/job/c", "w 1 1700000000000\n", {}),                 # timestamp
+    ("PUT", "/metrics/job/c", "w{a=\"1\"} 1\nw{a=\"1\"} 2\n", {}),        # duplicate series
+    ("PUT", "/metrics/job/c", "w 1", {}),                                 # no final newline
+    ("PUT", "/metrics/job/c", "w abc\n", {}),                             # bad value
+    ("PUT", "/metrics/job/c", "# TYPE w gauge\n# TYPE w gauge\nw 1\n", {}),
+    ("PUT", "/metrics/job/c", "w{0a=\"1\"} 1\n", {}),
+    ("PUT", "/metrics/job/c", "w{a=\"\\x\"} 1\n", {}),
+    ("PUT", "/metrics/job/d/odd", "w 1\n", {}),                           # odd path
+    ("PUT", "/metrics/job/d/0bad/x", "w 1\n", {}),                        # bad label name
+    ("PUT", "/metrics/job/d/__x/x", "w 1\n", {}),                         # reserved label name
+    ("PUT", f"/metrics/job@base64/{b64('with/slash')}/path@base64/{b64('a/b/c')}", "w 2\n", {}),
+    ("PUT", "/metrics/job@base64/!!", "w 1\n", {}),                       # bad base64
+    ("PUT", "/metrics/job/e/empty@base64/=", "w 3\n", {}),                # empty value
+    ("PUT", "/metrics/job/f", 'w{job="override",instance="mine"} 5\n', {}),
+    ("PUT", "/metrics/job/g", "# HELP h help\n# TYPE h histogram\nh_bucket{le=\"0.5\"} 1\nh_bucket{le=\"1.0\"} 2\nh_bucket{le=\"+Inf\"} 3\nh_sum 1.5\nh_count 3\n", {}),
+    ("PUT", "/metrics/job/g2", "# TYPE h2 histogram\nh2_bucket{le=\"1\"} 2\nh2_sum 1.5\nh2_count 3\n", {}),  # no +Inf
+    ("PUT", "/metrics/job/s", "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns_count 4\n", {}),
+    ("PUT", "/metrics/job/gz", gzip.compress(b"gzipped 7\n"), {"Content-Encoding": "gzip"}),
+    ("PUT", "/metrics/job/empty", "", {}),
+    ("DELETE", "/metrics/job/c", None, {}),
+    ("DELETE", "/metrics/job/nonexistent", None, {}),
+    ("PUT", "/metrics/job/a", "x 10\n", {}),
+    ("DELETE", "/metrics/job/a/instance/i1", None, {}),
+    ("PUT", "/metrics/job/c", "# TYPE y gauge\ny 1\n", {}),  # fine now that the counter is gone
+    ("POST", "/metrics/job/h", "# HELP k first\nk 1\n", {}),
+    ("POST", "/metrics/job/h", "# HELP k2 second\nk2 1\n", {}),
+    ("PUT", "/metrics/job/i", "v 1e308\nv2 -0.0\nv3 NaN\nv4 +Inf\nv5 0.000001\nv6 123456789\n", {}),
+]
+
+
+def normalize(data):
+    """Groups keyed by their labels; timestamps dropped; push times reduced to zero/non-zero."""
+    out = {}
+    for g in data:
+        key = json.dumps(g["labels"], sort_keys=True)
+        entry = {"last_push_successful": g["last_push_successful"]}
+        for name, fam in g.items():
+            if name in ("labels", "last_push_successful"):
+                continue
+            fam = dict(fam)
+            fam.pop("time_stamp", None)
+            metrics = []
+            for m in fam["metrics"]:
+                m = dict(m)
+                if name in ("push_time_seconds", "push_failure_time_seconds"):
+                    m["value"] = "0" if m["value"] == "0" else "set"
+                metrics.append(m)
+            fam["metrics"] = sorted(metrics, key=lambda m: json.dumps(m, sort_keys=True))
+            entry[name] = fam
+        out[key] = entry
+    return out
+
+
+def do(url, method, path, body, headers):
+    data = body.encode() if isinstance(body, str) else body
+    return requests.request(method, url + path, data=data, headers=headers, allow_redirects=False, timeout=10)
+
+
+def test_same_answers_as_pushgateway(pushgateway, sluice):
+    for i, (method, path, body, headers) in enumerate(STEPS):
+        rp = do(pushgateway, method, path, body, headers)
+        rs = do(sluice.url, method, path, body, headers)
+        assert rs.status_code == rp.status_code, (
+            f"step {i} {method} {path}: pushgateway {rp.status_code} {rp.text!r}, sluice {rs.status_code} {rs.text!r}")
+        pg = normalize(requests.get(pushgateway + "/api/v1/metrics").json()["data"])
+        sl = normalize(requests.get(sluice.url + "/api/v1/metrics").json()["data"])
+        assert sl == pg, f"after step {i} {method} {path}"
+
+
+def test_parse_errors_have_same_words(pushgateway, sluice):
+    for body in ["w 1", "w abc\n", "w{a=\"1\" 1\n", "# TYPE w nonsense\nw 1\n", "w{a=\"1\"} 1 2 3\n"]:
+        rp = do(pushgateway, "PUT", "/metrics/job/x", body, {})
+        rs = do(sluice.url, "PUT", "/metrics/job/x", body, {})
+        assert rs.status_code == rp.status_code == 400
+        assert rs.text.strip() == rp.text.strip()
