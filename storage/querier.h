@@ -9,8 +9,9 @@
  * Prometheus encoding), so
  *   - remote read STREAMED_XOR_CHUNKS ships querier_chunk_t bytes as they are;
  *   - everyone else iterates samples with querier_iter_t, clipped to [mint, maxt].
- * Roll-up data is presented the same way: one synthetic sample per bucket (at the bucket's start)
- * whose value is the aggregate the hinted function needs (see storage.h).
+ * Roll-up data is presented the same way: one synthetic sample per bucket (at the bucket's last
+ * millisecond) whose value is the aggregate the hinted function needs (storage/querier_tiered.h
+ * has the rules).
  *
  * Ownership: a series returned by querier_set_next, its labels and its chunk bytes belong to the
  * set and stay valid until the next call to querier_set_next or querier_set_free. Strings and
@@ -51,6 +52,11 @@ typedef struct {
     labels_t labels;
     const querier_chunk_t *chunks; /* time-ordered, non-overlapping */
     size_t nchunks;
+    /* Samples with t < rollup_until are synthetic roll-up samples, one per bucket of width
+     * rollup_res_ms (see storage/querier_tiered.h for their timestamps and values); the rest
+     * are raw. Both 0 when every sample is raw. */
+    int64_t rollup_until;
+    int64_t rollup_res_ms;
 } querier_series_t;
 
 typedef struct querier_set querier_set_t;

@@ -18,8 +18,11 @@
  * ts from several places (a late sample re-opened an already written bucket) are merged.
  *
  * ---- Per-series state --------------------------------------------------------------------------
- * last_t (newest sample t; samples at or before it are ignored, which makes WAL replay
- * harmless), prev/prev_ok (last non-NaN value, for the counter increase; a staleness marker
+ * last_t (newest aggregated sample t; samples in its second or earlier are ignored, which makes
+ * WAL replay harmless), the pending sample (the newest one, held back until a later second
+ * arrives or its bucket closes, so a same-second replacement replaces it instead of being
+ * aggregated as a second sample; readers see it as if aggregated; checkpointed as an open-bucket
+ * entry with res_ms 0, ts = t, last = value), prev/prev_ok (last non-NaN value, for the counter increase; a staleness marker
  * clears prev_ok), and one open bucket per resolution. A state whose buckets are all closed is
  * evicted from memory (its continuity is lost: a series silent for more than ~2 of the coarsest
  * resolution starts its increase afresh). States are checkpointed to rollup_state every
@@ -84,6 +87,7 @@
 #define PLAIN_RES_MS 3600000
 #define MAX_PAYLOAD (1u << 20)
 #define STATE_ENTRY_BYTES 64
+#define PENDING_RES_MS 0 /* a rollup_state.open entry holding the pending sample (ts, last) */
 #define NO_BUCKET INT64_MIN
 #define STALE_NAN_BITS 0x7ff0000000000002ull
 #define RETENTION_PASS_MS 3600000
@@ -99,6 +103,9 @@ typedef struct sstate {
     bool prev_ok;
     bool dirty;  /* changed since its last checkpoint */
     bool closed; /* a bucket went to the closed list since the last snapshot */
+    bool pend;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
+    int64_t pend_t;
+    double pend_v;
     rollup_bucket_t open[]; /* one per resolution; ts == NO_BUCKET when none */
 } sstate_t;
 
@@ -126,6 +133,7 @@ typedef struct {
     uint64_t id;
     bool evicted;
     int64_t last_t;
+    int64_t seen_t; /* newest sample, pending one included (catalog last_seen) */
     double prev;
     bool prev_ok;
     uint8_t *open; /* nopen * STATE_ENTRY_BYTES */
@@ -617,6 +625,63 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
     s->dirty = true;
 }
 
+static int64_t sec_of(int64_t t)
+{
+    return floor_to(t, 1000) / 1000;
+}
+
+/* The counter increase sample v adds after s's predecessor (0 without one, or for NaN). */
+static double increase_of(const sstate_t *s, double v)
+{
+    if (isnan(v) || !s->prev_ok)
+        return 0;
+    return v >= s->prev ? v - s->prev : v;
+}
+
+/* Adds sample (t, v) to bucket b (already started at the right ts). */
+static void bucket_add(rollup_bucket_t *b, double v, double inc)
+{
+    b->count++;
+    b->sum += v;
+    b->min = nan_min(b->min, v);
+    b->max = nan_max(b->max, v);
+    b->last = v;
+    b->increase += inc;
+}
+
+/* Aggregates the pending sample into the open buckets (shard locked). */
+static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
+{
+    if (!s->pend)
+        return;
+    s->pend = false;
+    s->last_t = s->pend_t;
+    s->dirty = true;
+    double v = s->pend_v;
+    if (dbits(v) == STALE_NAN_BITS) {
+        s->prev_ok = false; /* ends continuity, is not aggregated */
+        return;
+    }
+    double inc = increase_of(s, v);
+    if (!isnan(v)) {
+        s->prev = v;
+        s->prev_ok = true;
+    }
+    for (size_t i = 0; i < r->rs.n; i++) {
+        int64_t ts = floor_to(s->last_t, r->rs.v[i].res_ms);
+        rollup_bucket_t *b = &s->open[i];
+        if (b->ts != ts) {
+            close_open(r, sh, s, i);
+            bucket_start(b, ts);
+        }
+        bucket_add(b, v, inc);
+    }
+}
+
+/* A sample is held as pending until a sample of a later second arrives (or its bucket is
+ * closed): the raw tier lets a later sample in the same second replace the earlier one, and the
+ * roll-up must aggregate only the survivor. Samples in a second at or before the newest
+ * aggregated one, or before the pending one, are ignored (WAL replay, duplicates). */
 static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
 {
     sstate_t *s = state_get(r, sh, smp->series_id);
@@ -624,38 +689,17 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
         log_error("rollup", "out of memory; sample dropped", LF_I("series", smp->series_id));
         return;
     }
-    if (smp->t <= s->last_t) {
+    int64_t sec = sec_of(smp->t);
+    if ((s->last_t != INT64_MIN && sec <= sec_of(s->last_t)) || (s->pend && sec < sec_of(s->pend_t))) {
         atomic_fetch_add(&r->st_ignored, 1);
         return;
     }
-    s->last_t = smp->t;
+    if (s->pend && sec > sec_of(s->pend_t))
+        commit_pending(r, sh, s);
+    s->pend = true;
+    s->pend_t = smp->t;
+    s->pend_v = smp->v;
     s->dirty = true;
-    double v = smp->v;
-    if (dbits(v) == STALE_NAN_BITS) {
-        s->prev_ok = false; /* ends continuity, is not aggregated */
-        return;
-    }
-    double inc = 0;
-    if (!isnan(v)) {
-        if (s->prev_ok)
-            inc = v >= s->prev ? v - s->prev : v;
-        s->prev = v;
-        s->prev_ok = true;
-    }
-    for (size_t i = 0; i < r->rs.n; i++) {
-        int64_t ts = floor_to(smp->t, r->rs.v[i].res_ms);
-        rollup_bucket_t *b = &s->open[i];
-        if (b->ts != ts) {
-            close_open(r, sh, s, i);
-            bucket_start(b, ts);
-        }
-        b->count++;
-        b->sum += v;
-        b->min = nan_min(b->min, v);
-        b->max = nan_max(b->max, v);
-        b->last = v;
-        b->increase += inc;
-    }
 }
 
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
@@ -688,12 +732,14 @@ static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool ev
         while (*pp) {
             sstate_t *s = *pp;
             bool any_open = false;
+            if (s->pend && floor_to(s->pend_t, r->rs.v[0].res_ms) + r->rs.v[0].res_ms <= before[0])
+                commit_pending(r, sh, s);
             for (size_t i = 0; i < r->rs.n; i++) {
                 if (s->open[i].ts != NO_BUCKET && s->open[i].ts + r->rs.v[i].res_ms <= before[i])
                     close_open(r, sh, s, i);
                 any_open |= s->open[i].ts != NO_BUCKET;
             }
-            if (evict && !any_open && s->last_t < before[r->rs.n - 1]) {
+            if (evict && !any_open && !s->pend && s->last_t < before[r->rs.n - 1]) {
                 if (r->nevicted == r->capevicted) {
                     size_t cap = r->capevicted ? r->capevicted * 2 : 256;
                     uint64_t *v = realloc(r->evicted, cap * sizeof(*v));
@@ -761,8 +807,9 @@ static void snap_state(rollup_t *r, const sstate_t *s)
         r->capsnaps = cap;
     }
     snap_t *sn = &r->snaps[r->nsnaps];
-    *sn = (snap_t){.id = s->id, .last_t = s->last_t, .prev = s->prev, .prev_ok = s->prev_ok};
-    size_t nopen = 0;
+    *sn = (snap_t){.id = s->id, .last_t = s->last_t, .seen_t = s->pend && s->pend_t > s->last_t ? s->pend_t : s->last_t,
+                   .prev = s->prev, .prev_ok = s->prev_ok};
+    size_t nopen = s->pend ? 1 : 0;
     for (size_t i = 0; i < r->rs.n; i++)
         nopen += s->open[i].ts != NO_BUCKET;
     if (nopen) {
@@ -772,6 +819,10 @@ static void snap_state(rollup_t *r, const sstate_t *s)
         for (size_t i = 0; i < r->rs.n; i++)
             if (s->open[i].ts != NO_BUCKET)
                 put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &s->open[i]);
+        if (s->pend) {
+            rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
+            put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, PENDING_RES_MS, &pb);
+        }
     }
     r->nsnaps++;
 }
@@ -952,7 +1003,7 @@ static int write_batch(rollup_t *r, sqlite3 *db)
         sqlite3_reset(state);
         if (rc != SQLITE_DONE)
             goto out;
-        sqlite3_bind_int64(seen, 1, sn->last_t);
+        sqlite3_bind_int64(seen, 1, sn->seen_t);
         sqlite3_bind_int64(seen, 2, (sqlite3_int64)sn->id);
         rc = sqlite3_step(seen);
         sqlite3_reset(seen);
@@ -1277,8 +1328,23 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
             ret = -1;
     }
     sstate_t *s = state_find(sh, series_id);
-    if (ret == 0 && s && s->open[res_idx].ts != NO_BUCKET && s->open[res_idx].ts >= mint &&
-        s->open[res_idx].ts <= maxt && rd_push(&v, &n, &cap, &s->open[res_idx], UINT32_MAX) != 0)
+    rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
+    if (s) {
+        open = s->open[res_idx];
+        /* The pending sample is part of what the series has sent: show it as if committed. */
+        if (s->pend && dbits(s->pend_v) != STALE_NAN_BITS) {
+            int64_t pts = floor_to(s->pend_t, r->rs.v[res_idx].res_ms);
+            rollup_bucket_t *b = open.ts == pts ? &open : &pendb;
+            if (b == &pendb)
+                bucket_start(b, pts);
+            bucket_add(b, s->pend_v, increase_of(s, s->pend_v));
+        }
+    }
+    if (ret == 0 && open.ts != NO_BUCKET && open.ts >= mint && open.ts <= maxt &&
+        rd_push(&v, &n, &cap, &open, UINT32_MAX - 1) != 0)
+        ret = -1;
+    if (ret == 0 && pendb.ts != NO_BUCKET && pendb.ts >= mint && pendb.ts <= maxt &&
+        rd_push(&v, &n, &cap, &pendb, UINT32_MAX) != 0)
         ret = -1;
     pthread_mutex_unlock(&sh->mu);
     pthread_rwlock_unlock(&r->view_rw);
@@ -1337,6 +1403,14 @@ static int load_states(rollup_t *r)
             int64_t res_ms;
             rollup_bucket_t b;
             get_state_entry(p + off, &res_ms, &b);
+            if (res_ms == PENDING_RES_MS) {
+                s->pend = true;
+                s->pend_t = b.ts;
+                s->pend_v = b.last;
+                if (b.ts > hw)
+                    hw = b.ts;
+                continue;
+            }
             size_t i = 0;
             while (i < r->rs.n && r->rs.v[i].res_ms != res_ms)
                 i++;

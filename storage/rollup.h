@@ -18,7 +18,11 @@
  *    `increase` it is skipped (continuity runs from the last non-NaN value).
  *  - increase over a bucket = sum over each sample v in the bucket with predecessor p (possibly in
  *    an earlier bucket) of (v >= p ? v - p : v)  (Prometheus counter-reset rule).
- *  - a sample with t <= the series' newest seen t is ignored (replays, duplicates).
+ *  - at most one sample per series per second is aggregated, the LAST one received for that second
+ *    (the raw tier's same-second replace): the newest sample is held back until a sample of a
+ *    later second arrives or its bucket closes; rollup_read shows it as if aggregated.
+ *  - a sample in a second before the newest seen second is ignored, and so is one in the same
+ *    second as an already aggregated sample (replays, duplicates).
  *
  * Thread safety: every function may be called from any thread, except open/close.
  */

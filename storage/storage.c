@@ -19,6 +19,14 @@
  *   ...     ...         C times: i64 mint, i64 maxt, u32 length, XOR chunk bytes
  *   ...     4           open chunk length O (0 = none), then O bytes
  *
+ * Snapshot record type 2, one per registered state client (storage_register_state):
+ *
+ *   offset  size        field
+ *   0       1           client type (1..255)
+ *   1       ...         the client's checkpoint bytes
+ *
+ * State deltas (storage_log_state) are WAL blob records whose tag is the client type.
+ *
  * Recovery state machine (storage_recover):
  *
  *   CATALOG --load ids--> SNAPSHOT --ok: restore series / corrupt: log, skip--> REPLAY
@@ -31,6 +39,7 @@
  */
 #include "storage/storage.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,11 +52,13 @@
 
 #include "internal/util/log.h"
 #include "storage/catalog.h"
+#include "storage/querier_tiered.h"
 #include "storage/rollup.h"
 #include "storage/snapshot.h"
 #include "storage/wal.h"
 
 #define SNAP_REC_SERIES 1
+#define SNAP_REC_STATE 2
 #define MAX_LABELS_PER_SERIES 256
 #define EXPIRE_BUDGET 4096
 
@@ -136,6 +147,11 @@ struct storage {
     _Atomic uint64_t snapshots, snapshot_errors, wal_errors, rejected_limit, rejected_labels,
         rejected_max_series;
     _Atomic int64_t last_snapshot_duration_ms;
+
+    storage_state_client_t clients[256];
+    bool has_client[256];
+    bool recover_started;
+    _Atomic uint64_t state_logged, state_restore_errors;
 
     pthread_t thread;
     bool thread_started;
@@ -334,6 +350,21 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
     return 0;
 }
 
+static void restore_state(storage_t *s, uint8_t type, const void *data, size_t len, bool full)
+{
+    if (!s->has_client[type]) {
+        log_warn("storage", "state record of an unregistered type dropped", LF_I("type", type),
+                 LF_I("bytes", len), LF_B("snapshot", full));
+        return;
+    }
+    const storage_state_client_t *c = &s->clients[type];
+    if (c->restore(c->ud, data, len, full) != 0) {
+        atomic_fetch_add(&s->state_restore_errors, 1);
+        log_error("storage", "state client refused a record; skipped", LF_I("type", type), LF_I("bytes", len),
+                  LF_B("snapshot", full));
+    }
+}
+
 static int load_snapshot(recover_t *rc)
 {
     storage_t *s = rc->s;
@@ -354,6 +385,10 @@ static int load_snapshot(recover_t *rc)
     size_t len;
     uint64_t bad = 0;
     while (snapshot_reader_next(r, &type, &data, &len)) {
+        if (type == SNAP_REC_STATE && len >= 1) {
+            restore_state(s, ((const uint8_t *)data)[0], (const uint8_t *)data + 1, len - 1, true);
+            continue;
+        }
         if (type != SNAP_REC_SERIES)
             continue;
         if (restore_record(rc, data, len, a) < 0)
@@ -405,8 +440,51 @@ static int replay_samples(void *ud, const wal_sample_t *v, size_t n)
     return 0;
 }
 
+static int replay_blob(void *ud, uint8_t type, const void *data, size_t len)
+{
+    recover_t *rc = ud;
+    restore_state(rc->s, type, data, len, false);
+    return 0;
+}
+
+int storage_register_state(storage_t *s, uint8_t type, const storage_state_client_t *c)
+{
+    if (type == 0 || !c || !c->restore || !c->checkpoint || s->has_client[type] || s->recover_started)
+        return -1;
+    s->clients[type] = *c;
+    s->has_client[type] = true;
+    return STORAGE_OK;
+}
+
+int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
+{
+    if (!storage_ready(s)) {
+        if (err && errlen)
+            snprintf(err, errlen, "storage is still recovering");
+        return STORAGE_ERR_NOT_READY;
+    }
+    assert(s->has_client[type]);
+    if (len >= WAL_MAX_RECORD_BYTES - 1) {
+        if (err && errlen)
+            snprintf(err, errlen, "state record of %zu bytes is too large", len);
+        return STORAGE_ERR_LIMIT;
+    }
+    if (!s->wal)
+        return STORAGE_OK;
+    char werr[256] = "";
+    if (wal_log_blob(s->wal, type, data, len, werr, sizeof(werr)) != WAL_OK) {
+        atomic_fetch_add(&s->wal_errors, 1);
+        if (err && errlen)
+            snprintf(err, errlen, "write-ahead log: %s", werr);
+        return STORAGE_ERR_IO;
+    }
+    atomic_fetch_add(&s->state_logged, 1);
+    return STORAGE_OK;
+}
+
 int storage_recover(storage_t *s, char *err, size_t errlen)
 {
+    s->recover_started = true;
     if (!s->path) {
         atomic_store(&s->ready, true);
         goto start_thread;
@@ -434,7 +512,7 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
 
     recover_t rc = {.s = s};
     int seg = load_snapshot(&rc);
-    wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples};
+    wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples, .on_blob = replay_blob};
     wal_replay_stats_t ws;
     int wrc = wal_replay(s->wal_dir, (uint32_t)seg, &cb, &rc, &ws, err, errlen);
     idmap_free(&rc.refs);
@@ -584,7 +662,22 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
     snapctx_t c = {.err = err, .errlen = errlen};
     buf_init(&c.b);
     c.w = snapshot_writer_open(s->snap_path, seg, err, errlen);
-    int rc = c.w ? head_foreach_series(s->head, snap_series, &c) : -1;
+    int rc = c.w ? 0 : -1;
+    /* State clients right after the cut (outside ckpt: see storage.h for why that is safe). */
+    for (int type = 1; type < 256 && rc == 0; type++) {
+        if (!s->has_client[type])
+            continue;
+        buf_reset(&c.b);
+        buf_putc(&c.b, (char)type);
+        if (s->clients[type].checkpoint(s->clients[type].ud, &c.b) != 0) {
+            snprintf(err, errlen, "state client %d failed to checkpoint", type);
+            rc = -1;
+        } else if (snapshot_writer_add(c.w, SNAP_REC_STATE, c.b.data, c.b.len, err, errlen) != SNAPSHOT_OK) {
+            rc = -1;
+        }
+    }
+    if (rc == 0)
+        rc = head_foreach_series(s->head, snap_series, &c);
     buf_free(&c.b);
     if (rc != 0) {
         snapshot_writer_abort(c.w);
@@ -658,6 +751,38 @@ static int fail(storage_append_result_t *res, size_t i, int code, const char *fm
             snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "}");
     }
     return code;
+}
+
+/* Set of label hashes for the per-request distinct series count (sized for n keys up front, so
+ * adding never fails; 0 is the empty slot, a zero hash is stored as 1). */
+typedef struct {
+    uint64_t *v;
+    size_t cap, n;
+} hashset_t;
+
+static int hashset_init(hashset_t *h, size_t n)
+{
+    h->cap = 16;
+    while (h->cap < 2 * n)
+        h->cap *= 2;
+    h->v = calloc(h->cap, sizeof(uint64_t));
+    h->n = 0;
+    return h->v ? 0 : -1;
+}
+
+/* True if k was new. */
+static bool hashset_add(hashset_t *h, uint64_t k)
+{
+    k = k ? k : 1;
+    size_t i = idmap_mix(k) & (h->cap - 1);
+    while (h->v[i]) {
+        if (h->v[i] == k)
+            return false;
+        i = (i + 1) & (h->cap - 1);
+    }
+    h->v[i] = k;
+    h->n++;
+    return true;
 }
 
 /* Sorted copy without empty values into out (capacity MAX_LABELS_PER_SERIES); -1 if invalid. */
@@ -753,6 +878,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     wal_series_t *wser = NULL;
     size_t nwser = 0, capwser = 0, nws = 0;
     arena_t *a = arena_create(0);
+    hashset_t seen = {0};
     int rc = STORAGE_OK;
     if (!refs || !ok || !ws || !a) {
         rc = STORAGE_ERR_NOMEM;
@@ -760,8 +886,11 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         goto out;
     }
     label_t lbuf[MAX_LABELS_PER_SERIES];
-    size_t distinct = 0;
-    uint64_t prev_hash = 0;
+    if (s->o.max_series_per_request && hashset_init(&seen, n) < 0) {
+        rc = STORAGE_ERR_NOMEM;
+        snprintf(res->msg, sizeof(res->msg), "out of memory");
+        goto out;
+    }
 
     pthread_rwlock_rdlock(&s->ckpt);
     for (size_t i = 0; i < n; i++) {
@@ -773,10 +902,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
             continue;
         }
         uint64_t hash = labels_hash(&ls);
-        if (i == 0 || hash != prev_hash)
-            distinct++; /* consecutive samples of one series count once (remote write's shape) */
-        prev_hash = hash;
-        if (s->o.max_series_per_request && distinct > s->o.max_series_per_request) {
+        if (s->o.max_series_per_request && hashset_add(&seen, hash) && seen.n > s->o.max_series_per_request) {
             pthread_rwlock_unlock(&s->ckpt);
             atomic_fetch_add(&s->rejected_limit, 1);
             memset(res, 0, sizeof(*res));
@@ -891,6 +1017,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     }
     rc = res->failed ? res->first_error : STORAGE_OK;
 out:
+    free(seen.v);
     free(refs);
     free(ok);
     free(ws);
@@ -901,10 +1028,15 @@ out:
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
+static int64_t querier_now(void *ud)
+{
+    return storage_now_ms(ud);
+}
+
 querier_t *storage_querier(storage_t *s)
 {
-    /* The raw tier answers every query for now; the roll-up tier plugs in here (see report). */
-    return head_querier(s->head);
+    querier_tiered_opts_t o = {.head = s->head, .rollup = s->rollup, .cat = s->cat, .now_ms = querier_now, .ud = s};
+    return querier_tiered_new(&o);
 }
 
 /* ---- statistics ---------------------------------------------------------------------------- */

@@ -121,6 +121,47 @@ int storage_tsdb_stats(storage_t *s, size_t top, arena_t *a, storage_tsdb_stats_
 /* Appends sluice_storage_* self-metrics in Prometheus text format 0.0.4. */
 void storage_write_metrics(storage_t *s, buf_t *b);
 
+/* ---- persisted state of other subsystems (push gateway groups, ...) -------------------------
+ *
+ * A subsystem whose state must survive a restart and kill -9 registers a client for one type
+ * byte (1..255, its own; see the registry below) before storage_recover, then logs every change
+ * as a delta with storage_log_state, which is durable exactly like samples (in the WAL before it
+ * returns, fsync'd by the group commit or before returning with wal_fsync_always).
+ *
+ * Recovery (inside storage_recover, before ready): restore(ud, data, len, true) once with the
+ * full state the last snapshot holds for this type (skipped when there is none, or the snapshot
+ * was unreadable), then restore(ud, data, len, false) for every delta of the type logged after
+ * that snapshot, in log order. A full record replaces whatever the client has.
+ *
+ * Snapshots: every storage_snapshot calls checkpoint(ud, out) right after cutting the WAL; the
+ * client appends its complete state to out. Deltas logged before the cut are then dropped with
+ * the old WAL segments. The call is made outside the store's locks (so a client may hold its own
+ * lock while calling storage_log_state without deadlocking against a snapshot); the client must
+ * take its own lock in checkpoint so the state it writes includes every delta whose
+ * storage_log_state has returned. A delta logged concurrently with a snapshot may therefore be
+ * both inside the checkpoint and replayed after it: deltas must be safe to re-apply in order on
+ * top of a state that already contains them (set/replace/delete of a key is; "add 1" is not).
+ *
+ * If checkpoint fails (non-zero) the whole snapshot fails and the WAL keeps everything.
+ * A restore error is logged and recovery goes on (the record is skipped).
+ * A snapshot state record of a type nobody registered is logged and dropped.
+ * Memory-only stores accept registrations and deltas and persist nothing.
+ *
+ * Type registry: 1 = push gateway groups (api/push). */
+typedef struct {
+    void *ud;
+    int (*restore)(void *ud, const void *data, size_t len, bool full);
+    int (*checkpoint)(void *ud, buf_t *out);
+} storage_state_client_t;
+
+/* Call between storage_new and storage_recover. The client struct is copied. Returns STORAGE_OK,
+ * or -1 (type 0, type already registered, NULL callbacks, or recovery already started). */
+int storage_register_state(storage_t *s, uint8_t type, const storage_state_client_t *c);
+/* Appends one delta of `type` (registered) to the WAL. Returns STORAGE_OK once it is logged,
+ * STORAGE_ERR_NOT_READY during recovery, STORAGE_ERR_IO (message in err; retry later: 503), or
+ * STORAGE_ERR_LIMIT if len is too large for one WAL record (64 MiB). err may be NULL. */
+int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, char *err, size_t errlen);
+
 /* For tests and tools: the head. */
 head_t *storage_head(storage_t *s);
 

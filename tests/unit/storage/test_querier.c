@@ -26,7 +26,7 @@ static void test_iter_clipping(void **state)
     const uint8_t *b1 = chunk_xor_bytes(&a1, &l1), *b2 = chunk_xor_bytes(&a2, &l2);
     querier_chunk_t ch[2] = {{0, 9000, b1, l1}, {20000, 29000, b2, l2}};
     label_t l[] = {{"__name__", "x"}};
-    querier_series_t s = {{l, 1}, ch, 2};
+    querier_series_t s = {.labels = {l, 1}, .chunks = ch, .nchunks = 2};
     struct {
         int64_t mint, maxt;
         int n;
@@ -54,7 +54,7 @@ static void test_iter_clipping(void **state)
             assert_int_equal(last, cases[c].last);
         }
     }
-    querier_series_t empty = {{l, 1}, NULL, 0};
+    querier_series_t empty = {.labels = {l, 1}};
     querier_iter_t it;
     querier_iter_init(&it, &empty, INT64_MIN, INT64_MAX);
     int64_t t;

@@ -220,9 +220,11 @@ static void test_random_against_direct(void **state)
             fx_close(&f);
             fx_open(&f);
             restarted = true;
-            /* A WAL replay re-feeds what the roll-up already saw: must change nothing. */
+            /* A WAL replay re-feeds what the roll-up already saw: must change nothing. (A sample
+             * in the newest second itself would replace the newest sample: see
+             * test_same_second_replace.) */
             for (int s = 0; s < NSERIES; s++)
-                add(f.r, (uint64_t)s + 1, ref[0][s].last_t, 12345.0);
+                add(f.r, (uint64_t)s + 1, ref[0][s].last_t - 1000, 12345.0);
             rollup_stats_t st;
             rollup_get_stats(f.r, &st);
             assert_int_equal(st.samples_ignored, NSERIES);
@@ -287,6 +289,69 @@ static void test_random_against_direct(void **state)
     for (int k = 0; k < 2; k++)
         for (int s = 0; s < NSERIES; s++)
             free(ref[k][s].b.v);
+    remove_dir(f.dir);
+}
+
+static void read1(rollup_t *r, uint64_t id, size_t res_idx, rollup_buckets_t *out)
+{
+    out->n = 0;
+    assert_int_equal(rollup_read(r, id, res_idx, INT64_MIN, INT64_MAX, out), 0);
+}
+
+/* The raw tier keeps the LAST sample of a second; so must the roll-up, also across a restart. */
+static void test_same_second_replace(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f);
+    rollup_buckets_t b = {0};
+    add(f.r, 1, T0 + 1000, 10);
+    add(f.r, 1, T0 + 1500, 20); /* replaces */
+    add(f.r, 1, T0 + 1200, 30); /* replaces (an earlier ms of the same second, as the head allows) */
+    read1(f.r, 1, 0, &b);
+    assert_int_equal(b.n, 1);
+    assert_int_equal(b.v[0].count, 1);
+    assert_true(b.v[0].sum == 30 && b.v[0].last == 30 && b.v[0].min == 30 && b.v[0].max == 30);
+    add(f.r, 1, T0 + 2000, 40);
+    add(f.r, 1, T0 + 2900, 35); /* replaces 40 */
+    read1(f.r, 1, 0, &b);
+    assert_int_equal(b.v[0].count, 2);
+    assert_true(b.v[0].sum == 65 && b.v[0].max == 35 && b.v[0].increase == 5);
+    add(f.r, 1, T0 + 1000, 99); /* a second already aggregated: ignored (replay) */
+    rollup_stats_t st;
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.samples_ignored, 1);
+    /* The pending sample survives a restart and is still replaceable. */
+    fx_close(&f);
+    fx_open(&f);
+    read1(f.r, 1, 0, &b);
+    assert_int_equal(b.n, 1);
+    assert_int_equal(b.v[0].count, 2);
+    assert_true(b.v[0].sum == 65);
+    add(f.r, 1, T0 + 2100, 50);
+    add(f.r, 1, T0 + 61000, 60);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    rollup_close_buckets_before(f.r, T0 + 3 * MIN_MS);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    read1(f.r, 1, 0, &b);
+    assert_int_equal(b.n, 2);
+    assert_int_equal(b.v[0].count, 2);
+    assert_true(b.v[0].sum == 80 && b.v[0].last == 50 && b.v[0].increase == 20);
+    assert_int_equal(b.v[1].count, 1);
+    assert_true(b.v[1].sum == 60 && b.v[1].increase == 10);
+    read1(f.r, 1, 1, &b); /* the hour */
+    assert_int_equal(b.n, 1);
+    assert_int_equal(b.v[0].count, 3);
+    assert_true(b.v[0].sum == 140 && b.v[0].increase == 30);
+    /* A staleness marker replaced within its second does not end counter continuity. */
+    add(f.r, 2, T0 + 1000, 5);
+    add(f.r, 2, T0 + 2000, stale_nan());
+    add(f.r, 2, T0 + 2500, 7);
+    add(f.r, 2, T0 + 3000, 9);
+    read1(f.r, 2, 0, &b);
+    assert_int_equal(b.v[0].count, 3);
+    assert_true(b.v[0].increase == 4);
+    rollup_buckets_free(&b);
+    fx_close(&f);
     remove_dir(f.dir);
 }
 
@@ -624,7 +689,7 @@ int main(void)
         cmocka_unit_test(test_counter_reset_stale_nan), cmocka_unit_test(test_late_sample_merges),
         cmocka_unit_test(test_random_against_direct), cmocka_unit_test(test_retention),
         cmocka_unit_test(test_view),                  cmocka_unit_test(test_bytes_per_bucket),
-        cmocka_unit_test(test_threaded),
+        cmocka_unit_test(test_threaded), cmocka_unit_test(test_same_second_replace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
