@@ -305,6 +305,35 @@ static int push_store(api_push_t *p, const push_effect_t *e, arena_t *a, char *m
     return rc;
 }
 
+#define PUSH_STATE_TYPE 1 /* storage state-client type byte of the push groups (storage.h registry) */
+
+/* Logs a registry delta so the groups survive kill -9; the snapshot holds the full state. */
+static void push_log_delta(api_push_t *p, const buf_t *delta)
+{
+    if (!p->opt.storage || !delta->len)
+        return;
+    char err[256];
+    if (storage_log_state(p->opt.storage, PUSH_STATE_TYPE, delta->data, delta->len, err, sizeof(err)) != STORAGE_OK)
+        log_error("push", "cannot log a group change; it is kept in memory until the next snapshot",
+                  LF_S("err", err));
+}
+
+static int push_state_restore(void *ud, const void *data, size_t len, bool full)
+{
+    api_push_t *p = ud;
+    int rc = full ? push_registry_restore(p->reg, data, len) : push_registry_apply_delta(p->reg, data, len);
+    if (rc != 0)
+        log_warn("push", full ? "push groups in the snapshot are unreadable" : "skipped an unreadable push group change");
+    return rc;
+}
+
+static int push_state_checkpoint(void *ud, buf_t *out)
+{
+    api_push_t *p = ud;
+    push_registry_serialize(p->reg, out);
+    return 0;
+}
+
 static int push_storage_status(int rc)
 {
     switch (rc) {
@@ -348,22 +377,29 @@ static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
     pthread_mutex_lock(&p->apply_mu);
     rc = push_registry_prepare(p->reg, &grouping, mode, &parsed, now, req->arena, &pending, &effect, err,
                                sizeof(err));
+    buf_t delta = BUF_INIT;
     if (rc != PUSH_OK) {
-        push_registry_fail(p->reg, &grouping, now);
+        push_registry_fail(p->reg, &grouping, now, &delta);
+        push_log_delta(p, &delta);
         pthread_mutex_unlock(&p->apply_mu);
+        buf_free(&delta);
         api_reply_text(req, rc == PUSH_ERR_NOMEM ? 503 : 400, "%s\n", rc == PUSH_ERR_NOMEM ? "out of memory" : err);
         return;
     }
     rc = push_store(p, &effect, req->arena, err, sizeof(err));
     if (rc != 0) {
         push_registry_abort(pending);
-        push_registry_fail(p->reg, &grouping, now);
+        push_registry_fail(p->reg, &grouping, now, &delta);
+        push_log_delta(p, &delta);
         pthread_mutex_unlock(&p->apply_mu);
+        buf_free(&delta);
         api_reply_text(req, push_storage_status(rc), "cannot store the push: %s\n", err);
         return;
     }
-    push_registry_commit(p->reg, pending);
+    push_registry_commit(p->reg, pending, &delta);
+    push_log_delta(p, &delta);
     pthread_mutex_unlock(&p->apply_mu);
+    buf_free(&delta);
     api_reply(req, 200, NULL, NULL, 0);
 }
 
@@ -376,10 +412,13 @@ static void push_handle_delete(api_push_t *p, api_req_t *req)
         return;
     }
     push_effect_t effect;
+    buf_t delta = BUF_INIT;
     pthread_mutex_lock(&p->apply_mu);
-    push_registry_delete(p->reg, &grouping, push_now_ms(p), req->arena, &effect);
+    push_registry_delete(p->reg, &grouping, push_now_ms(p), req->arena, &effect, &delta);
     int rc = push_store(p, &effect, req->arena, err, sizeof(err));
+    push_log_delta(p, &delta);
     pthread_mutex_unlock(&p->apply_mu);
+    buf_free(&delta);
     if (rc != 0)
         log_warn("push", "cannot store staleness markers of a deleted group", LF_S("err", err));
     api_reply(req, 202, NULL, NULL, 0);
@@ -429,10 +468,13 @@ static void push_api_wipe(api_req_t *req, void *ud)
     api_push_t *p = ud;
     push_effect_t effect;
     char err[512];
+    buf_t delta = BUF_INIT;
     pthread_mutex_lock(&p->apply_mu);
-    push_registry_wipe(p->reg, push_now_ms(p), req->arena, &effect);
+    push_registry_wipe(p->reg, push_now_ms(p), req->arena, &effect, &delta);
     int rc = push_store(p, &effect, req->arena, err, sizeof(err));
+    push_log_delta(p, &delta);
     pthread_mutex_unlock(&p->apply_mu);
+    buf_free(&delta);
     if (rc != 0)
         log_warn("push", "cannot store staleness markers of wiped groups", LF_S("err", err));
     log_info("push", "all groups wiped by the admin API");
@@ -451,10 +493,13 @@ void api_push_expire_now(api_push_t *p)
         return;
     push_effect_t effect;
     char err[512];
+    buf_t delta = BUF_INIT;
     pthread_mutex_lock(&p->apply_mu);
-    size_t n = push_registry_expire(p->reg, push_now_ms(p), a, &effect);
+    size_t n = push_registry_expire(p->reg, push_now_ms(p), a, &effect, &delta);
     int rc = push_store(p, &effect, a, err, sizeof(err));
+    push_log_delta(p, &delta);
     pthread_mutex_unlock(&p->apply_mu);
+    buf_free(&delta);
     if (n)
         log_info("push", "expired groups", LF_I("groups", (int64_t)n), LF_I("stale_series", (int64_t)effect.n));
     if (rc != 0)
@@ -500,6 +545,13 @@ api_push_t *api_push_new(const api_push_options_t *opt)
     if (!p->reg) {
         api_push_free(p);
         return NULL;
+    }
+    if (p->opt.storage) {
+        storage_state_client_t c = {.ud = p, .restore = push_state_restore, .checkpoint = push_state_checkpoint};
+        if (storage_register_state(p->opt.storage, PUSH_STATE_TYPE, &c) != STORAGE_OK) {
+            api_push_free(p);
+            return NULL;
+        }
     }
     return p;
 }

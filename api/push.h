@@ -26,6 +26,8 @@ typedef struct {
 
 typedef struct api_push api_push_t;
 
+/* With a storage, registers the groups as its state client (type 1): call between storage_new
+ * and storage_recover, so recovery restores the groups. */
 api_push_t *api_push_new(const api_push_options_t *opt);
 /* Routes and the /metrics collectors (call before the server starts, before other collectors so
  * pushed groups come first in /metrics). */

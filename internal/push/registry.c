@@ -68,6 +68,7 @@ typedef struct {
     size_t n;
     int64_t push_ms;
     push_batch_t *batch;
+    uint64_t shape; /* hash of everything but the values: a push that keeps it logs values only */
 } push_family_t;
 
 typedef struct push_group {
@@ -82,6 +83,7 @@ typedef struct push_group {
     bool last_ok;
     int64_t first_push_ms;
     double interval_ms;       /* smoothed interval between successful pushes; 0 = unknown */
+    uint64_t shape;           /* combined family shapes, as of the last logged full record */
 } push_group_t;
 
 typedef struct push_type {
@@ -424,6 +426,38 @@ static int metric_cmp(const void *pa, const void *pb)
     return (a->nlabels > b->nlabels) - (a->nlabels < b->nlabels);
 }
 
+/* Hash of a family's structure: name, type, help, every metric's labels and quantile/bucket
+ * bounds — everything but the values. */
+static uint64_t family_shape(const push_family_t *f)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, f->name, strlen(f->name) + 1);
+    uint8_t t = (uint8_t)f->type;
+    XXH3_64bits_update(&st, &t, 1);
+    if (f->help)
+        XXH3_64bits_update(&st, f->help, strlen(f->help) + 1);
+    for (size_t i = 0; i < f->n; i++) {
+        const push_metric_t *m = &f->metrics[i];
+        for (uint32_t l = 0; l < m->nlabels; l++) {
+            XXH3_64bits_update(&st, m->labels[l].name, strlen(m->labels[l].name) + 1);
+            XXH3_64bits_update(&st, m->labels[l].value, strlen(m->labels[l].value) + 1);
+        }
+        XXH3_64bits_update(&st, &m->nq, sizeof(m->nq));
+        if (m->nq)
+            XXH3_64bits_update(&st, m->qb, m->nq * sizeof(double));
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+static uint64_t group_shape(const push_group_t *g)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ g->nfams;
+    for (size_t i = 0; i < g->nfams; i++)
+        h = (h ^ g->fams[i]->shape) * 0x100000001B3ULL + (h >> 29);
+    return h;
+}
+
 /* Builds one family's metrics from the body's component samples. */
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
                                         push_batch_t *batch, int64_t now_ms)
@@ -502,6 +536,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     qsort(ms, n, sizeof(*ms), metric_cmp);
     f->metrics = ms;
     f->n = n;
+    f->shape = family_shape(f);
     return f;
 }
 
@@ -650,6 +685,10 @@ static void collect_series(void *ud, const char *name, const push_metric_t *m, c
     c->v[c->n].v = c->stale ? c->stale_value : v;
     c->n++;
 }
+
+static void ser_u64(buf_t *b, uint64_t v);
+static void ser_labels(buf_t *out, const label_t *ls, size_t n);
+static void delta_commit(buf_t *delta, push_group_t *g);
 
 /* ---- prepare / commit ------------------------------------------------------------------------------ */
 
@@ -815,7 +854,7 @@ static void group_note_push(push_group_t *g, int64_t now_ms)
     g->last_ok = true;
 }
 
-void push_registry_commit(push_registry_t *r, push_pending_t *p)
+void push_registry_commit(push_registry_t *r, push_pending_t *p, buf_t *delta)
 {
     pthread_mutex_lock(&r->mu);
     push_group_t *g = group_find(r, p->key, p->hash);
@@ -851,6 +890,8 @@ void push_registry_commit(push_registry_t *r, push_pending_t *p)
     g->nfams = keep;
     g->cap = nold + p->nfams + 1;
     group_note_push(g, p->now_ms);
+    if (delta)
+        delta_commit(delta, g);
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&r->pushes, 1);
     if (p->batch->refs == 0) { /* an empty push keeps nothing */
@@ -860,7 +901,7 @@ void push_registry_commit(push_registry_t *r, push_pending_t *p)
     p->batch = NULL;
 }
 
-void push_registry_fail(push_registry_t *r, const labels_t *grouping_in, int64_t now_ms)
+void push_registry_fail(push_registry_t *r, const labels_t *grouping_in, int64_t now_ms, buf_t *delta)
 {
     arena_t *a = arena_create(0);
     if (!a)
@@ -876,6 +917,11 @@ void push_registry_fail(push_registry_t *r, const labels_t *grouping_in, int64_t
         g = group_create(r, &grouping, key, h);
     g->fail_ms = now_ms;
     g->last_ok = false;
+    if (delta) {
+        buf_putc(delta, 'F');
+        ser_labels(delta, grouping.v, grouping.n);
+        ser_u64(delta, (uint64_t)now_ms);
+    }
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&r->failures, 1);
     arena_destroy(a);
@@ -900,7 +946,7 @@ static void group_stale_effect(push_registry_t *r, push_group_t *g, arena_t *a, 
 }
 
 bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64_t now_ms, arena_t *a,
-                          push_effect_t *effect)
+                          push_effect_t *effect, buf_t *delta)
 {
     labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
     memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
@@ -912,6 +958,10 @@ bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64
     push_group_t *g = group_find(r, key, h);
     if (g) {
         group_stale_effect(r, g, a, &c);
+        if (delta) {
+            buf_putc(delta, 'D');
+            ser_labels(delta, g->grouping.v, g->grouping.n);
+        }
         group_unlink_free(r, g);
     }
     pthread_mutex_unlock(&r->mu);
@@ -923,10 +973,12 @@ bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64
     return g != NULL;
 }
 
-void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect)
+void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect, buf_t *delta)
 {
     push_collect_t c = {.a = a};
     pthread_mutex_lock(&r->mu);
+    if (delta)
+        buf_putc(delta, 'W');
     for (size_t i = 0; i < r->gcap; i++)
         while (r->gtab[i]) {
             group_stale_effect(r, r->gtab[i], a, &c);
@@ -952,7 +1004,7 @@ static bool group_expired(const push_registry_t *r, const push_group_t *g, int64
     return false;
 }
 
-size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect)
+size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect, buf_t *delta)
 {
     push_collect_t c = {.a = a};
     size_t n = 0;
@@ -963,6 +1015,10 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
             push_group_t *next = g->next;
             if (group_expired(r, g, now_ms)) {
                 group_stale_effect(r, g, a, &c);
+                if (delta) {
+                    buf_putc(delta, 'D');
+                    ser_labels(delta, g->grouping.v, g->grouping.n);
+                }
                 group_unlink_free(r, g);
                 n++;
             }
@@ -1291,13 +1347,23 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out)
 
 /* ---- persistence ------------------------------------------------------------------------------------
  *
- * The state as bytes, little-endian:
- *   "SPG1" u32 ngroups, then per group:
- *     u32 nlabels, (str name, str value)*, i64 push_ms, i64 fail_ms, u8 last_ok, f64 interval_ms,
- *     i64 first_push_ms, u32 nfams, then per family:
- *       str name, u8 has_help, [str help], u8 type, i64 push_ms, u32 nmetrics, then per metric:
- *         u32 nlabels, (str name, str value)*, f64 value, f64 sum, f64 count, u32 nq, (f64 bound, f64 v)*
- *   str = u32 length + bytes.
+ * Full state (storage snapshot), little-endian:
+ *   "SPG1" u32 ngroups, group*
+ *   group  = u32 nlabels, (str name, str value)*, i64 push_ms, i64 fail_ms, u8 last_ok,
+ *            f64 interval_ms, i64 first_push_ms, u32 nfams, family*
+ *   family = str name, u8 has_help, [str help], u8 type, i64 push_ms, u32 nmetrics, metric*
+ *   metric = u32 nlabels, (str name, str value)*, f64 value, f64 sum, f64 count, u32 nq, (f64 bound, f64 v)*
+ *   str    = u32 length + bytes.
+ *
+ * Deltas (WAL, one per change; a sequence of records, each a kind byte + payload). Every record
+ * sets state (never adds to it), so replaying one that a snapshot already contains is harmless:
+ *   'G' group             the whole group (a push that changed the group's shape)
+ *   'V' key, i64 push_ms, f64 interval_ms, i64 first_push_ms, u32 n, f64 value*
+ *                         a push that kept the shape: the values in canonical order (families by
+ *                         name, metrics in order; value, sum, count, quantile/bucket values)
+ *   'F' u32 nlabels, (str, str)*, i64 fail_ms   a refused push
+ *   'D' u32 nlabels, (str, str)*                a group removed (DELETE, expiry)
+ *   'W'                                         every group removed (admin wipe)
  */
 
 static void ser_u32(buf_t *b, uint32_t v) { buf_append(b, &v, 4); }
@@ -1310,52 +1376,99 @@ static void ser_str(buf_t *b, const char *s)
     buf_append(b, s, n);
 }
 
+static void ser_labels(buf_t *out, const label_t *ls, size_t n)
+{
+    ser_u32(out, (uint32_t)n);
+    for (size_t l = 0; l < n; l++) {
+        ser_str(out, ls[l].name);
+        ser_str(out, ls[l].value);
+    }
+}
+
+static void ser_group(buf_t *out, const push_group_t *g)
+{
+    ser_labels(out, g->grouping.v, g->grouping.n);
+    ser_u64(out, (uint64_t)g->push_ms);
+    ser_u64(out, (uint64_t)g->fail_ms);
+    buf_putc(out, g->last_ok ? 1 : 0);
+    ser_f64(out, g->interval_ms);
+    ser_u64(out, (uint64_t)g->first_push_ms);
+    ser_u32(out, (uint32_t)g->nfams);
+    for (size_t f = 0; f < g->nfams; f++) {
+        const push_family_t *fam = g->fams[f];
+        ser_str(out, fam->name);
+        buf_putc(out, fam->help ? 1 : 0);
+        if (fam->help)
+            ser_str(out, fam->help);
+        buf_putc(out, (char)fam->type);
+        ser_u64(out, (uint64_t)fam->push_ms);
+        ser_u32(out, (uint32_t)fam->n);
+        for (size_t m = 0; m < fam->n; m++) {
+            const push_metric_t *pm = &fam->metrics[m];
+            ser_labels(out, pm->labels, pm->nlabels);
+            ser_f64(out, pm->value);
+            ser_f64(out, pm->sum);
+            ser_f64(out, pm->count);
+            ser_u32(out, pm->nq);
+            for (uint32_t q = 0; q < pm->nq; q++) {
+                ser_f64(out, pm->qb[q]);
+                ser_f64(out, pm->qv[q]);
+            }
+        }
+    }
+}
+
+/* Number of value slots of a group in canonical order. */
+static size_t group_value_count(const push_group_t *g)
+{
+    size_t n = 0;
+    for (size_t f = 0; f < g->nfams; f++)
+        for (size_t m = 0; m < g->fams[f]->n; m++)
+            n += 3 + g->fams[f]->metrics[m].nq;
+    return n;
+}
+
+static void ser_values(buf_t *out, const push_group_t *g)
+{
+    ser_u32(out, (uint32_t)group_value_count(g));
+    for (size_t f = 0; f < g->nfams; f++)
+        for (size_t m = 0; m < g->fams[f]->n; m++) {
+            const push_metric_t *pm = &g->fams[f]->metrics[m];
+            ser_f64(out, pm->value);
+            ser_f64(out, pm->sum);
+            ser_f64(out, pm->count);
+            for (uint32_t q = 0; q < pm->nq; q++)
+                ser_f64(out, pm->qv[q]);
+        }
+}
+
 void push_registry_serialize(push_registry_t *r, buf_t *out)
 {
     pthread_mutex_lock(&r->mu);
     buf_append(out, "SPG1", 4);
     ser_u32(out, (uint32_t)r->ngroups);
     for (size_t i = 0; i < r->gcap; i++)
-        for (push_group_t *g = r->gtab[i]; g; g = g->next) {
-            ser_u32(out, (uint32_t)g->grouping.n);
-            for (size_t l = 0; l < g->grouping.n; l++) {
-                ser_str(out, g->grouping.v[l].name);
-                ser_str(out, g->grouping.v[l].value);
-            }
-            ser_u64(out, (uint64_t)g->push_ms);
-            ser_u64(out, (uint64_t)g->fail_ms);
-            buf_putc(out, g->last_ok ? 1 : 0);
-            ser_f64(out, g->interval_ms);
-            ser_u64(out, (uint64_t)g->first_push_ms);
-            ser_u32(out, (uint32_t)g->nfams);
-            for (size_t f = 0; f < g->nfams; f++) {
-                const push_family_t *fam = g->fams[f];
-                ser_str(out, fam->name);
-                buf_putc(out, fam->help ? 1 : 0);
-                if (fam->help)
-                    ser_str(out, fam->help);
-                buf_putc(out, (char)fam->type);
-                ser_u64(out, (uint64_t)fam->push_ms);
-                ser_u32(out, (uint32_t)fam->n);
-                for (size_t m = 0; m < fam->n; m++) {
-                    const push_metric_t *pm = &fam->metrics[m];
-                    ser_u32(out, pm->nlabels);
-                    for (uint32_t l = 0; l < pm->nlabels; l++) {
-                        ser_str(out, pm->labels[l].name);
-                        ser_str(out, pm->labels[l].value);
-                    }
-                    ser_f64(out, pm->value);
-                    ser_f64(out, pm->sum);
-                    ser_f64(out, pm->count);
-                    ser_u32(out, pm->nq);
-                    for (uint32_t q = 0; q < pm->nq; q++) {
-                        ser_f64(out, pm->qb[q]);
-                        ser_f64(out, pm->qv[q]);
-                    }
-                }
-            }
-        }
+        for (push_group_t *g = r->gtab[i]; g; g = g->next)
+            ser_group(out, g);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* The delta of a commit: the whole group when its shape changed, else just its values. */
+static void delta_commit(buf_t *delta, push_group_t *g)
+{
+    uint64_t shape = group_shape(g);
+    if (shape != g->shape || !g->shape) {
+        g->shape = shape;
+        buf_putc(delta, 'G');
+        ser_group(delta, g);
+        return;
+    }
+    buf_putc(delta, 'V');
+    ser_str(delta, g->key);
+    ser_u64(delta, (uint64_t)g->push_ms);
+    ser_f64(delta, g->interval_ms);
+    ser_u64(delta, (uint64_t)g->first_push_ms);
+    ser_values(delta, g);
 }
 
 typedef struct {
@@ -1434,6 +1547,109 @@ static uint32_t rd_count(push_reader_t *rd, size_t min_bytes)
     return rd->bad ? 0 : n;
 }
 
+/* Reads grouping labels into `scratch` (strings interned in st) and returns the group key. */
+static char *rd_grouping(push_reader_t *rd, push_strtab_t *st, arena_t *scratch, labels_t *grouping)
+{
+    uint32_t nl = rd_count(rd, 8);
+    grouping->v = arena_alloc(scratch, (nl ? nl : 1) * sizeof(label_t));
+    grouping->n = nl;
+    for (uint32_t l = 0; l < nl; l++) {
+        grouping->v[l].name = rd_str(rd, st);
+        grouping->v[l].value = rd_str(rd, st);
+    }
+    labels_sort(grouping);
+    return group_key(grouping, scratch);
+}
+
+/* Reads one group record, replacing any group with the same key. Called with r->mu held. */
+static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
+{
+    push_batch_t *batch = calloc(1, sizeof(*batch));
+    if (!batch || !(batch->arena = arena_create(0)))
+        abort();
+    push_strtab_t st = {.a = batch->arena};
+    labels_t grouping;
+    char *key = rd_grouping(rd, &st, scratch, &grouping);
+    uint64_t h = push_hash_str(key);
+    push_group_t *g = rd->bad ? NULL : group_find(r, key, h);
+    if (g)
+        group_unlink_free(r, g);
+    g = rd->bad ? NULL : group_create(r, &grouping, key, h);
+    int64_t push_ms = (int64_t)rd_u64(rd), fail_ms = (int64_t)rd_u64(rd);
+    bool last_ok = rd_u8(rd) != 0;
+    double interval = rd_f64(rd);
+    int64_t first = (int64_t)rd_u64(rd);
+    uint32_t nf = rd_count(rd, 22);
+    if (g) {
+        g->push_ms = push_ms;
+        g->fail_ms = fail_ms;
+        g->last_ok = last_ok;
+        g->interval_ms = interval;
+        g->first_push_ms = first;
+        g->fams = calloc(nf + 1, sizeof(*g->fams));
+        if (!g->fams)
+            abort();
+        g->cap = nf + 1;
+    }
+    for (uint32_t fi = 0; g && fi < nf && !rd->bad; fi++) {
+        push_family_t *f = arena_calloc(batch->arena, 1, sizeof(*f));
+        f->name = rd_str(rd, &st);
+        f->help = rd_u8(rd) ? rd_str(rd, &st) : NULL;
+        f->type = (expfmt_type_t)rd_u8(rd);
+        f->push_ms = (int64_t)rd_u64(rd);
+        f->n = rd_count(rd, 32);
+        f->batch = batch;
+        f->metrics = arena_calloc(batch->arena, f->n ? f->n : 1, sizeof(push_metric_t));
+        for (size_t m = 0; m < f->n && !rd->bad; m++) {
+            push_metric_t *pm = &f->metrics[m];
+            pm->nlabels = rd_count(rd, 8);
+            pm->labels = arena_alloc(batch->arena, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
+            for (uint32_t l = 0; l < pm->nlabels; l++) {
+                pm->labels[l].name = rd_str(rd, &st);
+                pm->labels[l].value = rd_str(rd, &st);
+            }
+            pm->value = rd_f64(rd);
+            pm->sum = rd_f64(rd);
+            pm->count = rd_f64(rd);
+            pm->nq = rd_count(rd, 16);
+            pm->qb = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+            pm->qv = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+            for (uint32_t q = 0; q < pm->nq; q++) {
+                pm->qb[q] = rd_f64(rd);
+                pm->qv[q] = rd_f64(rd);
+            }
+        }
+        if (rd->bad || f->type > EXPFMT_UNKNOWN || group_family(g, f->name)) {
+            rd->bad = true;
+            break;
+        }
+        f->shape = family_shape(f);
+        size_t pos = g->nfams; /* insert sorted */
+        while (pos > 0 && strcmp(g->fams[pos - 1]->name, f->name) > 0) {
+            g->fams[pos] = g->fams[pos - 1];
+            pos--;
+        }
+        g->fams[pos] = f;
+        g->nfams++;
+        batch->refs++;
+        type_ref(r, f->name, f->type);
+    }
+    if (g)
+        g->shape = group_shape(g);
+    free(st.slot);
+    if (batch->refs == 0) {
+        arena_destroy(batch->arena);
+        free(batch);
+    }
+}
+
+static void registry_clear_locked(push_registry_t *r)
+{
+    for (size_t i = 0; i < r->gcap; i++)
+        while (r->gtab[i])
+            group_unlink_free(r, r->gtab[i]);
+}
+
 int push_registry_restore(push_registry_t *r, const void *data, size_t len)
 {
     push_reader_t rd = {data, (const uint8_t *)data + len, false};
@@ -1444,92 +1660,93 @@ int push_registry_restore(push_registry_t *r, const void *data, size_t len)
     if (!scratch)
         return -1;
     pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < r->gcap; i++)
-        while (r->gtab[i])
-            group_unlink_free(r, r->gtab[i]);
+    registry_clear_locked(r);
     uint32_t ng = rd_count(&rd, 4);
-    for (uint32_t gi = 0; gi < ng && !rd.bad; gi++) {
-        push_batch_t *batch = calloc(1, sizeof(*batch));
-        if (!batch || !(batch->arena = arena_create(0)))
-            abort();
-        push_strtab_t st = {.a = batch->arena};
-        uint32_t nl = rd_count(&rd, 8);
-        labels_t grouping = {arena_alloc(scratch, (nl ? nl : 1) * sizeof(label_t)), nl};
-        for (uint32_t l = 0; l < nl; l++) {
-            grouping.v[l].name = rd_str(&rd, &st);
-            grouping.v[l].value = rd_str(&rd, &st);
-        }
-        labels_sort(&grouping);
-        char *key = group_key(&grouping, scratch);
-        uint64_t h = push_hash_str(key);
-        push_group_t *g = group_find(r, key, h);
-        if (!g)
-            g = group_create(r, &grouping, key, h);
-        g->push_ms = (int64_t)rd_u64(&rd);
-        g->fail_ms = (int64_t)rd_u64(&rd);
-        g->last_ok = rd_u8(&rd) != 0;
-        g->interval_ms = rd_f64(&rd);
-        g->first_push_ms = (int64_t)rd_u64(&rd);
-        uint32_t nf = rd_count(&rd, 22);
-        g->fams = calloc(nf + 1, sizeof(*g->fams));
-        if (!g->fams)
-            abort();
-        g->cap = nf + 1;
-        for (uint32_t fi = 0; fi < nf && !rd.bad; fi++) {
-            push_family_t *f = arena_calloc(batch->arena, 1, sizeof(*f));
-            f->name = rd_str(&rd, &st);
-            f->help = rd_u8(&rd) ? rd_str(&rd, &st) : NULL;
-            f->type = (expfmt_type_t)rd_u8(&rd);
-            f->push_ms = (int64_t)rd_u64(&rd);
-            f->n = rd_count(&rd, 32);
-            f->batch = batch;
-            f->metrics = arena_calloc(batch->arena, f->n ? f->n : 1, sizeof(push_metric_t));
-            for (size_t m = 0; m < f->n && !rd.bad; m++) {
-                push_metric_t *pm = &f->metrics[m];
-                pm->nlabels = rd_count(&rd, 8);
-                pm->labels = arena_alloc(batch->arena, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
-                for (uint32_t l = 0; l < pm->nlabels; l++) {
-                    pm->labels[l].name = rd_str(&rd, &st);
-                    pm->labels[l].value = rd_str(&rd, &st);
-                }
-                pm->value = rd_f64(&rd);
-                pm->sum = rd_f64(&rd);
-                pm->count = rd_f64(&rd);
-                pm->nq = rd_count(&rd, 16);
-                pm->qb = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
-                pm->qv = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
-                for (uint32_t q = 0; q < pm->nq; q++) {
-                    pm->qb[q] = rd_f64(&rd);
-                    pm->qv[q] = rd_f64(&rd);
-                }
-            }
-            if (rd.bad || f->type > EXPFMT_UNKNOWN || group_family(g, f->name)) {
-                rd.bad = true;
-                break;
-            }
-            /* insert sorted */
-            size_t pos = g->nfams;
-            while (pos > 0 && strcmp(g->fams[pos - 1]->name, f->name) > 0) {
-                g->fams[pos] = g->fams[pos - 1];
-                pos--;
-            }
-            g->fams[pos] = f;
-            g->nfams++;
-            batch->refs++;
-            type_ref(r, f->name, f->type);
-        }
-        free(st.slot);
-        if (batch->refs == 0) {
-            arena_destroy(batch->arena);
-            free(batch);
-        }
-    }
-    bool bad = rd.bad;
+    for (uint32_t gi = 0; gi < ng && !rd.bad; gi++)
+        rd_group(r, &rd, scratch);
+    bool bad = rd.bad || rd.p != rd.end;
     if (bad)
-        for (size_t i = 0; i < r->gcap; i++)
-            while (r->gtab[i])
-                group_unlink_free(r, r->gtab[i]);
+        registry_clear_locked(r);
     pthread_mutex_unlock(&r->mu);
     arena_destroy(scratch);
     return bad ? -1 : 0;
+}
+
+/* Sets a group's values from a 'V' record; the group must have the shape the record was made
+ * for (same number of slots), else the record is skipped. */
+static void rd_values(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
+{
+    push_strtab_t st = {.a = scratch};
+    const char *key = rd_str(rd, &st);
+    free(st.slot);
+    int64_t push_ms = (int64_t)rd_u64(rd);
+    double interval = rd_f64(rd);
+    int64_t first = (int64_t)rd_u64(rd);
+    uint32_t n = rd_count(rd, 8);
+    if (rd->bad)
+        return;
+    push_group_t *g = group_find(r, key, push_hash_str(key));
+    if (!g || group_value_count(g) != n) {
+        rd_bytes(rd, (size_t)n * 8);
+        return;
+    }
+    for (size_t f = 0; f < g->nfams; f++) {
+        g->fams[f]->push_ms = push_ms;
+        for (size_t m = 0; m < g->fams[f]->n; m++) {
+            push_metric_t *pm = &g->fams[f]->metrics[m];
+            pm->value = rd_f64(rd);
+            pm->sum = rd_f64(rd);
+            pm->count = rd_f64(rd);
+            for (uint32_t q = 0; q < pm->nq; q++)
+                pm->qv[q] = rd_f64(rd);
+        }
+    }
+    g->push_ms = push_ms;
+    g->interval_ms = interval;
+    g->first_push_ms = first;
+    g->last_ok = true;
+}
+
+int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len)
+{
+    push_reader_t rd = {data, (const uint8_t *)data + len, false};
+    arena_t *scratch = arena_create(0);
+    if (!scratch)
+        return -1;
+    pthread_mutex_lock(&r->mu);
+    while (!rd.bad && rd.p < rd.end) {
+        uint8_t kind = rd_u8(&rd);
+        switch (kind) {
+        case 'G': rd_group(r, &rd, scratch); break;
+        case 'V': rd_values(r, &rd, scratch); break;
+        case 'F':
+        case 'D': {
+            push_strtab_t st = {.a = scratch};
+            labels_t grouping;
+            char *key = rd_grouping(&rd, &st, scratch, &grouping);
+            free(st.slot);
+            int64_t fail_ms = kind == 'F' ? (int64_t)rd_u64(&rd) : 0;
+            if (rd.bad)
+                break;
+            uint64_t h = push_hash_str(key);
+            push_group_t *g = group_find(r, key, h);
+            if (kind == 'D') {
+                if (g)
+                    group_unlink_free(r, g);
+            } else {
+                if (!g)
+                    g = group_create(r, &grouping, key, h);
+                g->fail_ms = fail_ms;
+                g->last_ok = false;
+            }
+            break;
+        }
+        case 'W': registry_clear_locked(r); break;
+        default: rd.bad = true;
+        }
+        arena_reset(scratch);
+    }
+    pthread_mutex_unlock(&r->mu);
+    arena_destroy(scratch);
+    return rd.bad ? -1 : 0;
 }

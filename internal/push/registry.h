@@ -80,21 +80,28 @@ void push_registry_free(push_registry_t *r);
 int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
                           const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
                           push_effect_t *effect, char *err, size_t errlen);
+/*
+ * Persistence: every function that changes state takes `delta` (may be NULL) and appends a record
+ * describing the change, to be logged (storage_log_state) and replayed with
+ * push_registry_apply_delta after the last full state (push_registry_serialize/restore). Records
+ * set state rather than add to it, so replaying one twice is harmless.
+ */
+
 /* Makes a prepared push visible (after its samples were stored). */
-void push_registry_commit(push_registry_t *r, push_pending_t *pending);
+void push_registry_commit(push_registry_t *r, push_pending_t *pending, buf_t *delta);
 /* Discards a prepared push whose samples could not be stored (nothing changes). */
 void push_registry_abort(push_pending_t *pending);
 /* Records a refused push: stamps push_failure_time_seconds, creating the group if needed. */
-void push_registry_fail(push_registry_t *r, const labels_t *grouping, int64_t now_ms);
+void push_registry_fail(push_registry_t *r, const labels_t *grouping, int64_t now_ms, buf_t *delta);
 
 /* Removes a group; *effect gets staleness markers for its series (arena a). Returns true if the
  * group existed. */
 bool push_registry_delete(push_registry_t *r, const labels_t *grouping, int64_t now_ms, arena_t *a,
-                          push_effect_t *effect);
+                          push_effect_t *effect, buf_t *delta);
 /* Removes every group (admin wipe). */
-void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect);
+void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect, buf_t *delta);
 /* Expires groups per the options; *effect gets their staleness markers. Returns groups expired. */
-size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect);
+size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push_effect_t *effect, buf_t *delta);
 
 /* GET /metrics: every group's families in text format 0.0.4, Pushgateway order (families by
  * name, series by label values), with push_time_seconds / push_failure_time_seconds. */
@@ -109,5 +116,8 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out);
  * returns 0 or -1 on malformed input (state left empty). */
 void push_registry_serialize(push_registry_t *r, buf_t *out);
 int push_registry_restore(push_registry_t *r, const void *data, size_t len);
+/* Replays a delta (see above). Returns 0, or -1 if malformed (records before the bad one stay
+ * applied). */
+int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len);
 
 #endif

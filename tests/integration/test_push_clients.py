@@ -160,3 +160,33 @@ def test_status_api(sluice):
     j = requests.get(sluice.url + "/api/v1/status").json()
     assert j["status"] == "success"
     assert "flags" in j["data"] and "build_information" in j["data"]
+
+
+def test_groups_survive_clean_restart_and_kill9(start_sluice, tmp_path):
+    data = str(tmp_path / "data")
+    s = start_sluice(data_dir=data)
+    body = flink_body(3, 1)
+    assert requests.put(s.url + "/metrics/job/tm3", data=body).status_code == 200
+    assert requests.put(s.url + "/metrics/job/small/instance/x", data="a 1\nb 2\n").status_code == 200
+    assert requests.put(s.url + "/metrics/job/small/instance/x", data="a 5\nb 6\n").status_code == 200  # values only
+    assert requests.put(s.url + "/metrics/job/bad", data="x 1 5\n").status_code == 400
+    want = {json_key(g): g for g in groups(s)}
+    assert s.stop() == 0
+    s2 = start_sluice(data_dir=data)
+    assert {json_key(g): g for g in groups(s2)} == want
+    # Changes after the restart, then kill -9: the WAL brings them back.
+    assert requests.put(s2.url + "/metrics/job/small/instance/x", data="a 7\nb 8\n").status_code == 200
+    assert requests.delete(s2.url + "/metrics/job/tm3").status_code == 202
+    assert requests.put(s2.url + "/metrics/job/new", data="n 1\n").status_code == 200
+    want = {json_key(g): g for g in groups(s2)}
+    s2.kill9()
+    s3 = start_sluice(data_dir=data)
+    got = {json_key(g): g for g in groups(s3)}
+    assert got == want
+    grp = group(s3, job="small", instance="x")
+    assert grp["a"]["metrics"][0]["value"] == "7"
+
+
+def json_key(g):
+    import json
+    return json.dumps(g["labels"], sort_keys=True)
