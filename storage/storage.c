@@ -239,7 +239,8 @@ typedef struct {
     idmap_t refs; /* series id -> index into refv */
     index_ref_t *refv;
     size_t nref, capref;
-    uint64_t restored, replay_errors;
+    uint64_t restored, replay_errors, from_catalog;
+    uint64_t catalog_misses_left;
 } recover_t;
 
 static int remember_ref(recover_t *r, uint64_t id, index_ref_t ref)
@@ -421,13 +422,33 @@ static int replay_series(void *ud, uint64_t id, const labels_t *ls)
     return 0;
 }
 
+/* A sample of a series whose WAL series record is gone (a deleted or set-aside segment): the
+ * catalog knows its labels if the roll-up writer committed them. */
+static bool replay_series_from_catalog(recover_t *rc, uint64_t id, uint64_t *k)
+{
+    if (!rc->s->cat || rc->catalog_misses_left == 0)
+        return false;
+    arena_t *a = arena_create(0);
+    labels_t ls;
+    bool ok = a && catalog_get_labels(rc->s->cat, id, a, &ls) == 0;
+    if (ok) {
+        replay_series(rc, id, &ls);
+        ok = idmap_get(&rc->refs, id, k);
+        rc->from_catalog += ok;
+    } else {
+        rc->catalog_misses_left--; /* bound the lookups when the catalog lacks many ids */
+    }
+    arena_destroy(a);
+    return ok;
+}
+
 static int replay_samples(void *ud, const wal_sample_t *v, size_t n)
 {
     recover_t *rc = ud;
     storage_t *s = rc->s;
     for (size_t i = 0; i < n; i++) {
         uint64_t k;
-        if (!idmap_get(&rc->refs, v[i].series_id, &k)) {
+        if (!idmap_get(&rc->refs, v[i].series_id, &k) && !replay_series_from_catalog(rc, v[i].series_id, &k)) {
             rc->replay_errors++;
             continue;
         }
@@ -510,7 +531,7 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
             return STORAGE_ERR_IO;
     }
 
-    recover_t rc = {.s = s};
+    recover_t rc = {.s = s, .catalog_misses_left = 100000};
     int seg = load_snapshot(&rc);
     wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples, .on_blob = replay_blob};
     wal_replay_stats_t ws;
@@ -520,7 +541,8 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     if (wrc != WAL_OK)
         return STORAGE_ERR_IO;
     log_info("storage", "WAL replayed", LF_I("segments", ws.segments), LF_I("samples", ws.samples),
-             LF_I("series", ws.series), LF_B("truncated_tail", ws.truncated), LF_I("unknown_series", rc.replay_errors));
+             LF_I("series", ws.series), LF_B("truncated_tail", ws.truncated), LF_I("missing_segments", ws.missing_segments),
+             LF_I("series_from_catalog", rc.from_catalog), LF_I("unknown_series", rc.replay_errors));
 
     wal_options_t wo;
     wal_options_default(&wo);
@@ -556,6 +578,15 @@ storage_t *storage_open(const storage_options_t *o, char *err, size_t errlen)
 }
 
 /* ---- background ---------------------------------------------------------------------------- */
+
+int storage_flush(storage_t *s)
+{
+    if (s->rollup)
+        return rollup_flush(s->rollup, false) == 0 ? STORAGE_OK : STORAGE_ERR_IO;
+    if (s->cat)
+        return catalog_flush(s->cat) == 0 ? STORAGE_OK : STORAGE_ERR_IO;
+    return STORAGE_OK;
+}
 
 void storage_housekeep(storage_t *s)
 {

@@ -102,6 +102,9 @@ querier_t *storage_querier(storage_t *s);
 
 /* Writes a snapshot now (no-op for memory-only stores). Returns 0 or a STORAGE_ERR_*. */
 int storage_snapshot(storage_t *s, char *err, size_t errlen);
+/* Writes pending catalog rows and closed roll-up buckets to SQLite now (the roll-up writer does
+ * this every second by itself). For tests and tools. Returns 0 or STORAGE_ERR_IO. */
+int storage_flush(storage_t *s);
 /* One slice of background work (expiry, periodic snapshot); what the background thread does
  * every second. For tests with no_background. */
 void storage_housekeep(storage_t *s);

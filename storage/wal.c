@@ -1347,6 +1347,14 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
     for (size_t i = first; i < n && rc == WAL_OK; i++) {
         uint32_t no = segs[i];
         bool last = i + 1 == n;
+        /* Segment numbers are consecutive from the snapshot's on: a hole means someone deleted
+         * a file. Its records are lost; the later ones are still good, so go on (log it). */
+        uint32_t expect = i > first ? segs[i - 1] + 1 : first_segment;
+        if (expect && no > expect) {
+            stats->missing_segments += no - expect;
+            log_error("wal", "WAL segments missing, their records are lost", LF_S("dir", dir),
+                      LF_I("first_missing", expect), LF_I("count", no - expect));
+        }
         char name[32], path[4096];
         seg_name(name, sizeof name, no, "");
         snprintf(path, sizeof path, "%s/%s", dir, name);

@@ -166,6 +166,8 @@ typedef struct {
     uint64_t skipped;        /* records of unknown type (well-formed, from a newer version) */
     bool truncated;          /* a torn/corrupt tail was cut off */
     bool corrupt_middle;     /* corruption before the last segment: later segments set aside */
+    uint32_t missing_segments; /* numbers missing between the first expected and the last (deleted
+                                  files; logged, replay goes on with the later ones) */
     uint64_t bytes_dropped;  /* bytes cut off or set aside */
     uint64_t buffer_bytes;   /* largest payload buffer replay allocated (bounded by what the
                                 file holds, whatever a length field claims) */

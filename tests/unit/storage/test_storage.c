@@ -256,12 +256,189 @@ static void test_series_ids_stable(void **state)
     storage_close(s);
 }
 
+/* Per-request series limit: a true distinct count, whatever the order of the samples. */
+static void test_series_per_request_distinct(void **state)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.max_series_per_request = 2;
+    char err[128];
+    storage_t *s = storage_open(&o, err, sizeof(err));
+    assert_non_null(s);
+    label_t a[] = {{"__name__", "m"}, {"job", "a"}}, b[] = {{"__name__", "m"}, {"job", "b"}},
+            c[] = {{"__name__", "m"}, {"job", "c"}};
+    storage_sample_t batch[6];
+    for (int i = 0; i < 6; i++) /* a b a b a b: 6 runs, 2 series */
+        batch[i] = (storage_sample_t){.labels = {i % 2 ? b : a, 2}, .t = fake_now - 10000 + (i / 2) * 1000, .v = i};
+    storage_append_result_t r;
+    assert_int_equal(storage_append(s, batch, 6, &r), STORAGE_OK);
+    assert_int_equal(r.accepted, 6);
+    batch[5].labels.v = c; /* a third series, last */
+    for (int i = 0; i < 6; i++)
+        batch[i].t += 10000;
+    assert_int_equal(storage_append(s, batch, 6, &r), STORAGE_ERR_LIMIT);
+    assert_int_equal(r.accepted, 0);
+    assert_non_null(strstr(r.msg, "more than 2 series"));
+    storage_close(s);
+}
+
+/* A toy state client: 16 integer slots; a delta is (slot, value), two bytes. */
+typedef struct {
+    uint8_t slots[16];
+    int full_calls, delta_calls;
+} toy_t;
+
+static int toy_restore(void *ud, const void *data, size_t len, bool full)
+{
+    toy_t *t = ud;
+    const uint8_t *p = data;
+    if (full) {
+        if (len != sizeof(t->slots))
+            return -1;
+        memcpy(t->slots, p, len);
+        t->full_calls++;
+        return 0;
+    }
+    if (len != 2 || p[0] >= 16)
+        return -1;
+    t->slots[p[0]] = p[1];
+    t->delta_calls++;
+    return 0;
+}
+
+static int toy_checkpoint(void *ud, buf_t *out)
+{
+    toy_t *t = ud;
+    buf_append(out, t->slots, sizeof(t->slots));
+    return 0;
+}
+
+static storage_t *open_toy(const char *path, toy_t *t)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.path = path;
+    o.rollups = "";
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.snapshot_interval_ms = -1;
+    char err[256];
+    storage_t *s = storage_new(&o, err, sizeof(err));
+    assert_non_null(s);
+    storage_state_client_t c = {.ud = t, .restore = toy_restore, .checkpoint = toy_checkpoint};
+    assert_int_equal(storage_register_state(s, 7, &c), STORAGE_OK);
+    assert_int_equal(storage_register_state(s, 7, &c), -1); /* twice */
+    assert_int_equal(storage_register_state(s, 0, &c), -1);
+    assert_int_equal(storage_recover(s, err, sizeof(err)), STORAGE_OK);
+    assert_int_equal(storage_register_state(s, 8, &c), -1); /* too late */
+    return s;
+}
+
+static void toy_set(storage_t *s, toy_t *t, uint8_t slot, uint8_t v)
+{
+    t->slots[slot] = v;
+    uint8_t d[2] = {slot, v};
+    char err[128];
+    assert_int_equal(storage_log_state(s, 7, d, 2, err, sizeof(err)), STORAGE_OK);
+}
+
+static void test_state_clients(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/state", dir);
+    toy_t t = {0};
+    storage_t *s = open_toy(path, &t);
+    assert_int_equal(t.full_calls + t.delta_calls, 0); /* nothing stored yet */
+    toy_set(s, &t, 1, 10);
+    toy_set(s, &t, 2, 20);
+    char err[256];
+    assert_int_equal(storage_snapshot(s, err, sizeof(err)), STORAGE_OK);
+    toy_set(s, &t, 3, 30);
+    toy_set(s, &t, 1, 11);
+    storage_close(s); /* final snapshot holds everything */
+
+    toy_t t2 = {0};
+    s = open_toy(path, &t2);
+    assert_int_equal(t2.full_calls, 1);
+    assert_int_equal(t2.delta_calls, 0);
+    assert_memory_equal(t2.slots, ((uint8_t[16]){0, 11, 20, 30}), 16);
+    storage_close(s);
+
+    /* kill -9 style: a child logs deltas after a snapshot and exits without closing. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        toy_t tc = {0};
+        storage_t *c = open_toy(path, &tc);
+        char e[128];
+        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK)
+            _exit(1);
+        uint8_t d1[2] = {4, 40}, d2[2] = {2, 21};
+        if (storage_log_state(c, 7, d1, 2, e, sizeof(e)) != STORAGE_OK ||
+            storage_log_state(c, 7, d2, 2, e, sizeof(e)) != STORAGE_OK)
+            _exit(1);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    toy_t t3 = {0};
+    s = open_toy(path, &t3);
+    assert_int_equal(t3.full_calls, 1);
+    assert_int_equal(t3.delta_calls, 2);
+    assert_memory_equal(t3.slots, ((uint8_t[16]){0, 11, 21, 30, 40}), 16);
+    storage_close(s);
+
+    /* Corrupt snapshot: no full record, the WAL deltas after it still arrive. */
+    pid = fork();
+    if (pid == 0) {
+        toy_t tc = {0};
+        storage_t *c = open_toy(path, &tc);
+        char e[128];
+        uint8_t d1[2] = {5, 50};
+        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK || storage_log_state(c, 7, d1, 2, e, sizeof(e)) != STORAGE_OK)
+            _exit(1);
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char snap[400];
+    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
+    FILE *f = fopen(snap, "r+b");
+    assert_non_null(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(0x5a, f);
+    fclose(f);
+    toy_t t4 = {0};
+    s = open_toy(path, &t4);
+    assert_int_equal(t4.full_calls, 0);
+    assert_int_equal(t4.delta_calls, 1);
+    assert_int_equal(t4.slots[5], 50);
+    storage_close(s);
+
+    /* Memory-only stores accept deltas and keep nothing. */
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    s = storage_new(&o, err, sizeof(err));
+    storage_state_client_t c = {.ud = &t, .restore = toy_restore, .checkpoint = toy_checkpoint};
+    assert_int_equal(storage_register_state(s, 7, &c), STORAGE_OK);
+    uint8_t d[2] = {1, 1};
+    assert_int_equal(storage_log_state(s, 7, d, 2, err, sizeof(err)), STORAGE_ERR_NOT_READY);
+    assert_int_equal(storage_recover(s, err, sizeof(err)), STORAGE_OK);
+    assert_int_equal(storage_log_state(s, 7, d, 2, err, sizeof(err)), STORAGE_OK);
+    storage_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_rules_and_limits),
         cmocka_unit_test(test_reopen_snapshot_and_wal),
         cmocka_unit_test(test_series_ids_stable),
+        cmocka_unit_test(test_series_per_request_distinct),
+        cmocka_unit_test(test_state_clients),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
