@@ -2,26 +2,40 @@
  * head — the raw tier: per-series XOR chunks in a ring of time blocks (contract in head.h).
  *
  * Time is cut into blocks of block_ms aligned to the Unix epoch (block number bn = floor(t / B)).
- * Every chunk lies inside one block: a chunk is cut when it reaches 120 samples or when the next
- * sample belongs to another block. The retained window starts at min_valid, a block boundary,
- * moved forward by head_expire(now) to floor((now - retention) / B) * B.
+ * Every chunk lies inside one block: a chunk is cut when it reaches CUT_SAMPLES (240) samples or
+ * when the next sample belongs to another block. At the usual 10 s push interval the block
+ * boundary cuts first (90 samples per 15-minute block); 240 only matters for faster series. The
+ * retained window starts at min_valid, a block boundary, moved forward by head_expire(now) to
+ * floor((now - retention) / B) * B.
  *
- * Per series (the index payload, one allocation with the index entry):
+ * Memory is the point of this layout (goal: <= 1 KB per active series, 2h at 10 s). Per series
+ * (the index payload, one allocation with the index entry), 64 bytes:
  *
- *   field       bytes  meaning
- *   chunks      8      closed chunks (array of hchunk_t, time order)
- *   n/cap       4      their count / capacity
- *   flags       1      PENDING, OPEN, MARK
- *   app         64     chunk_xor appender of the open chunk (its bytes are a growable malloc)
- *   open_mint   8      first timestamp of the open chunk
- *   pend_t/v    16     the newest sample, kept un-encoded so a later sample in the same second
- *                      can replace it; encoded when a sample of a later second arrives
+ *   field        bytes  meaning
+ *   first        8      oldest closed chunk record (below), NULL if none; records form a list
+ *   obuf         8      open chunk bytes (malloc'd, grown in small steps, not doubled)
+ *   ot, ovbits   16     open chunk encoder state: last encoded timestamp, value bits
+ *   pend_t/bits  16     the newest sample, kept un-encoded so a later sample in the same second
+ *                       can replace it; encoded when a sample of a later second arrives
+ *   onbits       4      bits written after the open chunk's 2-byte header
+ *   otdelta      4      last timestamp delta (a chunk is cut before a delta exceeds INT32_MAX)
+ *   ocap         2      obuf's allocated size
+ *   olead/otrail 2      the open chunk's XOR window
+ *   flags        1      PENDING, OPEN, MARK
  *
- *   hchunk_t: bytes pointer into a block slab (8), mint (8), maxt - mint (4), length (2),
- *   samples (2) = 24 bytes.
+ * The open chunk's first timestamp is not stored: it is the varint at obuf[2] (the first sample's
+ * timestamp is byte-aligned in every XOR chunk). A closed chunk is one record in a block slab:
  *
- * Closed chunks are copied at their exact length into the slab of their block: a list of 64 KiB
- * pages, bump-allocated under a mutex (a cut happens once per 120 samples of a series, so the
+ *   offset  size  field
+ *   0       8     next record of the same series (pointer, NULL at the newest)
+ *   8       4     span = maxt - mint (uint32)
+ *   12      2     len = chunk bytes (uint16)
+ *   14      len   the XOR chunk, header included; mint is its first varint
+ *
+ * so a closed chunk costs its encoded bytes + 14, with no per-series array to grow.
+ *
+ * Closed chunk records are copied at their exact length into the slab of their block: a list of
+ * 64 KiB pages, bump-allocated under a mutex (a cut happens once per 120 samples of a series, so the
  * mutex is cold). Dropping a block never walks samples:
  *
  *   head_expire(now)          min_valid := block start of now - retention (appends below it
@@ -46,31 +60,41 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "storage/chunk_xor.h"
 
 #define NSTRIPES 4096
-#define SLAB_PAGE_BYTES (64 * 1024)
-#define CUT_SAMPLES CHUNK_XOR_MAX_SAMPLES
+/* Slab pages are mmap'd (not malloc'd): dropping a block returns its memory to the system at
+ * once instead of leaving 64 KiB holes in the heap that fragment it. A block's first page is
+ * 64 KiB and each further one twice the previous, up to 1 MiB: little slack for a small head,
+ * few mappings for a big one (1M series x 15 minutes at 10 s is ~150 MB per block). Untouched
+ * page tails are never resident. */
+#define SLAB_PAGE_MIN (64 * 1024)
+#define SLAB_PAGE_MAX (1024 * 1024)
+/* Prometheus cuts at 120; any count <= 65535 is a valid XOR chunk for every decoder. */
+#define CUT_SAMPLES 240
+/* Worst case bytes of one encoded sample (chunk_xor.c: 145 bits): reserved before each append so
+ * the codec never has to grow the buffer itself. */
+#define OPEN_RESERVE 19
+/* Cut before the open chunk could outgrow a record's 16-bit length. */
+#define OPEN_MAX_BYTES (UINT16_MAX - 64)
+#define REC_HDR 14
 
 enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4 };
 
 typedef struct {
-    const uint8_t *bytes;
-    int64_t mint;
-    int32_t span; /* maxt - mint */
-    uint16_t len;
-    uint16_t num;
-} hchunk_t;
-
-typedef struct {
-    hchunk_t *chunks;
-    uint16_t nchunks, capchunks;
-    uint8_t flags;
-    chunk_xor_appender_t app;
-    int64_t open_mint;
+    uint8_t *first;
+    uint8_t *obuf;
+    int64_t ot;
+    uint64_t ovbits;
     int64_t pend_t;
     uint64_t pend_bits; /* raw bits: NaN payloads (stale markers) survive exactly */
+    uint32_t onbits;
+    int32_t otdelta;
+    uint16_t ocap;
+    uint8_t olead, otrail;
+    uint8_t flags;
 } hseries_t;
 
 typedef struct slab_page {
@@ -81,6 +105,7 @@ typedef struct slab_page {
 
 typedef struct block {
     int64_t bn;
+    uint32_t npages;
     slab_page_t *pages;
     uint64_t bytes; /* allocated page bytes */
     struct block *next;
@@ -101,7 +126,7 @@ struct head {
     uint32_t pass_shard, pass_cursor;
     int64_t pass_min_valid, pass_now;
 
-    _Atomic uint64_t n_chunks, closed_bytes, slab_bytes, open_cap_bytes, chunk_array_bytes;
+    _Atomic uint64_t n_chunks, closed_bytes, slab_bytes, open_cap_bytes;
     _Atomic uint64_t appended, replaced, ooo, too_old, created, removed;
     _Atomic int64_t min_t, max_t;
 };
@@ -170,26 +195,124 @@ head_t *head_new(const head_options_t *o)
     return h;
 }
 
+/* ---- chunk records and the open chunk ------------------------------------------------------ */
+
+static uint8_t *rec_next(const uint8_t *r)
+{
+    uint8_t *n;
+    memcpy(&n, r, sizeof(n));
+    return n;
+}
+
+static void rec_set_next(uint8_t *r, const uint8_t *n)
+{
+    memcpy(r, &n, sizeof(n));
+}
+
+static uint32_t rec_span(const uint8_t *r)
+{
+    uint32_t v;
+    memcpy(&v, r + 8, sizeof(v));
+    return v;
+}
+
+static uint16_t rec_len(const uint8_t *r)
+{
+    uint16_t v;
+    memcpy(&v, r + 12, sizeof(v));
+    return v;
+}
+
+static const uint8_t *rec_bytes(const uint8_t *r)
+{
+    return r + REC_HDR;
+}
+
+/* First timestamp of an XOR chunk: Go's varint right after the header (byte-aligned). */
+static int64_t chunk_first_t(const uint8_t *b, size_t len)
+{
+    uint64_t ux = 0;
+    unsigned shift = 0;
+    for (size_t i = CHUNK_XOR_HEADER_BYTES; i < len && shift < 64; i++, shift += 7) {
+        ux |= (uint64_t)(b[i] & 0x7f) << shift;
+        if (!(b[i] & 0x80))
+            break;
+    }
+    int64_t x = (int64_t)(ux >> 1);
+    return (ux & 1) ? ~x : x;
+}
+
+static int64_t rec_mint(const uint8_t *r)
+{
+    return chunk_first_t(rec_bytes(r), rec_len(r));
+}
+
+static size_t open_len(const hseries_t *s)
+{
+    return CHUNK_XOR_HEADER_BYTES + (size_t)((s->onbits + 7) / 8);
+}
+
+static uint16_t open_num(const hseries_t *s)
+{
+    return (uint16_t)(s->obuf[0] << 8 | s->obuf[1]);
+}
+
+static int64_t open_mint(const hseries_t *s)
+{
+    return chunk_first_t(s->obuf, open_len(s));
+}
+
+/* The codec's appender over the open chunk (it borrows obuf; store it back with open_store). */
+static void open_view(const hseries_t *s, chunk_xor_appender_t *a)
+{
+    *a = (chunk_xor_appender_t){.bytes = s->obuf,
+                                .cap = s->ocap,
+                                .nbits = s->onbits,
+                                .num = open_num(s),
+                                .t = s->ot,
+                                .tdelta = s->otdelta,
+                                .vbits = s->ovbits,
+                                .leading = s->olead,
+                                .trailing = s->otrail};
+}
+
+static void open_store(hseries_t *s, const chunk_xor_appender_t *a)
+{
+    assert(a->cap <= UINT16_MAX && a->nbits <= UINT32_MAX);
+    s->obuf = a->bytes;
+    s->ocap = (uint16_t)a->cap;
+    s->onbits = (uint32_t)a->nbits;
+    s->ot = a->t;
+    s->otdelta = (int32_t)a->tdelta;
+    s->ovbits = a->vbits;
+    s->olead = a->leading;
+    s->otrail = a->trailing;
+}
+
 static void series_release(head_t *h, hseries_t *s)
 {
     if (s->flags & F_OPEN) {
-        atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
-        chunk_xor_appender_free(&s->app);
+        atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+        free(s->obuf);
+        s->obuf = NULL;
         atomic_fetch_sub(&h->n_chunks, 1);
     }
-    for (uint16_t i = 0; i < s->nchunks; i++)
-        atomic_fetch_sub(&h->closed_bytes, s->chunks[i].len);
-    atomic_fetch_sub(&h->n_chunks, s->nchunks);
-    atomic_fetch_sub(&h->chunk_array_bytes, (uint64_t)s->capchunks * sizeof(hchunk_t));
-    free(s->chunks);
-    s->chunks = NULL;
-    s->nchunks = s->capchunks = 0;
+    for (const uint8_t *r = s->first; r; r = rec_next(r)) {
+        atomic_fetch_sub(&h->closed_bytes, rec_len(r));
+        atomic_fetch_sub(&h->n_chunks, 1);
+    }
+    s->first = NULL;
     s->flags = 0;
 }
 
 static void payload_free(void *ud, index_series_t *is)
 {
     series_release(ud, index_series_payload(is));
+}
+
+static void page_unmap(slab_page_t *p)
+{
+    munmap(p, sizeof(slab_page_t) + p->cap);
 }
 
 static void blocks_free_list(block_t *b)
@@ -199,7 +322,7 @@ static void blocks_free_list(block_t *b)
         slab_page_t *p = b->pages;
         while (p) {
             slab_page_t *np = p->next;
-            free(p);
+            page_unmap(p);
             p = np;
         }
         free(b);
@@ -232,12 +355,14 @@ int64_t head_min_valid_time(const head_t *h)
 
 /* ---- slabs --------------------------------------------------------------------------------- */
 
-/* Copies a closed chunk into block bn's slab. NULL if the block is outside the retained window
- * (the chunk is simply dropped) or on OOM. */
-static const uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len)
+/* Copies a closed chunk into block bn's slab as a record with next = NULL. NULL if the block is
+ * outside the retained window (the chunk is simply dropped) or on OOM. */
+static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len, uint32_t span)
 {
+    assert(len <= UINT16_MAX);
+    size_t need = REC_HDR + len;
     pthread_mutex_lock(&h->blocks_lock);
-    const uint8_t *res = NULL;
+    uint8_t *res = NULL;
     int64_t mv = atomic_load(&h->min_valid);
     if (mv != INT64_MIN && bn < floordiv(mv, h->block_ms))
         goto out;
@@ -254,12 +379,17 @@ static const uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_
         *pp = b;
     }
     slab_page_t *p = b->pages;
-    if (!p || p->cap - p->used < len) {
-        uint32_t cap = len > SLAB_PAGE_BYTES - sizeof(slab_page_t) ? (uint32_t)len
-                                                                    : SLAB_PAGE_BYTES - (uint32_t)sizeof(slab_page_t);
-        slab_page_t *np = malloc(sizeof(slab_page_t) + cap);
-        if (!np)
+    if (!p || p->cap - p->used < need) {
+        size_t size = b->npages < 8 ? (size_t)SLAB_PAGE_MIN << b->npages : SLAB_PAGE_MAX;
+        if (size > SLAB_PAGE_MAX)
+            size = SLAB_PAGE_MAX;
+        if (size < sizeof(slab_page_t) + need)
+            size = (sizeof(slab_page_t) + need + 4095) & ~(size_t)4095;
+        slab_page_t *np = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (np == MAP_FAILED)
             goto out;
+        uint32_t cap = (uint32_t)(size - sizeof(slab_page_t));
+        b->npages++;
         np->used = 0;
         np->cap = cap;
         np->next = b->pages;
@@ -268,10 +398,13 @@ static const uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_
         atomic_fetch_add(&h->slab_bytes, sizeof(slab_page_t) + cap);
         p = np;
     }
-    uint8_t *dst = p->data + p->used;
-    memcpy(dst, src, len);
-    p->used += (uint32_t)len;
-    res = dst;
+    res = p->data + p->used;
+    p->used += (uint32_t)need;
+    uint16_t len16 = (uint16_t)len;
+    rec_set_next(res, NULL);
+    memcpy(res + 8, &span, sizeof(span));
+    memcpy(res + 12, &len16, sizeof(len16));
+    memcpy(res + REC_HDR, src, len);
 out:
     pthread_mutex_unlock(&h->blocks_lock);
     return res;
@@ -296,64 +429,92 @@ static void slabs_free_before(head_t *h, int64_t min_valid)
 
 /* ---- per-series appending (stripe lock held) ----------------------------------------------- */
 
-static int push_chunk(head_t *h, hseries_t *s, const hchunk_t *c)
+/* Links record r as the newest closed chunk of s. */
+static void link_record(head_t *h, hseries_t *s, uint8_t *r)
 {
-    if (s->nchunks == s->capchunks) {
-        if (s->capchunks == UINT16_MAX)
-            return -1;
-        uint32_t nc = s->capchunks ? (uint32_t)s->capchunks * 2 : 2;
-        if (nc > UINT16_MAX)
-            nc = UINT16_MAX;
-        hchunk_t *p = realloc(s->chunks, nc * sizeof(hchunk_t));
-        if (!p)
-            return -1;
-        atomic_fetch_add(&h->chunk_array_bytes, (nc - s->capchunks) * sizeof(hchunk_t));
-        s->chunks = p;
-        s->capchunks = (uint16_t)nc;
+    if (!s->first) {
+        s->first = r;
+    } else {
+        uint8_t *t = s->first;
+        while (rec_next(t))
+            t = rec_next(t);
+        rec_set_next(t, r);
     }
-    s->chunks[s->nchunks++] = *c;
-    atomic_fetch_add(&h->closed_bytes, c->len);
-    return 0;
+    atomic_fetch_add(&h->closed_bytes, rec_len(r));
 }
 
 /* Closes the open chunk: copies it into its block's slab and links it. */
 static void cut_chunk(head_t *h, hseries_t *s)
 {
     assert(s->flags & F_OPEN);
-    size_t len;
-    const uint8_t *bytes = chunk_xor_bytes(&s->app, &len);
-    int64_t bn = floordiv(s->open_mint, h->block_ms);
-    hchunk_t c = {.mint = s->open_mint,
-                  .span = (int32_t)(s->app.t - s->open_mint),
-                  .len = (uint16_t)len,
-                  .num = chunk_xor_num(&s->app)};
-    c.bytes = len <= UINT16_MAX ? slab_copy(h, bn, bytes, len) : NULL;
-    if (!c.bytes || push_chunk(h, s, &c) < 0)
+    size_t len = open_len(s);
+    int64_t mint = open_mint(s);
+    uint8_t *r = NULL;
+    if (len <= UINT16_MAX && (uint64_t)(s->ot - mint) <= UINT32_MAX)
+        r = slab_copy(h, floordiv(mint, h->block_ms), s->obuf, len, (uint32_t)(s->ot - mint));
+    if (r)
+        link_record(h, s, r);
+    else
         atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
-    atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
-    chunk_xor_appender_free(&s->app);
+    atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+    free(s->obuf);
+    s->obuf = NULL;
+    s->ocap = 0;
     s->flags &= (uint8_t)~F_OPEN;
+}
+
+/* Grows obuf so one more sample fits. Steps of ~1/8 of the size, rounded to what malloc hands
+ * out anyway (16-byte granules minus its 8-byte header), instead of the codec's doubling: the
+ * open chunk is a tenth of a series' memory and doubling wastes a quarter of it on average. */
+static int open_reserve(head_t *h, hseries_t *s)
+{
+    size_t used = open_len(s), need = used + OPEN_RESERVE;
+    if (need <= s->ocap)
+        return 0;
+    size_t want = need + (used >> 3) + 8;
+    want = ((want + 8 + 15) & ~(size_t)15) - 8;
+    if (want > UINT16_MAX)
+        want = UINT16_MAX;
+    uint8_t *p = realloc(s->obuf, want);
+    if (!p)
+        return -1;
+    atomic_fetch_add(&h->open_cap_bytes, want - s->ocap);
+    s->obuf = p;
+    s->ocap = (uint16_t)want;
+    return 0;
 }
 
 static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
 {
-    int64_t bn = floordiv(t, h->block_ms);
-    if ((s->flags & F_OPEN) &&
-        (chunk_xor_num(&s->app) >= CUT_SAMPLES || floordiv(s->open_mint, h->block_ms) != bn ||
-         t - s->open_mint > INT32_MAX))
-        cut_chunk(h, s);
+    if (s->flags & F_OPEN) {
+        int64_t mint = open_mint(s);
+        if (open_num(s) >= CUT_SAMPLES || floordiv(mint, h->block_ms) != floordiv(t, h->block_ms) ||
+            (uint64_t)(t - mint) > UINT32_MAX || t - s->ot > INT32_MAX || open_len(s) > OPEN_MAX_BYTES)
+            cut_chunk(h, s);
+    }
     if (!(s->flags & F_OPEN)) {
-        if (chunk_xor_appender_init(&s->app) < 0)
+        chunk_xor_appender_t a;
+        if (chunk_xor_appender_init(&a) < 0)
             return HEAD_ERR_NOMEM;
-        atomic_fetch_add(&h->open_cap_bytes, s->app.cap);
+        open_store(s, &a);
+        atomic_fetch_add(&h->open_cap_bytes, s->ocap);
         atomic_fetch_add(&h->n_chunks, 1);
-        s->open_mint = t;
         s->flags |= F_OPEN;
     }
-    size_t cap0 = s->app.cap;
-    if (chunk_xor_append(&s->app, t, bits_to_double(bits)) < 0)
+    if (open_reserve(h, s) < 0)
         return HEAD_ERR_NOMEM;
-    atomic_fetch_add(&h->open_cap_bytes, s->app.cap - cap0);
+    chunk_xor_appender_t a;
+    open_view(s, &a);
+    size_t cap0 = a.cap;
+    if (chunk_xor_append(&a, t, bits_to_double(bits)) < 0)
+        return HEAD_ERR_NOMEM;
+    /* open_reserve made room, so the codec did not reallocate; stay correct if it ever does. */
+    if (a.cap > UINT16_MAX) {
+        chunk_xor_appender_compact(&a);
+        assert(a.cap <= UINT16_MAX);
+    }
+    atomic_fetch_add(&h->open_cap_bytes, a.cap - cap0);
+    open_store(s, &a);
     return HEAD_OK;
 }
 
@@ -363,10 +524,13 @@ static int64_t series_last_t(const hseries_t *s)
     if (s->flags & F_PENDING)
         return s->pend_t;
     if (s->flags & F_OPEN)
-        return s->app.t;
-    if (s->nchunks)
-        return s->chunks[s->nchunks - 1].mint + s->chunks[s->nchunks - 1].span;
-    return INT64_MIN;
+        return s->ot;
+    const uint8_t *r = s->first;
+    if (!r)
+        return INT64_MIN;
+    while (rec_next(r))
+        r = rec_next(r);
+    return rec_mint(r) + rec_span(r);
 }
 
 static int check_locked(head_t *h, const hseries_t *s, int64_t t)
@@ -495,37 +659,29 @@ static bool sweep_series(void *ud, index_series_t *is)
     head_t *h = ud;
     hseries_t *s = index_series_payload(is);
     int64_t mv = h->pass_min_valid;
-    uint16_t k = 0;
-    while (k < s->nchunks && s->chunks[k].mint < mv) {
-        atomic_fetch_sub(&h->closed_bytes, s->chunks[k].len);
-        k++;
+    /* Chunks never straddle a block and mv is a block start: mint < mv means all of it is. */
+    while (s->first && rec_mint(s->first) < mv) {
+        atomic_fetch_sub(&h->closed_bytes, rec_len(s->first));
+        atomic_fetch_sub(&h->n_chunks, 1);
+        s->first = rec_next(s->first);
     }
-    if (k) {
-        memmove(s->chunks, s->chunks + k, (size_t)(s->nchunks - k) * sizeof(hchunk_t));
-        s->nchunks -= k;
-        atomic_fetch_sub(&h->n_chunks, k);
-    }
-    if ((s->flags & F_OPEN) && s->open_mint < mv) {
-        atomic_fetch_sub(&h->open_cap_bytes, s->app.cap);
-        chunk_xor_appender_free(&s->app);
+    if ((s->flags & F_OPEN) && open_mint(s) < mv) {
+        atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+        free(s->obuf);
+        s->obuf = NULL;
+        s->ocap = 0;
         atomic_fetch_sub(&h->n_chunks, 1);
         s->flags &= (uint8_t)~F_OPEN;
     }
     if ((s->flags & F_PENDING) && s->pend_t < mv)
         s->flags &= (uint8_t)~F_PENDING;
     /* An open chunk two blocks behind "now" will not grow again in its block: pack it into the
-     * slab at its exact size (its growable buffer is up to twice that). */
-    if ((s->flags & F_OPEN) && floordiv(s->open_mint, h->block_ms) < floordiv(h->pass_now, h->block_ms) - 1) {
+     * slab at its exact size. */
+    if ((s->flags & F_OPEN) && floordiv(open_mint(s), h->block_ms) < floordiv(h->pass_now, h->block_ms) - 1) {
         /* The pending sample, if any, stays pending: encoding happens on the next append. */
         cut_chunk(h, s);
     }
-    if (s->nchunks == 0 && s->capchunks > 0) {
-        atomic_fetch_sub(&h->chunk_array_bytes, (uint64_t)s->capchunks * sizeof(hchunk_t));
-        free(s->chunks);
-        s->chunks = NULL;
-        s->capchunks = 0;
-    }
-    if (s->flags & (F_OPEN | F_PENDING) || s->nchunks)
+    if (s->flags & (F_OPEN | F_PENDING) || s->first)
         return false;
     /* Empty. A series created a moment ago may be about to receive its first sample, so only
      * remove one found empty on two passes in a row. */
@@ -574,8 +730,7 @@ void head_get_stats(head_t *h, head_stats_t *o)
     o->chunks = atomic_load(&h->n_chunks);
     o->slab_bytes = atomic_load(&h->slab_bytes);
     o->chunk_bytes = atomic_load(&h->closed_bytes) + atomic_load(&h->open_cap_bytes);
-    o->memory_bytes = index_memory_bytes(h->ix) + o->slab_bytes + atomic_load(&h->open_cap_bytes) +
-                      atomic_load(&h->chunk_array_bytes);
+    o->memory_bytes = index_memory_bytes(h->ix) + o->slab_bytes + atomic_load(&h->open_cap_bytes);
     o->samples_appended = atomic_load(&h->appended);
     o->samples_replaced = atomic_load(&h->replaced);
     o->out_of_order = atomic_load(&h->ooo);
@@ -633,18 +788,17 @@ static void cb_fix(copybuf_t *b)
         b->ch[i].bytes = b->buf + (uintptr_t)b->ch[i].bytes;
 }
 
-/* Open chunk plus pending sample as one chunk (a copy; the series' appender is untouched). */
+/* Open chunk plus pending sample as one chunk (a copy; the series' open chunk is untouched). */
 static int open_as_chunk(const hseries_t *s, chunk_xor_appender_t *out, int64_t *mint)
 {
     if (s->flags & F_OPEN) {
-        size_t len;
-        const uint8_t *bytes = chunk_xor_bytes(&s->app, &len);
-        *out = s->app;
-        out->bytes = malloc(s->app.cap);
+        open_view(s, out);
+        out->cap = open_len(s) + OPEN_RESERVE;
+        out->bytes = malloc(out->cap);
         if (!out->bytes)
             return -1;
-        memcpy(out->bytes, bytes, s->app.cap);
-        *mint = s->open_mint;
+        memcpy(out->bytes, s->obuf, open_len(s));
+        *mint = open_mint(s);
     } else {
         if (chunk_xor_appender_init(out) < 0)
             return -1;
@@ -660,16 +814,16 @@ static int open_as_chunk(const hseries_t *s, chunk_xor_appender_t *out, int64_t 
 /* Copies the chunks of s overlapping [mint, maxt]. Stripe lock held. */
 static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, copybuf_t *b)
 {
-    for (uint16_t i = 0; i < s->nchunks; i++) {
-        const hchunk_t *c = &s->chunks[i];
-        if (c->mint > maxt || c->mint + c->span < mint)
+    for (const uint8_t *r = s->first; r; r = rec_next(r)) {
+        int64_t cmin = rec_mint(r), cmax = cmin + rec_span(r);
+        if (cmin > maxt || cmax < mint)
             continue;
-        if (cb_add(b, c->mint, c->mint + c->span, c->bytes, c->len) < 0)
+        if (cb_add(b, cmin, cmax, rec_bytes(r), rec_len(r)) < 0)
             return -1;
     }
     if (s->flags & (F_OPEN | F_PENDING)) {
-        int64_t omint = (s->flags & F_OPEN) ? s->open_mint : s->pend_t;
-        int64_t omaxt = (s->flags & F_PENDING) ? s->pend_t : s->app.t;
+        int64_t omint = (s->flags & F_OPEN) ? open_mint(s) : s->pend_t;
+        int64_t omaxt = (s->flags & F_PENDING) ? s->pend_t : s->ot;
         if (omint <= maxt && omaxt >= mint) {
             chunk_xor_appender_t tmp;
             if (open_as_chunk(s, &tmp, &omint) < 0)
@@ -876,30 +1030,35 @@ static int foreach_one(void *ud, index_series_t *is)
     hseries_t *s = index_series_payload(is);
     pthread_mutex_t *mu = stripe(c->h, id);
     pthread_mutex_lock(mu);
-    if (s->nchunks > c->ccap) {
-        querier_chunk_t *p = realloc(c->cbuf, s->nchunks * sizeof(querier_chunk_t));
+    size_t nch = 0;
+    for (const uint8_t *r = s->first; r; r = rec_next(r))
+        nch++;
+    if (nch > c->ccap) {
+        querier_chunk_t *p = realloc(c->cbuf, nch * sizeof(querier_chunk_t));
         if (!p) {
             pthread_mutex_unlock(mu);
             c->oom = true;
             return -1;
         }
         c->cbuf = p;
-        c->ccap = s->nchunks;
+        c->ccap = nch;
     }
-    for (uint16_t i = 0; i < s->nchunks; i++)
-        c->cbuf[i] = (querier_chunk_t){.mint = s->chunks[i].mint,
-                                       .maxt = s->chunks[i].mint + s->chunks[i].span,
-                                       .bytes = s->chunks[i].bytes,
-                                       .len = s->chunks[i].len};
+    nch = 0;
+    for (const uint8_t *r = s->first; r; r = rec_next(r), nch++) {
+        int64_t mint = rec_mint(r);
+        c->cbuf[nch] = (querier_chunk_t){.mint = mint, .maxt = mint + rec_span(r), .bytes = rec_bytes(r), .len = rec_len(r)};
+    }
     head_series_state_t st = {.id = id,
                               .labels = {c->lbuf, nl},
                               .chunks = c->cbuf,
-                              .nchunks = s->nchunks,
+                              .nchunks = nch,
                               .has_pending = (s->flags & F_PENDING) != 0,
                               .pending_t = s->pend_t,
                               .pending_v = bits_to_double(s->pend_bits)};
-    if (s->flags & F_OPEN)
-        st.open = chunk_xor_bytes(&s->app, &st.open_len);
+    if (s->flags & F_OPEN) {
+        st.open = s->obuf;
+        st.open_len = open_len(s);
+    }
     int rc = (st.nchunks || st.open || st.has_pending) ? c->fn(c->ud, &st) : 0;
     pthread_mutex_unlock(mu);
     return rc;
@@ -936,25 +1095,28 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
         goto out;
     for (size_t i = 0; i < st->nchunks; i++) {
         const querier_chunk_t *qc = &st->chunks[i];
-        if (qc->mint < mv || qc->len > UINT16_MAX || qc->maxt - qc->mint > INT32_MAX)
+        if (qc->mint < mv || qc->len > UINT16_MAX || qc->len <= CHUNK_XOR_HEADER_BYTES ||
+            qc->maxt < qc->mint || (uint64_t)(qc->maxt - qc->mint) > UINT32_MAX ||
+            chunk_first_t(qc->bytes, qc->len) != qc->mint)
             continue;
         chunk_xor_iter_t it;
         int64_t t;
         double v;
-        uint16_t num = 0;
         chunk_xor_iter_init(&it, qc->bytes, qc->len);
         while (chunk_xor_iter_next(&it, &t, &v))
-            num++;
+            ;
         if (it.err) {
             rc = HEAD_ERR_OUT_OF_ORDER;
             continue;
         }
-        hchunk_t c = {.mint = qc->mint, .span = (int32_t)(qc->maxt - qc->mint), .len = (uint16_t)qc->len, .num = num};
-        c.bytes = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len);
-        if (c.bytes && push_chunk(h, s, &c) == 0)
+        uint8_t *r = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len,
+                               (uint32_t)(qc->maxt - qc->mint));
+        if (r) {
+            link_record(h, s, r);
             atomic_fetch_add(&h->n_chunks, 1);
-        atomic_max64(&h->max_t, c.mint + c.span);
-        atomic_min64(&h->min_t, c.mint);
+        }
+        atomic_max64(&h->max_t, qc->maxt);
+        atomic_min64(&h->min_t, qc->mint);
     }
     if (st->open && st->open_len > 0) {
         chunk_xor_iter_t it;
@@ -963,13 +1125,20 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
         chunk_xor_iter_init(&it, st->open, st->open_len);
         if (chunk_xor_iter_next(&it, &t, &v))
             first = t;
-        if (first != INT64_MIN && first >= mv && chunk_xor_appender_from_bytes(&s->app, st->open, st->open_len) == 0) {
-            s->open_mint = first;
-            s->flags |= F_OPEN;
-            atomic_fetch_add(&h->open_cap_bytes, s->app.cap);
-            atomic_fetch_add(&h->n_chunks, 1);
-            atomic_max64(&h->max_t, s->app.t);
-            atomic_min64(&h->min_t, first);
+        chunk_xor_appender_t a;
+        if (first != INT64_MIN && first >= mv && st->open_len <= OPEN_MAX_BYTES &&
+            chunk_xor_appender_from_bytes(&a, st->open, st->open_len) == 0) {
+            if (a.t - first > INT32_MAX || a.tdelta > INT32_MAX || a.tdelta < INT32_MIN) {
+                chunk_xor_appender_free(&a); /* not a chunk we would have made */
+                rc = HEAD_ERR_OUT_OF_ORDER;
+            } else {
+                open_store(s, &a);
+                s->flags |= F_OPEN;
+                atomic_fetch_add(&h->open_cap_bytes, s->ocap);
+                atomic_fetch_add(&h->n_chunks, 1);
+                atomic_max64(&h->max_t, s->ot);
+                atomic_min64(&h->min_t, first);
+            }
         } else if (first != INT64_MIN && first >= mv) {
             rc = HEAD_ERR_OUT_OF_ORDER;
         }

@@ -1,21 +1,28 @@
 /*
  * index — interned strings, series identity and postings (see index.h for the contract).
  *
- * Layout of one series (a single malloc):
+ * Layout of one series (a single malloc; 140 bytes for 11 labels and head's 64-byte payload):
  *
  *   offset                 size            field
  *   0                      8               id (stable, from the catalog)
  *   8                      8               hash = labels_hash(labels)
- *   16                     4               slot in its shard
- *   20                     2               number of labels L
- *   22                     1               shard
- *   24                     payload_size    owner's payload (rounded up to 8)
- *   24+P                   8*L             (name symbol, value symbol) pairs, sorted by name
+ *   16                     8               names: the shared name list (below)
+ *   24                     4               slot in its shard
+ *   28                     2               number of labels L
+ *   30                     1               shard
+ *   32                     payload_size    owner's payload (rounded up to 8)
+ *   32+P                   4*L             value symbol ids, in label (name) order
+ *
+ * Name lists. Series of one kind share their label names (every Flink operator metric has the
+ * same ten), so the name symbol ids live once in a refcounted list found by hash (nl_lock), and
+ * a series keeps a pointer to it: 4 bytes per label instead of 8. The list holds one reference
+ * on each name symbol; a series holds one on each value symbol.
  *
  * Symbols. A global table maps strings to uint32 ids. Entries live in fixed pages reached through
  * an array of atomic page pointers, so resolving an id to its string takes no lock: an id a
  * reader holds comes from a series it holds, which keeps the symbol alive (every series holds
- * one reference per name and per value). Interning and releasing take the table's write lock.
+ * one reference per value, its name list one per name). Interning and releasing take the table's
+ * write lock.
  * When the last reference goes, the string is freed and the id put on a free list for reuse
  * — memory follows the live series, not the history of every label value ever seen.
  *
@@ -269,14 +276,24 @@ static void postings_remove(postings_t *p, uint32_t slot)
 
 /* ---- structures ---------------------------------------------------------------------------- */
 
+/* The label names of a series, shared by every series with the same names (Flink's series of
+ * one scope all have the same 10 or so names): refcounted, found by hash under nl_lock. */
+typedef struct namelist {
+    uint64_t hash;
+    uint32_t refs;
+    uint32_t n;
+    uint32_t ids[]; /* name symbol ids, in the series' label order */
+} namelist_t;
+
 struct index_series {
     uint64_t id;
     uint64_t hash;
+    const namelist_t *names;
     uint32_t slot;
     uint16_t nlabels;
     uint8_t shard;
     uint8_t pad_;
-    /* payload, then uint32_t syms[2 * nlabels] */
+    /* payload, then uint32_t value symbol ids[nlabels] */
 };
 
 typedef struct {
@@ -321,9 +338,13 @@ struct index {
     pthread_rwlock_t names_lock;
     u64map_t names;      /* name id -> values_t* */
     u64map_t pair_count; /* (name << 32 | value) -> number of series */
+
+    pthread_mutex_t nl_lock;
+    u64map_t nl_by_hash; /* xxh3(name ids) -> namelist_t* */
+    uint64_t nl_bytes;
 };
 
-static uint32_t *series_syms(const index_t *ix, const index_series_t *s)
+static uint32_t *series_vals(const index_t *ix, const index_series_t *s)
 {
     return (uint32_t *)((char *)s + sizeof(index_series_t) + ix->payload_size);
 }
@@ -504,6 +525,7 @@ index_t *index_new(size_t payload_size, uint64_t max_series)
     ix->sym_free = EMPTY32;
     pthread_rwlock_init(&ix->sym_lock, NULL);
     pthread_rwlock_init(&ix->names_lock, NULL);
+    pthread_mutex_init(&ix->nl_lock, NULL);
     for (int i = 0; i < INDEX_SHARDS; i++) {
         pthread_rwlock_init(&ix->shards[i].lock, NULL);
         ix->shards[i].free_head = EMPTY32;
@@ -548,6 +570,11 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
             free((void *)(uintptr_t)ix->names.t[j].val);
     free(ix->names.t);
     free(ix->pair_count.t);
+    for (uint32_t j = 0; j < ix->nl_by_hash.cap; j++)
+        if (ix->nl_by_hash.t[j].val != EMPTY64)
+            free((void *)(uintptr_t)ix->nl_by_hash.t[j].val);
+    free(ix->nl_by_hash.t);
+    pthread_mutex_destroy(&ix->nl_lock);
     pthread_rwlock_destroy(&ix->sym_lock);
     pthread_rwlock_destroy(&ix->names_lock);
     free(ix);
@@ -598,10 +625,10 @@ size_t index_series_nlabels(const index_series_t *s)
 
 void index_series_labels(const index_t *ix, const index_series_t *s, label_t *out)
 {
-    const uint32_t *syms = series_syms(ix, s);
+    const uint32_t *vals = series_vals(ix, s);
     for (uint16_t i = 0; i < s->nlabels; i++) {
-        out[i].name = sym_str(ix, syms[2 * i]);
-        out[i].value = sym_str(ix, syms[2 * i + 1]);
+        out[i].name = sym_str(ix, s->names->ids[i]);
+        out[i].value = sym_str(ix, vals[i]);
     }
 }
 
@@ -609,9 +636,9 @@ void index_series_labels_copy(const index_t *ix, const index_series_t *s, arena_
 {
     out->n = s->nlabels;
     out->v = arena_alloc(a, sizeof(label_t) * (s->nlabels ? s->nlabels : 1));
-    const uint32_t *syms = series_syms(ix, s);
+    const uint32_t *vals = series_vals(ix, s);
     for (uint16_t i = 0; i < s->nlabels; i++) {
-        const sym_t *n = sym_entry(ix, syms[2 * i]), *v = sym_entry(ix, syms[2 * i + 1]);
+        const sym_t *n = sym_entry(ix, s->names->ids[i]), *v = sym_entry(ix, vals[i]);
         out->v[i].name = arena_strndup(a, n->s, n->len);
         out->v[i].value = arena_strndup(a, v->s, v->len);
     }
@@ -621,10 +648,10 @@ static bool series_equal(const index_t *ix, const index_series_t *s, const label
 {
     if (s->nlabels != ls->n)
         return false;
-    const uint32_t *syms = series_syms(ix, s);
+    const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < ls->n; i++)
-        if (strcmp(sym_str(ix, syms[2 * i]), ls->v[i].name) != 0 ||
-            strcmp(sym_str(ix, syms[2 * i + 1]), ls->v[i].value) != 0)
+        if (strcmp(sym_str(ix, vals[i]), ls->v[i].value) != 0 ||
+            strcmp(sym_str(ix, s->names->ids[i]), ls->v[i].name) != 0)
             return false;
     return true;
 }
@@ -773,12 +800,73 @@ static void unref_labels(index_t *ix, const uint32_t *syms, size_t nsyms_ok, siz
     pthread_rwlock_unlock(&ix->sym_lock);
 }
 
+/* ---- name lists ---------------------------------------------------------------------------- */
+
+/* The shared list for the names at syms[0], syms[2], ... (refcount taken), or NULL on OOM.
+ * *existed: the list was there already, so the caller's references on the name symbols are
+ * surplus (a new list takes them over). */
+static namelist_t *namelist_acquire(index_t *ix, const uint32_t *syms, size_t n, bool *existed)
+{
+    namelist_t *cand = malloc(sizeof(namelist_t) + 4 * (n ? n : 1));
+    if (!cand)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        cand->ids[i] = syms[2 * i];
+    cand->n = (uint32_t)n;
+    cand->refs = 1;
+    cand->hash = XXH3_64bits(cand->ids, 4 * n);
+    pthread_mutex_lock(&ix->nl_lock);
+    const u64map_t *m = &ix->nl_by_hash;
+    if (m->cap) {
+        uint32_t mask = m->cap - 1, i = (uint32_t)mix64(cand->hash) & mask;
+        for (; m->t[i].val != EMPTY64; i = (i + 1) & mask) {
+            namelist_t *nl = (namelist_t *)(uintptr_t)m->t[i].val;
+            if (m->t[i].key == cand->hash && nl->n == n && memcmp(nl->ids, cand->ids, 4 * n) == 0) {
+                nl->refs++;
+                pthread_mutex_unlock(&ix->nl_lock);
+                free(cand);
+                *existed = true;
+                return nl;
+            }
+        }
+    }
+    if (map_put(&ix->nl_by_hash, cand->hash, (uint64_t)(uintptr_t)cand) < 0) {
+        pthread_mutex_unlock(&ix->nl_lock);
+        free(cand);
+        return NULL;
+    }
+    ix->nl_bytes += sizeof(namelist_t) + 4 * n;
+    pthread_mutex_unlock(&ix->nl_lock);
+    *existed = false;
+    return cand;
+}
+
+/* Drops a reference; the last one frees the list and its name symbol references. */
+static void namelist_release(index_t *ix, const namelist_t *cnl)
+{
+    namelist_t *nl = (namelist_t *)cnl;
+    pthread_mutex_lock(&ix->nl_lock);
+    bool last = --nl->refs == 0;
+    if (last) {
+        map_del(&ix->nl_by_hash, nl->hash, (uint64_t)(uintptr_t)nl);
+        ix->nl_bytes -= sizeof(namelist_t) + 4 * (uint64_t)nl->n;
+    }
+    pthread_mutex_unlock(&ix->nl_lock);
+    if (!last)
+        return;
+    pthread_rwlock_wrlock(&ix->sym_lock);
+    for (uint32_t i = 0; i < nl->n; i++)
+        sym_unref_locked(ix, nl->ids[i]);
+    pthread_rwlock_unlock(&ix->sym_lock);
+    free(nl);
+}
+
 /* Removes s from its shard (write lock held) and frees it; the payload must be released. */
 static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
 {
-    const uint32_t *syms = series_syms(ix, s);
+    const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids;
     for (uint16_t i = 0; i < s->nlabels; i++) {
-        uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
+        uint64_t key = (uint64_t)nm[i] << 32 | vals[i];
         uint64_t *pp = map_get(&sh->pairs, key);
         if (!pp)
             continue;
@@ -793,9 +881,17 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     byhash_remove(sh, s->hash, s->slot);
     slot_free(sh, s->slot);
     sh->nseries--;
-    unref_labels(ix, syms, 2 * (size_t)s->nlabels, s->nlabels);
+    pthread_rwlock_wrlock(&ix->names_lock);
+    for (uint16_t i = 0; i < s->nlabels; i++)
+        names_pair_unref(ix, nm[i], vals[i]);
+    pthread_rwlock_unlock(&ix->names_lock);
+    pthread_rwlock_wrlock(&ix->sym_lock);
+    for (uint16_t i = 0; i < s->nlabels; i++)
+        sym_unref_locked(ix, vals[i]);
+    pthread_rwlock_unlock(&ix->sym_lock);
+    namelist_release(ix, s->names);
     atomic_fetch_sub(&ix->nseries, 1);
-    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 8 * (uint64_t)s->nlabels);
+    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)s->nlabels);
     free(s);
 }
 
@@ -823,11 +919,15 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
             pthread_rwlock_unlock(&sh->lock);
             return INDEX_ERR_NOMEM;
         }
-        size_t size = sizeof(index_series_t) + ix->payload_size + 8 * ls->n;
+        size_t size = sizeof(index_series_t) + ix->payload_size + 4 * ls->n;
         s = calloc(1, size);
+        /* The (name, value) pairs while the series is built; names end up in a shared list. */
+        uint32_t stack_syms[64], *syms = ls->n <= 32 ? stack_syms : malloc(8 * ls->n);
         uint32_t slot;
-        if (!s || slot_alloc(sh, &slot) < 0) {
+        if (!s || !syms || slot_alloc(sh, &slot) < 0) {
             free(s);
+            if (syms != stack_syms)
+                free(syms);
             pthread_rwlock_unlock(&sh->lock);
             return INDEX_ERR_NOMEM;
         }
@@ -836,7 +936,6 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
         s->slot = slot;
         s->shard = (uint8_t)shard;
         s->nlabels = (uint16_t)ls->n;
-        uint32_t *syms = series_syms(ix, s);
         size_t nsym = 0, npair = 0;
         int rc = 0;
         pthread_rwlock_wrlock(&ix->sym_lock);
@@ -887,9 +986,16 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
             sh->postings_bytes += (p->cap - oldcap) * sizeof(uint32_t);
         }
         sh->slots[slot] = s;
+        bool in_byhash = false, existed = false;
         if (rc == 0 && byhash_insert(sh, hash, slot) < 0)
             rc = -1;
+        else if (rc == 0)
+            in_byhash = true;
+        if (rc == 0 && !(s->names = namelist_acquire(ix, syms, ls->n, &existed)))
+            rc = -1;
         if (rc != 0) {
+            if (in_byhash)
+                byhash_remove(sh, hash, slot);
             /* Roll back: postings added so far, names, symbols, the slot. */
             for (size_t i = 0; i < nposted; i++) {
                 uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
@@ -906,9 +1012,23 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
             slot_free(sh, slot);
             unref_labels(ix, syms, nsym, npair);
             free(s);
+            if (syms != stack_syms)
+                free(syms);
             pthread_rwlock_unlock(&sh->lock);
             return INDEX_ERR_NOMEM;
         }
+        uint32_t *vals = series_vals(ix, s);
+        for (size_t i = 0; i < ls->n; i++)
+            vals[i] = syms[2 * i + 1];
+        if (existed) {
+            /* The list holds the name references already. */
+            pthread_rwlock_wrlock(&ix->sym_lock);
+            for (size_t i = 0; i < ls->n; i++)
+                sym_unref_locked(ix, syms[2 * i]);
+            pthread_rwlock_unlock(&ix->sym_lock);
+        }
+        if (syms != stack_syms)
+            free(syms);
         sh->nseries++;
         atomic_fetch_add(&ix->nseries, 1);
         atomic_fetch_add(&ix->series_bytes, size);
@@ -1006,12 +1126,12 @@ static int shard_union(const shard_t *sh, const plan_t *p, u32vec_t *out)
 
 static bool series_matches(const index_t *ix, const index_series_t *s, const matcher_t *const *ms, size_t n)
 {
-    const uint32_t *syms = series_syms(ix, s);
+    const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < n; i++) {
         const sym_t *val = NULL;
         for (uint16_t k = 0; k < s->nlabels && !val; k++)
-            if (strcmp(sym_str(ix, syms[2 * k]), matcher_name(ms[i])) == 0)
-                val = sym_entry(ix, syms[2 * k + 1]);
+            if (strcmp(sym_str(ix, s->names->ids[k]), matcher_name(ms[i])) == 0)
+                val = sym_entry(ix, vals[k]);
         if (!matcher_matches(ms[i], val ? val->s : "", val ? val->len : 0))
             return false;
     }
@@ -1119,11 +1239,11 @@ static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t n
         index_series_t *s = index_acquire_ref(ix, &refs->v[i]);
         if (!s)
             continue;
-        const uint32_t *syms = series_syms(ix, s);
+        const uint32_t *vals = series_vals(ix, s);
         for (uint16_t k = 0; k < s->nlabels; k++) {
-            if (name != EMPTY32 && syms[2 * k] != name)
+            if (name != EMPTY32 && s->names->ids[k] != name)
                 continue;
-            const sym_t *e = sym_entry(ix, syms[name == EMPTY32 ? 2 * k : 2 * k + 1]);
+            const sym_t *e = sym_entry(ix, name == EMPTY32 ? s->names->ids[k] : vals[k]);
             if (n == cap) {
                 size_t nc = cap ? cap * 2 : 64;
                 const char **nv = realloc(v, nc * sizeof(char *));
@@ -1268,6 +1388,9 @@ uint64_t index_memory_bytes(const index_t *ix)
     pthread_rwlock_rdlock(&m->sym_lock);
     total += m->sym_bytes;
     pthread_rwlock_unlock(&m->sym_lock);
+    pthread_mutex_lock(&m->nl_lock);
+    total += m->nl_bytes + m->nl_by_hash.cap * sizeof(kv_t);
+    pthread_mutex_unlock(&m->nl_lock);
     return total;
 }
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# bench/run.sh — runs every benchmark in bench/, one function per benchmark, in sequence.
+# `make bench` calls this after `make build-release` (so build/ holds a release libsluice_core.a).
+# Environment: BUILD (default build), BENCH_ARGS_STORAGE (extra storage_bench flags).
+# Add a benchmark: write a bench_<name> function and call it at the bottom.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD="${BUILD:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+OUT="$BUILD/bench"
+mkdir -p "$OUT"
+
+# Compiles bench/<name>.c against the release core library (bench/ is not part of CMake).
+build_bench() {
+    local name="$1"
+    if [ ! -f "$BUILD/libsluice_core.a" ]; then
+        echo "bench: $BUILD/libsluice_core.a missing; run 'make build-release' first" >&2
+        return 1
+    fi
+    # shellcheck disable=SC2046
+    cc -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -fno-strict-aliasing \
+        -I"$ROOT" -I"$BUILD/gen" -o "$OUT/$name" "$ROOT/bench/$name.c" "$BUILD/libsluice_core.a" \
+        $(pkg-config --libs libevent libevent_pthreads libprotobuf-c snappy sqlite3 libpcre2-8 yaml-0.1 \
+            libxxhash zlib jansson) -lpthread -lm
+}
+
+bench_storage() {
+    echo "== storage (bench/storage_bench.c) =="
+    build_bench storage_bench
+    # shellcheck disable=SC2086
+    "$OUT/storage_bench" ${BENCH_ARGS_STORAGE:-}
+}
+
+bench_storage
