@@ -4,7 +4,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_ARGS ?=
 
-.PHONY: deps build build-release build-asan run test bench clean
+.PHONY: deps build build-release build-asan run test bench conformance clean
 
 deps:
 	@./deploy/install-deps.sh
@@ -30,6 +30,11 @@ test: build-asan
 
 bench: build-release
 	@if [ -x bench/run.sh ]; then bench/run.sh; else echo "bench: no benchmarks yet"; fi
+
+# Prometheus 2.42's PromQL test scripts live outside the repository; pass their folder.
+PROMQL_TESTS ?= ../shared/conformance/promql-2.42
+conformance: build-release
+	@./$(BUILD)/tests/tools/promql_test -q $(PROMQL_TESTS) tests/promql
 
 clean:
 	rm -rf $(BUILD)

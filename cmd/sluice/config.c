@@ -54,6 +54,10 @@ static const config_option_t config_options[] = {
     {"storage.max-series-per-request", OPT_INT, OFF(max_series_per_request), "200000", "Most distinct series in one push or remote write (0 = no limit).", NULL},
     {"storage.max-samples-per-request", OPT_INT, OFF(max_samples_per_request), "2000000", "Most samples in one push or remote write (0 = no limit).", NULL},
     {"storage.snapshot-interval", OPT_DURATION, OFF(snapshot_interval_ms), "1h", "How often the in-memory tier is snapshotted (also on clean shutdown).", NULL},
+    {"query.lookback-delta", OPT_DURATION, OFF(query_lookback_ms), "5m", "How far back PromQL looks for the latest sample of a series.", NULL},
+    {"query.timeout", OPT_DURATION, OFF(query_timeout_ms), "2m", "Longest time a query may run before it is aborted.", NULL},
+    {"query.max-samples", OPT_INT, OFF(query_max_samples), "50000000", "Most samples one query may hold in memory at once.", NULL},
+    {"query.max-concurrency", OPT_INT, OFF(query_max_concurrency), "20", "Queries evaluated at once (query threads); more wait in a queue.", NULL},
     {"push.group-ttl", OPT_DURATION, OFF(push_group_ttl_ms), "0", "Expire a push group this long after its last push (0 = never).", NULL},
     {"push.group-missed-intervals", OPT_INT, OFF(push_missed_intervals), "10", "Expire a push group that missed this many of its own push intervals (0 = never).", NULL},
     {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval", "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.", wal_fsync_modes},
@@ -278,6 +282,10 @@ int config_validate(const config_t *c, char *err, size_t errlen)
         snprintf(err, errlen, "--wal.fsync-interval must be between 1ms and 1m");
         return -1;
     }
+    if (c->query_max_concurrency < 1 || c->query_max_concurrency > 1024) {
+        snprintf(err, errlen, "--query.max-concurrency must be between 1 and 1024");
+        return -1;
+    }
     if (!c->storage_path[0]) {
         snprintf(err, errlen, "--storage.path must not be empty");
         return -1;
@@ -365,6 +373,26 @@ out_parser:
     yaml_parser_delete(&parser);
     fclose(f);
     return rc;
+}
+
+void config_format_yaml(const config_t *c, buf_t *out)
+{
+    for (size_t i = 0; i < CONFIG_NOPTS; i++) {
+        const config_option_t *o = &config_options[i];
+        const void *field = (const char *)c + o->offset;
+        char tmp[64];
+        const char *val = tmp;
+        switch (o->kind) {
+        case OPT_STRING: val = *(char *const *)field ? *(char *const *)field : ""; break;
+        case OPT_INT: snprintf(tmp, sizeof(tmp), "%lld", (long long)*(const int64_t *)field); break;
+        case OPT_DURATION: format_duration_ms(*(const int64_t *)field, tmp, sizeof(tmp)); break;
+        case OPT_SIZE: snprintf(tmp, sizeof(tmp), "%lluB", (unsigned long long)*(const uint64_t *)field); break;
+        case OPT_BOOL: val = *(const bool *)field ? "true" : "false"; break;
+        }
+        buf_printf(out, "%s: ", o->name);
+        buf_put_json_string(out, val, strlen(val)); /* a JSON string is a valid YAML scalar */
+        buf_putc(out, '\n');
+    }
 }
 
 void config_format_flags_json(const config_t *c, buf_t *out)

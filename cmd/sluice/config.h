@@ -38,6 +38,11 @@ typedef struct {
     int64_t wal_fsync_interval_ms;
     int64_t snapshot_interval_ms;
     char *rollups;              /* "1m:15d,1h:400d" */
+    /* query */
+    int64_t query_lookback_ms;
+    int64_t query_timeout_ms;
+    int64_t query_max_samples;
+    int64_t query_max_concurrency;
     /* push gateway */
     int64_t push_group_ttl_ms;
     int64_t push_missed_intervals;
@@ -64,5 +69,7 @@ int config_validate(const config_t *c, char *err, size_t errlen);
 void config_print_help(const char *prog, FILE *out);
 /* Appends {"flag.name":"value",...} (Prometheus /api/v1/status/flags shape, values as strings). */
 void config_format_flags_json(const config_t *c, buf_t *out);
+/* Appends the effective settings as YAML ("name: value" lines; /api/v1/status/config). */
+void config_format_yaml(const config_t *c, buf_t *out);
 
 #endif

@@ -21,6 +21,7 @@
 
 #include "api/control.h"
 #include "api/push.h"
+#include "api/query.h"
 #include "api/router.h"
 #include "api/server.h"
 #include "api/status.h"
@@ -179,6 +180,8 @@ int main(int argc, char **argv)
     api_server_t *srv = NULL;
     storage_t *storage = NULL;
     api_push_t *push = NULL;
+    api_query_t *query = NULL;
+    buf_t config_yaml = BUF_INIT;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
 
@@ -213,6 +216,16 @@ int main(int argc, char **argv)
                                 .retention_raw_ms = cfg.retention_raw_ms};
     api_status_register(&sto);
     api_tsdb_status_register(storage);
+    config_format_yaml(&cfg, &config_yaml);
+    api_query_options_t qo = {.srv = srv, .storage = storage, .lookback_ms = cfg.query_lookback_ms,
+                              .timeout_ms = cfg.query_timeout_ms, .max_samples = cfg.query_max_samples,
+                              .max_concurrency = (int)cfg.query_max_concurrency, .config_yaml = config_yaml.data};
+    query = api_query_new(&qo, err, sizeof(err));
+    if (!query) {
+        log_error("main", "cannot start the query engine", LF_S("err", err));
+        goto out;
+    }
+    api_query_register_routes(query);
     api_push_options_t po = {
         .storage = storage,
         .limits = {.max_samples = (size_t)cfg.max_samples_per_request},
@@ -280,6 +293,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
+    api_query_free(query); /* after the server stopped: no query is queued any more */
     api_server_destroy(srv);
     api_push_free(push);
     storage_close(storage);
@@ -288,6 +302,7 @@ out:
     api_routes_clear();
     metrics_unregister_all();
     buf_free(&flags);
+    buf_free(&config_yaml);
     if (lock_fd >= 0)
         close(lock_fd);
     config_free(&cfg);

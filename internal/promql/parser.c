@@ -81,6 +81,9 @@ static _Noreturn void unexpected(ps_t *p, const promql_tok_t *t, const char *ctx
     char d[128];
     if (t->kind == TK_RPAREN && !ctx)
         perr(p, t->pos, "unexpected right parenthesis ')'");
+    /* Prometheus' lexer reports running out of input inside {...} itself, before the parser */
+    if (t->kind == TK_EOF && ctx && strncmp(ctx, "in label matching", 17) == 0)
+        perr(p, t->pos, "unexpected end of input inside braces");
     promql__tok_desc(p->q, t, d, sizeof(d));
     if (ctx)
         perr(p, t->pos, "unexpected %s %s", d, ctx);
