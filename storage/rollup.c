@@ -1087,10 +1087,14 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         r->inflight.n = 0;
         r->force_checkpoint = false;
     } else {
+        int ecode = sqlite3_errcode(db) & 0xff; /* before ROLLBACK replaces it */
         exec_sql(db, "ROLLBACK");
         /* inflight stays for the next cycle; states may have moved on, so rewrite all of them. */
         r->force_checkpoint = true;
         atomic_fetch_add(&r->st_flush_errors, 1);
+        if (ecode == SQLITE_BUSY || ecode == SQLITE_LOCKED)
+            log_warn("rollup", "database locked by another process (busy timeout 10s); roll-ups wait in memory",
+                     LF_S("path", catalog_path(cat)));
         log_warn("rollup", "flush failed; will retry", LF_I("buckets", r->inflight.n),
                  LF_I("carried", old_inflight));
     }
