@@ -1117,6 +1117,10 @@ void storage_write_metrics(storage_t *s, buf_t *b)
     metric(b, "sluice_storage_snapshot_duration_seconds", "gauge", "Duration of the last snapshot.",
            (double)atomic_load(&s->last_snapshot_duration_ms) / 1000.0);
     metric(b, "sluice_storage_ready", "gauge", "1 once recovery is complete.", storage_ready(s) ? 1 : 0);
+    metric(b, "sluice_storage_state_records_logged_total", "counter", "State deltas of other subsystems logged to the WAL.",
+           (double)atomic_load(&s->state_logged));
+    metric(b, "sluice_storage_state_restore_errors_total", "counter", "State records a client refused at recovery.",
+           (double)atomic_load(&s->state_restore_errors));
     if (s->wal) {
         wal_stats_t w;
         wal_get_stats(s->wal, &w);

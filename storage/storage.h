@@ -10,6 +10,11 @@
  *   snapshot: WAL cut under a brief exclusive lock, then the head is written without blocking
  *             appenders; older WAL segments are deleted once the snapshot is durable.
  *   close:    snapshot, then everything is closed.
+ *   query:    storage_querier picks the tier per query and series (storage/querier_tiered.h):
+ *             raw samples, roll-ups past the raw retention or for steps >= a roll-up width,
+ *             stitched; series that left memory are found through the catalog.
+ *   state:    other subsystems persist their own state through the same snapshot + WAL
+ *             (storage_register_state / storage_log_state, below).
  *
  * With path == NULL the store is memory-only (no WAL, snapshot, catalog or roll-ups): the same
  * API for tests and tools.
@@ -97,7 +102,8 @@ typedef struct {
  * samples. */
 int storage_append(storage_t *s, const storage_sample_t *samples, size_t n, storage_append_result_t *res);
 
-/* A querier over everything stored (see querier.h); close with querier_close. NULL on OOM. */
+/* A querier over everything stored (querier.h; tiers and synthetic roll-up samples:
+ * storage/querier_tiered.h); close with querier_close. NULL on OOM. */
 querier_t *storage_querier(storage_t *s);
 
 /* Writes a snapshot now (no-op for memory-only stores). Returns 0 or a STORAGE_ERR_*. */
