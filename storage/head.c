@@ -126,10 +126,19 @@ struct head {
     uint32_t pass_shard, pass_cursor;
     int64_t pass_min_valid, pass_now;
 
-    _Atomic uint64_t n_chunks, closed_bytes, slab_bytes, open_cap_bytes;
-    _Atomic uint64_t appended, replaced, ooo, too_old, created, removed;
+    _Atomic uint64_t n_chunks, closed_bytes, slab_bytes;
+    _Atomic uint64_t ooo, too_old, created, removed;
+    /* Counted on every append: one shared counter would bounce its cache line between
+     * appending threads on every sample, so these are spread over lines by series. */
+    struct {
+        _Atomic uint64_t appended, replaced, open_cap_bytes;
+        char pad[64 - 3 * sizeof(uint64_t)];
+    } per_line[64];
     _Atomic int64_t min_t, max_t;
 };
+
+/* The per_line counters of series payload s. */
+#define LINE(h, s) ((h)->per_line[((uintptr_t)(s) >> 6) & 63])
 
 static int64_t floordiv(int64_t a, int64_t b)
 {
@@ -292,7 +301,7 @@ static void open_store(hseries_t *s, const chunk_xor_appender_t *a)
 static void series_release(head_t *h, hseries_t *s)
 {
     if (s->flags & F_OPEN) {
-        atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+        atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
         free(s->obuf);
         s->obuf = NULL;
         atomic_fetch_sub(&h->n_chunks, 1);
@@ -456,7 +465,7 @@ static void cut_chunk(head_t *h, hseries_t *s)
         link_record(h, s, r);
     else
         atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
-    atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+    atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
     free(s->obuf);
     s->obuf = NULL;
     s->ocap = 0;
@@ -478,7 +487,7 @@ static int open_reserve(head_t *h, hseries_t *s)
     uint8_t *p = realloc(s->obuf, want);
     if (!p)
         return -1;
-    atomic_fetch_add(&h->open_cap_bytes, want - s->ocap);
+    atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, want - s->ocap, memory_order_relaxed);
     s->obuf = p;
     s->ocap = (uint16_t)want;
     return 0;
@@ -497,7 +506,7 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         if (chunk_xor_appender_init(&a) < 0)
             return HEAD_ERR_NOMEM;
         open_store(s, &a);
-        atomic_fetch_add(&h->open_cap_bytes, s->ocap);
+        atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
         atomic_fetch_add(&h->n_chunks, 1);
         s->flags |= F_OPEN;
     }
@@ -513,7 +522,7 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         chunk_xor_appender_compact(&a);
         assert(a.cap <= UINT16_MAX);
     }
-    atomic_fetch_add(&h->open_cap_bytes, a.cap - cap0);
+    atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap - cap0, memory_order_relaxed);
     open_store(s, &a);
     return HEAD_OK;
 }
@@ -562,7 +571,7 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
     if ((s->flags & F_PENDING) && floordiv(t, 1000) == floordiv(s->pend_t, 1000)) {
         s->pend_t = t;
         s->pend_bits = bits;
-        atomic_fetch_add_explicit(&h->replaced, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&LINE(h, s).replaced, 1, memory_order_relaxed);
         atomic_max64(&h->max_t, t);
         atomic_min64(&h->min_t, t);
         return HEAD_OK;
@@ -575,7 +584,7 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
     s->pend_t = t;
     s->pend_bits = bits;
     s->flags = (uint8_t)((s->flags | F_PENDING) & ~F_MARK);
-    atomic_fetch_add_explicit(&h->appended, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&LINE(h, s).appended, 1, memory_order_relaxed);
     atomic_max64(&h->max_t, t);
     atomic_min64(&h->min_t, t);
     return HEAD_OK;
@@ -666,7 +675,7 @@ static bool sweep_series(void *ud, index_series_t *is)
         s->first = rec_next(s->first);
     }
     if ((s->flags & F_OPEN) && open_mint(s) < mv) {
-        atomic_fetch_sub(&h->open_cap_bytes, s->ocap);
+        atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
         free(s->obuf);
         s->obuf = NULL;
         s->ocap = 0;
@@ -729,10 +738,15 @@ void head_get_stats(head_t *h, head_stats_t *o)
     o->series = index_num_series(h->ix);
     o->chunks = atomic_load(&h->n_chunks);
     o->slab_bytes = atomic_load(&h->slab_bytes);
-    o->chunk_bytes = atomic_load(&h->closed_bytes) + atomic_load(&h->open_cap_bytes);
-    o->memory_bytes = index_memory_bytes(h->ix) + o->slab_bytes + atomic_load(&h->open_cap_bytes);
-    o->samples_appended = atomic_load(&h->appended);
-    o->samples_replaced = atomic_load(&h->replaced);
+    uint64_t open_cap = 0;
+    for (int i = 0; i < 64; i++)
+        open_cap += atomic_load_explicit(&h->per_line[i].open_cap_bytes, memory_order_relaxed);
+    o->chunk_bytes = atomic_load(&h->closed_bytes) + open_cap;
+    o->memory_bytes = index_memory_bytes(h->ix) + o->slab_bytes + open_cap;
+    for (int i = 0; i < 64; i++) {
+        o->samples_appended += atomic_load_explicit(&h->per_line[i].appended, memory_order_relaxed);
+        o->samples_replaced += atomic_load_explicit(&h->per_line[i].replaced, memory_order_relaxed);
+    }
     o->out_of_order = atomic_load(&h->ooo);
     o->too_old = atomic_load(&h->too_old);
     o->series_created = atomic_load(&h->created);
@@ -1134,7 +1148,7 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
             } else {
                 open_store(s, &a);
                 s->flags |= F_OPEN;
-                atomic_fetch_add(&h->open_cap_bytes, s->ocap);
+                atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
                 atomic_fetch_add(&h->n_chunks, 1);
                 atomic_max64(&h->max_t, s->ot);
                 atomic_min64(&h->min_t, first);
