@@ -317,12 +317,132 @@ static void test_state_round_trip(void **state)
     head_free(h2);
 }
 
+/* Worst-case encodings (random value bits, every dod class, 64-bit jumps) grow the open chunk in
+ * its small steps and through the record list; every sample comes back bit-exact and every
+ * chunk is a valid XOR chunk of at most 240 samples. */
+static void test_hard_samples_round_trip(void **state)
+{
+    head_options_t o = {.retention_ms = 400LL * 86400 * 1000, .block_ms = 100LL * 86400 * 1000};
+    head_t *h = head_new(&o);
+    label_t lv[2];
+    labels_t ls = lbl(lv, "hard", "a");
+    enum { N = 1500 };
+    int64_t *ts = malloc(sizeof(int64_t) * N);
+    uint64_t *vb = malloc(sizeof(uint64_t) * N);
+    uint64_t x = 0x2545F4914F6CDD1DULL;
+    int64_t t = 1000;
+    for (int i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* mostly 1 s steps, sometimes big jumps, twice more than INT32_MAX ms (~25 days) */
+        int64_t step = (i % 97 == 0) ? 1000 * (int64_t)(x % 100000) : 1000 + 1000 * (int64_t)(x % 3);
+        if (i == 700 || i == 1200)
+            step = 30LL * 86400 * 1000;
+        t += step;
+        ts[i] = t;
+        vb[i] = (i % 5 == 0) ? x : bits((double)(x % 1000)); /* random NaNs and denormals too */
+        double v;
+        memcpy(&v, &vb[i], 8);
+        assert_int_equal(head_append(h, &ls, t, v), HEAD_OK);
+    }
+    querier_t *q = head_querier(h);
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", "hard", err, sizeof(err));
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
+    const querier_series_t *s = querier_set_next(set);
+    assert_non_null(s);
+    int n = 0;
+    for (size_t c = 0; c < s->nchunks; c++) {
+        const querier_chunk_t *ch = &s->chunks[c];
+        int num = ch->bytes[0] << 8 | ch->bytes[1];
+        assert_true(num >= 1 && num <= 240);
+        chunk_xor_iter_t it;
+        chunk_xor_iter_init(&it, ch->bytes, ch->len);
+        int64_t tt;
+        double v;
+        int k = 0;
+        while (chunk_xor_iter_next(&it, &tt, &v)) {
+            assert_true(n < N);
+            assert_int_equal(tt, ts[n]);
+            uint64_t b;
+            memcpy(&b, &v, 8);
+            assert_true(b == vb[n]);
+            if (k == 0)
+                assert_int_equal(tt, ch->mint);
+            assert_true(tt <= ch->maxt);
+            n++, k++;
+        }
+        assert_int_equal(it.err, 0);
+        assert_int_equal(k, num);
+        /* the 30-day jumps cut a chunk even inside one (100-day) block */
+        if (c + 1 < s->nchunks)
+            assert_true(s->chunks[c + 1].mint - ch->maxt <= INT32_MAX || num < 240);
+    }
+    assert_int_equal(n, N);
+    head_stats_t st;
+    head_get_stats(h, &st);
+    assert_int_equal(st.chunks, s->nchunks);
+    assert_int_equal(st.samples_appended, N);
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m);
+    free(ts);
+    free(vb);
+    head_free(h);
+}
+
+/* Closed chunks of many series share block slabs; reading while appending keeps every series'
+ * own chunk chain (records link only within a series). */
+static void test_many_series_chains(void **state)
+{
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 300 * 1000};
+    head_t *h = head_new(&o);
+    label_t lv[2];
+    char job[16];
+    for (int i = 0; i < 1200; i++) /* 1 s samples for 20 minutes: 4 blocks */
+        for (int k = 0; k < 20; k++) {
+            snprintf(job, sizeof(job), "j%d", k);
+            labels_t ls = lbl(lv, "chain", job);
+            assert_int_equal(head_append(h, &ls, 1000LL * i, k * 1e6 + i), HEAD_OK);
+        }
+    head_stats_t st;
+    head_get_stats(h, &st);
+    assert_int_equal(st.series, 20);
+    assert_true(st.slab_bytes >= 4 * 64 * 1024); /* one mmap'd page per block at least */
+    for (int k = 0; k < 20; k++) {
+        snprintf(job, sizeof(job), "j%d", k);
+        dump_t *d = malloc(sizeof(dump_t));
+        char err[64];
+        matcher_t *m = matcher_new(MATCHER_EQ, "job", job, err, sizeof(err));
+        querier_t *q = head_querier(h);
+        querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
+        const querier_series_t *s = querier_set_next(set);
+        assert_non_null(s);
+        querier_iter_t it;
+        querier_iter_init(&it, s, INT64_MIN, INT64_MAX);
+        int64_t t;
+        double v;
+        int n = 0;
+        while (querier_iter_next(&it, &t, &v)) {
+            assert_int_equal(t, 1000LL * n);
+            assert_true(v == k * 1e6 + n);
+            n++;
+        }
+        assert_int_equal(n, 1200);
+        querier_set_free(set);
+        querier_close(q);
+        matcher_free(m);
+        free(d);
+    }
+    head_free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_second_and_ooo), cmocka_unit_test(test_stale_and_special_values),
         cmocka_unit_test(test_chunk_cutting),       cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_querier_select),      cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_hard_samples_round_trip), cmocka_unit_test(test_many_series_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

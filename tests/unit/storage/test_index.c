@@ -247,6 +247,83 @@ static void test_sweep_and_reuse(void **state)
     arena_destroy(a);
 }
 
+static bool drop_all(void *ud, index_series_t *s)
+{
+    (void)ud;
+    (void)s;
+    return true;
+}
+
+/* Series with the same label names share one name list; labels still come back per series,
+ * and removing series releases names and values alike (also a string that is a name in one
+ * series and a value in another). */
+static void test_shared_names(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    uint64_t empty = index_memory_bytes(ix);
+    char spec[96];
+    for (int i = 0; i < 200; i++) {
+        snprintf(spec, sizeof(spec), "__name__=m%d,job=j%d,pod=p%d", i % 7, i % 3, i);
+        add(ix, a, spec, 1 + (uint64_t)i);
+    }
+    uint64_t with200 = index_memory_bytes(ix);
+    for (int i = 200; i < 250; i++) {
+        snprintf(spec, sizeof(spec), "__name__=job,job=pod,x=%d", i);
+        add(ix, a, spec, 1 + (uint64_t)i);
+    }
+    assert_int_equal(index_num_series(ix), 250);
+    /* Every series reads back its own labels. */
+    for (int i = 0; i < 250; i++) {
+        if (i < 200)
+            snprintf(spec, sizeof(spec), "__name__=m%d,job=j%d,pod=p%d", i % 7, i % 3, i);
+        else
+            snprintf(spec, sizeof(spec), "__name__=job,job=pod,x=%d", i);
+        labels_t ls = mk(a, spec);
+        index_series_t *s = index_acquire(ix, &ls, labels_hash(&ls));
+        assert_non_null(s);
+        assert_int_equal(index_series_id(s), 1 + (uint64_t)i);
+        label_t out[3];
+        assert_int_equal(index_series_nlabels(s), 3);
+        index_series_labels(ix, s, out);
+        for (int k = 0; k < 3; k++) {
+            assert_string_equal(out[k].name, ls.v[k].name);
+            assert_string_equal(out[k].value, ls.v[k].value);
+        }
+        index_release(ix, s);
+    }
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "job", "pod", MATCHER_EQ, "x", "201"), "202");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "pod", "p5", MATCHER_EQ, "__name__", "m5"), "6");
+    assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "job", MATCHER_EQ, "pod", "p5"), "");
+    /* Drop the odd ids (half of both kinds), then everything. */
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 7, drop_odd, NULL)) {
+        }
+    }
+    assert_int_equal(index_num_series(ix), 125);
+    const char **v;
+    size_t n;
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 4); /* __name__, job, pod, x */
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 1000, drop_all, NULL)) {
+        }
+    }
+    assert_int_equal(index_num_series(ix), 0);
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &n), INDEX_OK);
+    assert_int_equal(n, 0);
+    /* Symbols and name lists are gone; only table capacity remains. */
+    assert_true(index_memory_bytes(ix) < with200);
+    /* And the same names come back as new. */
+    add(ix, a, "__name__=job,job=pod,x=1", 9);
+    assert_string_equal(sel(ix, 1, MATCHER_EQ, "x", "1"), "9");
+    assert_true(index_memory_bytes(ix) > empty);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
 static void test_limit(void **state)
 {
     arena_t *a = arena_create(0);
@@ -268,7 +345,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_lookup), cmocka_unit_test(test_select_semantics),
         cmocka_unit_test(test_names_values),  cmocka_unit_test(test_sweep_and_reuse),
-        cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_limit),         cmocka_unit_test(test_shared_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
