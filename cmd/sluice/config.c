@@ -58,6 +58,8 @@ static const config_option_t config_options[] = {
     {"query.timeout", OPT_DURATION, OFF(query_timeout_ms), "2m", "Longest time a query may run before it is aborted.", NULL},
     {"query.max-samples", OPT_INT, OFF(query_max_samples), "50000000", "Most samples one query may hold in memory at once.", NULL},
     {"query.max-concurrency", OPT_INT, OFF(query_max_concurrency), "20", "Queries evaluated at once (query threads); more wait in a queue.", NULL},
+    {"storage.remote.read-sample-limit", OPT_INT, OFF(remote_read_sample_limit), "50000000", "Most samples one query of a SAMPLES remote read may return; more is a 400 (0 = no limit; streamed reads have none, as in Prometheus).", NULL},
+    {"storage.remote.read-max-bytes-in-frame", OPT_SIZE, OFF(remote_read_max_bytes_in_frame), "1MiB", "Frame budget of streamed (STREAMED_XOR_CHUNKS) remote read responses.", NULL},
     {"push.group-ttl", OPT_DURATION, OFF(push_group_ttl_ms), "0", "Expire a push group this long after its last push (0 = never).", NULL},
     {"push.group-missed-intervals", OPT_INT, OFF(push_missed_intervals), "10", "Expire a push group that missed this many of its own push intervals (0 = never).", NULL},
     {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval", "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.", wal_fsync_modes},

@@ -43,6 +43,9 @@ typedef struct {
     int64_t query_timeout_ms;
     int64_t query_max_samples;
     int64_t query_max_concurrency;
+    /* remote read */
+    int64_t remote_read_sample_limit;
+    uint64_t remote_read_max_bytes_in_frame;
     /* push gateway */
     int64_t push_group_ttl_ms;
     int64_t push_missed_intervals;

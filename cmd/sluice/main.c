@@ -21,6 +21,7 @@
 
 #include "api/control.h"
 #include "api/push.h"
+#include "api/remote.h"
 #include "api/query.h"
 #include "api/router.h"
 #include "api/server.h"
@@ -180,6 +181,7 @@ int main(int argc, char **argv)
     api_server_t *srv = NULL;
     storage_t *storage = NULL;
     api_push_t *push = NULL;
+    api_remote_t *remote = NULL;
     api_query_t *query = NULL;
     buf_t config_yaml = BUF_INIT;
     struct event_base *base = NULL;
@@ -241,6 +243,15 @@ int main(int argc, char **argv)
         goto out;
     }
     api_push_register_routes(push); /* pushed groups come first in /metrics, as in a Pushgateway */
+    api_remote_options_t rmo = {.storage = storage, .max_decoded_bytes = cfg.max_body_bytes,
+                                .read_sample_limit = (uint64_t)cfg.remote_read_sample_limit,
+                                .read_max_bytes_in_frame = (size_t)cfg.remote_read_max_bytes_in_frame};
+    remote = api_remote_new(&rmo);
+    if (!remote) {
+        log_error("main", "out of memory");
+        goto out;
+    }
+    api_remote_register_routes(remote);
     api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
                                  .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
     if (api_control_register(&cto, err, sizeof(err)) != 0) {
@@ -296,6 +307,7 @@ out:
     api_query_free(query); /* after the server stopped: no query is queued any more */
     api_server_destroy(srv);
     api_push_free(push);
+    api_remote_free(remote);
     storage_close(storage);
     if (base)
         event_base_free(base);
