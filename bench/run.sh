@@ -32,4 +32,11 @@ bench_storage() {
     "$OUT/storage_bench" ${BENCH_ARGS_STORAGE:-}
 }
 
+# Flink push ingest vs Pushgateway and VictoriaMetrics (issue 3); TMS/ROUNDS/REPS/... as in the script.
+bench_push() {
+    echo "== push ingest (bench/push_bench.sh) =="
+    "$ROOT/bench/push_bench.sh" "$BUILD"
+}
+
 bench_storage
+bench_push

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Flink push-ingest benchmark (issue 3): the same Flink-shaped load against sluice, the Debian
+# prometheus-pushgateway (with and without --push.disable-consistency-check) and the Debian
+# victoria-metrics (/api/v1/import/prometheus?extra_label=job=<group>), in one run on one machine.
+# Every server starts fresh (empty data dir, own port) for each repetition; bench/push_bench.c is
+# the load generator (one epoll thread, CONNS keep-alive connections). Prints one line per run and
+# a table of medians (the run with the median samples/s of REPS) with ratios vs VictoriaMetrics.
+#
+#   bench/push_bench.sh [BUILD_DIR=build]      (BUILD_DIR must be a Release build, not ASan)
+#
+# Environment (defaults): TMS=200 TaskManagers (~1,282 series, ~590 KiB each), ROUNDS=3 pushes
+# per TM (tick 1..ROUNDS, counters grow), CONNS=8, REPS=3, MAX_SECONDS=120 (cap per run),
+# PG_CHECK_SECONDS=30 (cap for the Pushgateway with its consistency check, which is very slow),
+# TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build=$(cd "${1:-$repo/build}" && pwd)
+TMS=${TMS:-200}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-8}
+REPS=${REPS:-3}
+SEED=${SEED:-1}
+MAX_SECONDS=${MAX_SECONDS:-120}
+PG_CHECK_SECONDS=${PG_CHECK_SECONDS:-30}
+TARGETS=${TARGETS:-"sluice vm pushgateway-nocheck pushgateway"}
+
+bin=$build/sluice
+[ -x "$bin" ] || { echo "push_bench: no $bin (make build-release first)" >&2; exit 1; }
+btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+san=$(sed -n 's/^SLUICE_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+if [ "$btype" != "Release" ] || [ "$san" = "ON" ]; then
+    echo "push_bench: $build is a '$btype' build (sanitize=$san); benchmark a Release build" >&2
+    exit 1
+fi
+for t in prometheus-pushgateway victoria-metrics; do
+    command -v $t >/dev/null || { echo "push_bench: $t is not installed" >&2; exit 1; }
+done
+
+work=$(mktemp -d /tmp/push_bench.XXXXXX)
+pid=
+stop_server() {
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        pid=
+    fi
+}
+trap 'stop_server; rm -rf "$work"' EXIT
+
+cc -O2 -I"$repo" -o "$work/push_bench" "$here/push_bench.c" "$repo/internal/expfmt/flinkgen.c" \
+    "$repo/internal/util/buf.c" -lm
+"$work/push_bench" --write-bodies "$work/bodies.bin" --tms "$TMS" --rounds "$ROUNDS" --seed "$SEED"
+
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_server TARGET DIR PORT: starts it in the background (sets $pid), waits until ready.
+start_server() {
+    local target=$1 dir=$2 port=$3 ready
+    case $target in
+    sluice)
+        "$bin" --web.listen-address=127.0.0.1:$port --storage.path="$dir/data" --log.level=warn \
+            >"$dir/log" 2>&1 &
+        ready=/-/ready ;;
+    pushgateway)
+        prometheus-pushgateway --web.listen-address=127.0.0.1:$port --persistence.file="$dir/pg.data" \
+            --log.level=warn >"$dir/log" 2>&1 &
+        ready=/-/ready ;;
+    pushgateway-nocheck)
+        prometheus-pushgateway --web.listen-address=127.0.0.1:$port --persistence.file="$dir/pg.data" \
+            --push.disable-consistency-check --log.level=warn >"$dir/log" 2>&1 &
+        ready=/-/ready ;;
+    vm)
+        victoria-metrics -storageDataPath "$dir/vm" -httpListenAddr 127.0.0.1:$port -loggerLevel=ERROR \
+            >"$dir/log" 2>&1 &
+        ready=/health ;;
+    esac
+    pid=$!
+    for _ in $(seq 300); do
+        curl -fs "http://127.0.0.1:$port$ready" >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "push_bench: $target did not become ready; its log:" >&2
+    cat "$dir/log" >&2
+    exit 1
+}
+
+echo "push_bench: $TMS TaskManagers x $ROUNDS rounds, $CONNS connections, $REPS runs each, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+results=$work/results
+: >"$results"
+for rep in $(seq "$REPS"); do
+    for target in $TARGETS; do
+        dir=$work/$target.$rep
+        mkdir -p "$dir"
+        port=$(free_port)
+        start_server "$target" "$dir" "$port"
+        kind=$target
+        cap=$MAX_SECONDS timeout=60
+        case $target in
+        pushgateway*) kind=pushgateway ;;
+        esac
+        [ "$target" = pushgateway ] && cap=$PG_CHECK_SECONDS timeout=$PG_CHECK_SECONDS
+        "$work/push_bench" --target "$kind" --name "$target" --port "$port" --tms "$TMS" --rounds "$ROUNDS" \
+            --conns "$CONNS" --seed "$SEED" --bodies "$work/bodies.bin" --max-seconds "$cap" \
+            --timeout "$timeout" --pid "$pid" 2>"$dir/bench.err" | tee -a "$results" | grep -v '^RESULT'
+        stop_server
+        rm -rf "$dir"
+    done
+done
+
+/usr/bin/python3 - "$results" "$TMS" "$ROUNDS" <<'EOF'
+import sys, statistics
+rows = {}
+for line in open(sys.argv[1]):
+    if not line.startswith("RESULT "):
+        continue
+    kv = dict(f.split("=", 1) for f in line.split()[1:])
+    rows.setdefault(kv["name"], []).append(kv)
+def med(runs):
+    s = sorted(runs, key=lambda r: float(r["samples_s"]))
+    return s[(len(s) - 1) // 2]
+order = ["sluice", "vm", "pushgateway-nocheck", "pushgateway"]
+label = {"sluice": "sluice", "vm": "VictoriaMetrics 1.79", "pushgateway-nocheck":
+         "Pushgateway 1.5.1 (no check)", "pushgateway": "Pushgateway 1.5.1"}
+m = {n: med(r) for n, r in rows.items()}
+vm = m.get("vm")
+print()
+print(f"push ingest, {sys.argv[2]} TaskManagers x {sys.argv[3]} rounds (median of {max(len(r) for r in rows.values())} runs by samples/s)")
+hdr = f"{'server':<30} {'pushes/s':>9} {'samples/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8} {'series':>8} {'ok/planned':>11} {'x VM samples/s':>15} {'x VM RSS':>9}"
+print(hdr)
+print("-" * len(hdr))
+for n in order:
+    if n not in m:
+        continue
+    r = m[n]
+    sps, rss = float(r["samples_s"]), int(r["rss_kb"]) / 1024
+    rs = f"{sps / float(vm['samples_s']):.2f}" if vm and float(vm["samples_s"]) else "-"
+    rr = f"{rss / (int(vm['rss_kb']) / 1024):.2f}" if vm and int(vm["rss_kb"]) > 0 else "-"
+    okp = f"{r['ok']}/{r['planned']}"
+    print(f"{label[n]:<30} {float(r['pushes_s']):>9.1f} {sps:>10.0f} {float(r['p50_ms']):>8.1f} "
+          f"{float(r['p99_ms']):>8.1f} {rss:>8.1f} {int(r['series']):>8} {okp:>11} {rs:>15} {rr:>9}")
+    spread = [float(x["samples_s"]) for x in rows[n]]
+    if len(spread) > 1:
+        print(f"{'':<30} samples/s over runs: " + ", ".join(f"{x:.0f}" for x in spread))
+if "sluice" in m and vm:
+    s = m["sluice"]
+    print()
+    print("goals: samples/s >= 1.5x VM: %s (%.2fx); p99 <= 50 ms: %s (%.1f ms); RSS <= 0.5x VM: %s (%.2fx)" % (
+        "yes" if float(s["samples_s"]) >= 1.5 * float(vm["samples_s"]) else "NO",
+        float(s["samples_s"]) / float(vm["samples_s"]),
+        "yes" if float(s["p99_ms"]) <= 50 else "NO", float(s["p99_ms"]),
+        "yes" if int(s["rss_kb"]) <= 0.5 * int(vm["rss_kb"]) else "NO", int(s["rss_kb"]) / int(vm["rss_kb"])))
+EOF
