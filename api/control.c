@@ -1196,6 +1196,14 @@ static void ctl_metrics(void *ud, buf_t *out)
                (unsigned long long)atomic_load(&ctl.dropped), (unsigned long long)atomic_load(&ctl.expired));
 }
 
+static void ctl_barrier_done(evutil_socket_t fd, short what, void *arg)
+{
+    pthread_mutex_lock(&ctl.bmu);
+    ctl.barrier--;
+    pthread_cond_broadcast(&ctl.bcv);
+    pthread_mutex_unlock(&ctl.bmu);
+}
+
 /* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends
  * streams, and from now on answers new polls at once. */
 static void ctl_worker_close(void *arg)
@@ -1216,10 +1224,13 @@ static void ctl_worker_close(void *arg)
         event_free(w->heartbeat);
         w->heartbeat = NULL;
     }
-    pthread_mutex_lock(&ctl.bmu);
-    ctl.barrier--;
-    pthread_cond_broadcast(&ctl.bcv);
-    pthread_mutex_unlock(&ctl.bmu);
+    /* The answers above are queued in bufferevents and written on a later turn of this loop; the
+     * server breaks the loops as soon as nothing is in flight, which would close the connections
+     * with the answers unsent. So the hook is released only after a short pause on this loop. */
+    struct timeval flush = {0, 20 * 1000};
+    int idx = (int)(w - ctl.workers);
+    if (event_base_once(api_server_worker_base(ctl.srv, idx), -1, EV_TIMEOUT, ctl_barrier_done, NULL, &flush) != 0)
+        ctl_barrier_done(-1, 0, NULL);
 }
 
 static void ctl_on_shutdown(void *ud)
