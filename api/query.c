@@ -666,7 +666,8 @@ static int q_strcmp(const void *a, const void *b) { return strcmp(*(const char *
 
 static void q_put_string_list(buf_t *b, const char **v, size_t n)
 {
-    qsort(v, n, sizeof(*v), q_strcmp);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), q_strcmp);
     buf_putc(b, '[');
     size_t out = 0;
     for (size_t i = 0; i < n; i++) {
@@ -780,7 +781,7 @@ static void job_run_series(query_job_t *j)
         job_fail(j, API_ERR_INTERNAL, err);
         return;
     }
-    if (j->nsels > 1)
+    if (j->nsels > 1 && n > 1)
         qsort(all, n, sizeof(*all), q_series_cmp);
     buf_t data = BUF_INIT;
     buf_putc(&data, '[');
@@ -873,14 +874,21 @@ api_query_t *api_query_new(const api_query_options_t *o, char *err, size_t errle
         api_query_free(q);
         return NULL;
     }
+    /* Evaluation recurses on the query tree (at most 1024 levels, see the parser): give the
+     * query threads room for that even under sanitizers. */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 32u << 20);
     for (int i = 0; i < n; i++) {
-        if (pthread_create(&q->threads[i], NULL, pool_main, q) != 0) {
+        if (pthread_create(&q->threads[i], &attr, pool_main, q) != 0) {
+            pthread_attr_destroy(&attr);
             snprintf(err, errlen, "cannot start query threads");
             api_query_free(q);
             return NULL;
         }
         q->nthreads++;
     }
+    pthread_attr_destroy(&attr);
     if (o->srv)
         api_server_on_shutdown(o->srv, query_on_shutdown, q);
     return q;

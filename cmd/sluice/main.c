@@ -279,9 +279,6 @@ int main(int argc, char **argv)
         log_error("main", "cannot start push group expiry");
         goto out;
     }
-    api_status_set_ready(true);
-    log_info("main", "server is ready to receive requests");
-
     base = event_base_new();
     main_ctx_t m = {.cfg = &cfg, .srv = srv, .base = base};
     struct event *ev_term = evsignal_new(base, SIGTERM, main_on_stop_signal, &m);
@@ -290,6 +287,9 @@ int main(int argc, char **argv)
     event_add(ev_term, NULL);
     event_add(ev_int, NULL);
     event_add(ev_hup, NULL);
+    /* Ready only once SIGTERM is handled: a client that stops us right away gets a clean exit. */
+    api_status_set_ready(true);
+    log_info("main", "server is ready to receive requests");
     event_base_dispatch(base);
 
     api_status_set_ready(false);

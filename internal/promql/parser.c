@@ -688,6 +688,51 @@ static promql_expr_t *parse_expr(ps_t *p, int min_prec)
 
 /* ---- entry points --------------------------------------------------------------------------- */
 
+/* Every consumer of the tree (evaluator, printers) recurses on it, and a left-associative chain
+ * such as 1+1+...+1 grows the tree without growing the parser's recursion: measure the finished
+ * tree's height with an explicit stack and refuse what the recursions could not survive. */
+#define PARSE_MAX_HEIGHT 1024
+
+static void check_height(ps_t *p, promql_expr_t *root)
+{
+    typedef struct {
+        promql_expr_t *e;
+        int h;
+    } item_t;
+    size_t cap = 64, n = 0;
+    item_t *st = arena_alloc(p->a, cap * sizeof(*st));
+    st[n++] = (item_t){root, 1};
+    while (n) {
+        item_t it = st[--n];
+        if (it.h > PARSE_MAX_HEIGHT)
+            perr(p, it.e->pos, "expression nested too deeply (more than %d levels)", PARSE_MAX_HEIGHT);
+        promql_expr_t *kids[3] = {NULL, NULL, NULL};
+        promql_expr_t **more = NULL;
+        size_t nmore = 0;
+        switch (it.e->kind) {
+        case PROMQL_NODE_SUBQUERY: kids[0] = it.e->u.subq.expr; break;
+        case PROMQL_NODE_PAREN: kids[0] = it.e->u.paren.expr; break;
+        case PROMQL_NODE_UNARY: kids[0] = it.e->u.unary.expr; break;
+        case PROMQL_NODE_BINARY: kids[0] = it.e->u.bin.lhs, kids[1] = it.e->u.bin.rhs; break;
+        case PROMQL_NODE_AGG: kids[0] = it.e->u.agg.expr, kids[1] = it.e->u.agg.param; break;
+        case PROMQL_NODE_CALL: more = it.e->u.call.args, nmore = it.e->u.call.nargs; break;
+        default: break;
+        }
+        for (size_t i = 0; i < 3 + nmore; i++) {
+            promql_expr_t *k = i < 3 ? kids[i] : more[i - 3];
+            if (!k)
+                continue;
+            if (n == cap) {
+                item_t *ns = arena_alloc(p->a, 2 * cap * sizeof(*st));
+                memcpy(ns, st, n * sizeof(*st));
+                st = ns;
+                cap *= 2;
+            }
+            st[n++] = (item_t){k, it.h + 1};
+        }
+    }
+}
+
 promql_ast_t *promql_parse(const char *query, char *err, size_t errlen)
 {
     promql_ast_t *ast = calloc(1, sizeof(*ast));
@@ -722,6 +767,7 @@ promql_ast_t *promql_parse(const char *query, char *err, size_t errlen)
     const promql_tok_t *t = peek(p);
     if (t->kind != TK_EOF)
         unexpected(p, t, NULL);
+    check_height(p, ast->root);
     return ast;
 }
 
