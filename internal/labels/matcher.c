@@ -23,6 +23,7 @@
 #include "internal/labels/matcher.h"
 
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +142,12 @@ static bool try_literal_set(matcher_t *m, const char *re)
 static _Thread_local pcre2_match_data *tl_md;
 static _Thread_local uint32_t tl_md_pairs;
 
+/* A thread's match data is freed when the thread exits (query pool threads come and go). */
+static pthread_key_t tl_md_key;
+static pthread_once_t tl_md_once = PTHREAD_ONCE_INIT;
+static void tl_md_destroy(void *md) { pcre2_match_data_free(md); }
+static void tl_md_key_init(void) { (void)pthread_key_create(&tl_md_key, tl_md_destroy); }
+
 static int compile_pcre(matcher_t *m, const char *re, char *err, size_t errlen)
 {
     size_t n = strlen(re);
@@ -190,6 +197,8 @@ static bool pcre_match(const matcher_t *m, const char *v, size_t n)
             pcre2_match_data_free(tl_md);
         tl_md = pcre2_match_data_create(pairs < 16 ? 16 : pairs, NULL);
         tl_md_pairs = pairs < 16 ? 16 : pairs;
+        pthread_once(&tl_md_once, tl_md_key_init);
+        (void)pthread_setspecific(tl_md_key, tl_md);
         if (!tl_md) {
             tl_md_pairs = 0;
             return false;
