@@ -208,7 +208,7 @@ static void server_conn_release(server_conn_t *c)
     bufferevent_decref(c->bev);
 }
 
-/* Once a second: release connections evhttp has freed (it clears their callbacks when it lets go)
+/* Every 250 ms: release connections evhttp has freed (it clears their callbacks when it lets go)
  * and shut down connections that never delivered a complete request within the read timeout. */
 static void server_sweep(evutil_socket_t fd, short what, void *arg)
 {
@@ -468,8 +468,8 @@ int api_server_start(api_server_t *s, char *err, size_t errlen)
             return -1;
         }
         w->sweep = event_new(w->base, -1, EV_PERSIST, server_sweep, w);
-        struct timeval one = {1, 0};
-        event_add(w->sweep, &one);
+        struct timeval period = {0, 250 * 1000};
+        event_add(w->sweep, &period);
     }
     for (int i = 0; i < s->nworkers; i++) {
         if (pthread_create(&s->workers[i].thread, NULL, server_worker_main, &s->workers[i]) != 0) {
@@ -534,8 +534,11 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms)
     int64_t left = atomic_load(&server_inflight), reading = atomic_load(&server_busy_connections);
     if (left > 0 || reading > 0)
         log_warn("http", "shutdown timeout: abandoning requests", LF_I("inflight", left), LF_I("reading", reading));
+    /* Replies queued just now (parked requests answered by the shutdown hooks, the last
+     * in-flight ones) are still in output buffers: let each loop run briefly to write them. */
+    struct timeval flush = {0, 200 * 1000};
     for (int i = 0; i < s->nworkers; i++)
-        event_base_loopbreak(s->workers[i].base);
+        event_base_loopexit(s->workers[i].base, &flush);
     for (int i = 0; i < s->nworkers; i++)
         pthread_join(s->workers[i].thread, NULL);
     s->started = false;

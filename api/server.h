@@ -6,8 +6,8 @@
  * deadline for a new connection to deliver its first request (so a client trickling one byte per
  * second cannot hold a connection slot), and a cap on open connections (beyond it requests get
  * 503 and the connection is closed). Connections are tracked through evhttp's bufferevent hook:
- * each worker keeps a reference to every connection's bufferevent and a once-a-second sweep
- * notices the ones evhttp has let go, so the open-connection count is exact.
+ * each worker keeps a reference to every connection's bufferevent and a sweep every 250 ms
+ * notices the ones evhttp has let go, so the open-connection count is exact within that delay.
  *
  * Shutdown: api_server_stop() stops accepting, waits (bounded) for in-flight and parked requests,
  * runs the shutdown hooks (which answer parked long-polls), then stops the loops.
