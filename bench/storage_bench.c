@@ -5,22 +5,23 @@
  * Sections (--sections, comma separated; all by default), every figure run --reps times (3) and
  * the median printed:
  *
- *   mem      RSS and heap per active series, bytes per sample in chunks, and samples held per
+ *   mem      RSS per active series, bytes per sample in chunks, and samples held per
  *            series, for Flink-shaped data at 10 s with 2h raw retention. A forked child builds a
  *            memory-only store (simulated clock, housekeeping every tick) and loads 2h22m30s:
  *            the head then holds 2h07m30s, the average of what the 15-minute block ring holds
  *            in steady state (between 2h and 2h15m). RSS per series = (RSS after - RSS before
  *            loading) / series; label sets are built before the first reading. Two data sets:
- *              synthetic  --series (100k) series with 11 labels shaped like Flink operator
+ *              synthetic  --series (30k) series with 11 labels shaped like Flink operator
  *                         metrics (60 metrics per subtask, 12 subtasks per TaskManager); even
  *                         metrics are counters growing by 900..1099 per 10 s, odd ones gauges
  *                         that change to a new integer 0..99 with probability 1/10 per sample
- *              flinkgen   --flink-tms (8) TaskManagers of internal/expfmt/flinkgen.h (~1,200
+ *              flinkgen   --flink-tms (1) TaskManager(s) of internal/expfmt/flinkgen.h (~1,200
  *                         series each: JVM, task, operator gauges, summaries), every push body
  *                         parsed with the text parser, as the push path would
  *   scan     in the same child: select every series through the store's querier and decode
  *            every sample (querier_iter), one thread: samples/s per core.
- *   append   storage_append throughput on the synthetic data (memory-only store, batches of
+ *   append   storage_append throughput on --append-series (100k) synthetic series (memory-only
+ *            store, 10 simulated minutes, batches of
  *            1,000 samples as a push of one TaskManager would give), 1 thread and 2 threads over
  *            disjoint halves of the series; series creation (first tick) is not timed.
  *   rollup   roll-up tier: --rollup-series (50) series x 30 days of 10 s samples fed through
@@ -35,7 +36,10 @@
  *            encoded here), RSS per series = (RSS after ingest and a 5 s settle - idle RSS) /
  *            series, next to ours for the same series count.
  *
- * Usage: storage_bench [--series N] [--flink-tms N] [--peer-series N] [--rollup-series N]
+ * Scaled to stay under ~10 minutes on the 2-core machine: loading 100k series x 2h07m through
+ * storage_append takes ~2 minutes per run, so mem uses 30k series by default.
+ *
+ * Usage: storage_bench [--series N] [--append-series N] [--flink-tms N] [--peer-series N] [--rollup-series N]
  *                      [--reps N] [--sections mem,scan,append,rollup,peers] [--workdir DIR]
  */
 #include <errno.h>
@@ -76,11 +80,11 @@
 #define RETENTION_MS (2 * 3600 * 1000LL)
 
 static struct {
-    size_t series, flink_tms, peer_series, rollup_series;
+    size_t series, append_series, flink_tms, peer_series, rollup_series;
     int reps;
     const char *sections;
     char workdir[512];
-} opt = {100000, 8, 10000, 50, 3, "mem,scan,append,rollup,peers", ""};
+} opt = {30000, 100000, 1, 10000, 50, 3, "mem,scan,append,rollup,peers", ""};
 
 static bool section(const char *name)
 {
@@ -370,7 +374,7 @@ static void append_tick(storage_t *st, const synth_t *sy, vstate_t *vs, size_t a
 /* ---- mem + scan (in a forked child) -------------------------------------------------------- */
 
 typedef struct {
-    double rss_per_series, heap_per_series, bytes_per_sample, samples_per_series, series;
+    double rss_per_series, heap_per_series /* malloc only: slabs are mmap'd */, bytes_per_sample, samples_per_series, series;
     double scan_samples_per_s, index_per_series, open_per_series, slab_per_series;
 } memres_t;
 
@@ -450,7 +454,7 @@ static void mem_synthetic_child(memres_t *r, bool scan)
     size_t heap1 = heap_in_use();
     r->series = (double)sy.n;
     r->rss_per_series = (double)(rss1 - rss0) / (double)sy.n;
-    r->heap_per_series = (double)(heap1 - heap0) / (double)sy.n;
+    r->heap_per_series = ((double)heap1 - (double)heap0) / (double)sy.n;
     breakdown(st, r);
     if (scan)
         scan_all(st, r);
@@ -469,6 +473,17 @@ static void mem_flinkgen_child(memres_t *r)
     size_t cap = 4096;
     storage_sample_t *batch = calloc(cap, sizeof(storage_sample_t));
     label_t *lab = calloc(cap * 16, sizeof(label_t));
+    /* Warm the body buffer and the parser's arenas so their memory is not counted below. */
+    for (unsigned tm = 0; tm < opt.flink_tms; tm++) {
+        buf_reset(&body);
+        flinkgen_taskmanager(&body, tm, 42, 0);
+        arena_t *a = arena_create(0);
+        expfmt_result_t res;
+        char err[256];
+        expfmt_parse_text(body.data, body.len, false, NULL, a, &res, err, sizeof(err));
+        arena_destroy(a);
+    }
+    buf_reserve(&body, body.len * 2);
     malloc_trim(0);
     long rss0 = rss_bytes_of(getpid());
     size_t heap0 = heap_in_use();
@@ -515,7 +530,7 @@ static void mem_flinkgen_child(memres_t *r)
     head_get_stats(storage_head(st), &hs);
     r->series = (double)hs.series;
     r->rss_per_series = (double)(rss1 - rss0) / r->series;
-    r->heap_per_series = (double)(heap1 - heap0) / r->series;
+    r->heap_per_series = ((double)heap1 - (double)heap0) / r->series;
     breakdown(st, r);
     scan_all(st, r);
     storage_close(st);
@@ -563,8 +578,6 @@ static void bench_mem(void)
         char name[80];
         snprintf(name, sizeof(name), "synthetic %zuk series: RSS per active series", opt.series / 1000);
         fig_add(name, "bytes", "<= 1024", r.rss_per_series);
-        snprintf(name, sizeof(name), "synthetic %zuk series: heap per active series", opt.series / 1000);
-        fig_add(name, "bytes", "", r.heap_per_series);
         fig_add("synthetic: index per series (estimate)", "bytes", "", r.index_per_series);
         fig_add("synthetic: bytes per sample in chunks", "bytes", "<= 1.5", r.bytes_per_sample);
         fig_add("synthetic: samples held per series", "samples", "", r.samples_per_series);
@@ -587,7 +600,6 @@ static void bench_mem(void)
         char name[80];
         snprintf(name, sizeof(name), "flinkgen %.0fk series: RSS per active series", r.series / 1000);
         fig_add(name, "bytes", "<= 1024", r.rss_per_series);
-        fig_add("flinkgen: heap per active series", "bytes", "", r.heap_per_series);
         fig_add("flinkgen: bytes per sample in chunks", "bytes", "<= 1.5", r.bytes_per_sample);
     }
 }
@@ -624,7 +636,7 @@ static void *appender(void *p)
 static void bench_append(void)
 {
     synth_t sy;
-    synth_build(&sy, opt.series);
+    synth_build(&sy, opt.append_series);
     int ticks = 60; /* 10 simulated minutes */
     for (int threads = 1; threads <= 2; threads++) {
         for (int rep = 0; rep < opt.reps; rep++) {
@@ -1146,6 +1158,21 @@ static void bench_peers(void)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* Timings on a shared 2-core machine mean little without the load next to them. */
+static void print_loadavg(const char *when)
+{
+    char line[128] = "";
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (!fgets(line, sizeof(line), f))
+            line[0] = 0;
+        fclose(f);
+    }
+    line[strcspn(line, "\n")] = 0;
+    printf("load average at %s: %s\n", when, line);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -1156,6 +1183,8 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--series") == 0)
             opt.series = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--append-series") == 0)
+            opt.append_series = strtoull(v, NULL, 10);
         else if (strcmp(a, "--flink-tms") == 0)
             opt.flink_tms = strtoull(v, NULL, 10);
         else if (strcmp(a, "--peer-series") == 0)
@@ -1185,8 +1214,10 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     double t0 = now_s();
-    printf("storage_bench: series=%zu flink_tms=%zu peer_series=%zu rollup_series=%zu reps=%d sections=%s\n",
-           opt.series, opt.flink_tms, opt.peer_series, opt.rollup_series, opt.reps, opt.sections);
+    printf("storage_bench: series=%zu append_series=%zu flink_tms=%zu peer_series=%zu rollup_series=%zu reps=%d "
+           "sections=%s\n",
+           opt.series, opt.append_series, opt.flink_tms, opt.peer_series, opt.rollup_series, opt.reps, opt.sections);
+    print_loadavg("start");
     fflush(stdout);
     if (section("mem") || section("scan"))
         bench_mem();
@@ -1198,6 +1229,7 @@ int main(int argc, char **argv)
         bench_peers();
     print_table();
     printf("\n(total %.0f s; medians of %d runs)\n", now_s() - t0, opt.reps);
+    print_loadavg("end");
     rm_rf(opt.workdir);
     return 0;
 }
