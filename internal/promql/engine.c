@@ -29,6 +29,8 @@
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
+static labels_t copy_labels(arena_t *a, labels_t m);
+
 double promql_stale_nan(void)
 {
     uint64_t b = PROMQL_STALE_NAN_BITS;
@@ -533,7 +535,21 @@ typedef struct {
 
 static void acc_init(pq_ctx_t *c, acc_t *a) { memset(a, 0, sizeof(*a)); hmap_init(c, &a->idx, 16); }
 
-static void acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, double v, bool copy_labels)
+static void acc_push(arena_t *ar, acc_series_t *s, int64_t t, double v)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 8;
+        promql_point_t *np = arena_alloc(ar, nc * sizeof(*np));
+        if (s->n)
+            memcpy(np, s->p, s->n * sizeof(*np));
+        s->p = np;
+        s->cap = nc;
+    }
+    s->p[s->n++] = (promql_point_t){t, v};
+}
+
+/* Appends (t, v) to the series m (created if new); returns its index in a. */
+static int acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, double v, bool copy_labels)
 {
     bool ex;
     int *slot = hmap_put(c, &a->idx, labels_hash(&m), (int)a->n, &ex);
@@ -562,15 +578,128 @@ static void acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, d
     } else {
         s = &a->s[*slot];
     }
-    if (s->n == s->cap) {
-        size_t nc = s->cap ? s->cap * 2 : 8;
-        promql_point_t *np = arena_alloc(ar, nc * sizeof(*np));
-        if (s->n)
-            memcpy(np, s->p, s->n * sizeof(*np));
-        s->p = np;
-        s->cap = nc;
+    acc_push(ar, s, t, v);
+    return (int)(s - a->s);
+}
+
+/* Subquery cache. In a range query, consecutive outer steps ask for almost the same inner
+ * steps (the window slides by one outer step), and an inner step's value depends only on its own
+ * time. So each subquery node keeps the inner values it computed, keyed by time, in its own arena
+ * (the step arena is reset after every outer step): entries older than the current window are
+ * dropped, and the arena is rebuilt once dropped entries outweigh the live ones. Instant queries
+ * evaluate each subquery once and skip the cache. */
+typedef struct {
+    int64_t ts;
+    pq_val_t v; /* SCALAR or VECTOR; samples and labels live in the cache's arena */
+} subq_ent_t;
+
+typedef struct pq_subq_cache {
+    const promql_expr_t *e;
+    arena_t *a;
+    subq_ent_t *ent; /* live entries are ent[head, n), sorted by ts */
+    size_t head, n, cap;
+    struct pq_subq_cache *next;
+} pq_subq_cache_t;
+
+static pq_subq_cache_t *subq_cache_get(pq_ctx_t *c, const promql_expr_t *e)
+{
+    for (pq_subq_cache_t *sc = c->subq_caches; sc; sc = sc->next)
+        if (sc->e == e)
+            return sc;
+    pq_subq_cache_t *sc = arena_calloc(c->qa, 1, sizeof(*sc));
+    sc->e = e;
+    sc->a = arena_create(0);
+    if (!sc->a)
+        abort();
+    sc->next = c->subq_caches;
+    c->subq_caches = sc;
+    return sc;
+}
+
+static void subq_caches_free(pq_ctx_t *c)
+{
+    for (pq_subq_cache_t *sc = c->subq_caches; sc; sc = sc->next)
+        arena_destroy(sc->a);
+    c->subq_caches = NULL;
+}
+
+/* Copies v into arena a; labels equal to those at the same index of `prev` are shared. */
+static pq_val_t subq_copy(arena_t *a, const pq_val_t *v, const pq_val_t *prev)
+{
+    pq_val_t r = {.type = v->type, .scalar = v->scalar};
+    if (v->type != PROMQL_VT_VECTOR)
+        return r;
+    r.vec.n = r.vec.cap = v->vec.n;
+    r.vec.v = arena_alloc(a, (v->vec.n ? v->vec.n : 1) * sizeof(promql_sample_t));
+    for (size_t i = 0; i < v->vec.n; i++) {
+        r.vec.v[i] = v->vec.v[i];
+        if (prev && i < prev->vec.n && labels_equal(&prev->vec.v[i].metric, &v->vec.v[i].metric))
+            r.vec.v[i].metric = prev->vec.v[i].metric;
+        else
+            r.vec.v[i].metric = copy_labels(a, v->vec.v[i].metric);
     }
-    s->p[s->n++] = (promql_point_t){t, v};
+    return r;
+}
+
+static const pq_val_t *subq_cache_find(pq_subq_cache_t *sc, int64_t ts)
+{
+    size_t lo = sc->head, hi = sc->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sc->ent[mid].ts < ts)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < sc->n && sc->ent[lo].ts == ts ? &sc->ent[lo].v : NULL;
+}
+
+static void subq_cache_evict(pq_subq_cache_t *sc, int64_t before)
+{
+    while (sc->head < sc->n && sc->ent[sc->head].ts < before)
+        sc->head++;
+    size_t live = sc->n - sc->head;
+    if (sc->head < 64 || sc->head < live)
+        return;
+    /* dropped entries outweigh live ones: move the live ones to a fresh arena */
+    arena_t *na = arena_create(0);
+    if (!na)
+        abort();
+    size_t cap = live * 2 + 16;
+    subq_ent_t *ne = arena_alloc(na, cap * sizeof(*ne));
+    for (size_t i = 0; i < live; i++) {
+        ne[i].ts = sc->ent[sc->head + i].ts;
+        ne[i].v = subq_copy(na, &sc->ent[sc->head + i].v, i ? &ne[i - 1].v : NULL);
+    }
+    arena_destroy(sc->a);
+    sc->a = na;
+    sc->ent = ne;
+    sc->head = 0;
+    sc->n = live;
+    sc->cap = cap;
+}
+
+static void subq_cache_put(pq_subq_cache_t *sc, int64_t ts, const pq_val_t *v)
+{
+    if (v->type != PROMQL_VT_SCALAR && v->type != PROMQL_VT_VECTOR)
+        return;
+    if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? sc->cap * 2 : 64;
+        subq_ent_t *ne = arena_alloc(sc->a, cap * sizeof(*ne));
+        if (sc->n > sc->head)
+            memcpy(ne, sc->ent + sc->head, (sc->n - sc->head) * sizeof(*ne));
+        sc->n -= sc->head;
+        sc->head = 0;
+        sc->ent = ne;
+        sc->cap = cap;
+    }
+    size_t pos = sc->n; /* usually appended: inner times grow */
+    while (pos > sc->head && sc->ent[pos - 1].ts > ts)
+        pos--;
+    memmove(sc->ent + pos + 1, sc->ent + pos, (sc->n - pos) * sizeof(*sc->ent));
+    sc->ent[pos].ts = ts;
+    sc->ent[pos].v = subq_copy(sc->a, v, pos > sc->head ? &sc->ent[pos - 1].v : NULL);
+    sc->n++;
 }
 
 static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
@@ -585,16 +714,45 @@ static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
         first += step;
     r.range_ms = e->u.subq.range_ms;
     r.win_end = te;
+    pq_subq_cache_t *sc = c->interval > 0 ? subq_cache_get(c, e) : NULL;
+    if (sc)
+        subq_cache_evict(sc, first);
     acc_t acc;
     acc_init(c, &acc);
+    /* Cached inner steps share label arrays with their predecessor, so a series at the same
+     * index with the same label pointer is the same series: no hashing needed. */
+    const label_t **prev_l = NULL;
+    int *prev_slot = NULL;
+    size_t prev_n = 0;
     for (int64_t ts = first; ts <= te; ts += step) {
-        pq_val_t v = pq_eval(c, e->u.subq.expr, ts);
+        const pq_val_t *cv = sc ? subq_cache_find(sc, ts) : NULL;
+        pq_val_t v;
+        if (cv) {
+            v = *cv;
+        } else {
+            v = pq_eval(c, e->u.subq.expr, ts);
+            if (sc)
+                subq_cache_put(sc, ts, &v);
+        }
         if (v.type == PROMQL_VT_SCALAR) {
             labels_t none = {NULL, 0};
             acc_add(c, c->sa, &acc, none, ts, v.scalar, false);
         } else {
-            for (size_t i = 0; i < v.vec.n; i++)
-                acc_add(c, c->sa, &acc, v.vec.v[i].metric, ts, v.vec.v[i].v, false);
+            const label_t **cur_l = arena_alloc(c->sa, (v.vec.n ? v.vec.n : 1) * sizeof(*cur_l));
+            int *cur_slot = arena_alloc(c->sa, (v.vec.n ? v.vec.n : 1) * sizeof(*cur_slot));
+            for (size_t i = 0; i < v.vec.n; i++) {
+                const label_t *lv = v.vec.v[i].metric.v;
+                if (i < prev_n && lv && prev_l[i] == lv) {
+                    cur_slot[i] = prev_slot[i];
+                    acc_push(c->sa, &acc.s[cur_slot[i]], ts, v.vec.v[i].v);
+                } else {
+                    cur_slot[i] = acc_add(c, c->sa, &acc, v.vec.v[i].metric, ts, v.vec.v[i].v, false);
+                }
+                cur_l[i] = lv;
+            }
+            prev_l = cur_l;
+            prev_slot = cur_slot;
+            prev_n = v.vec.n;
         }
     }
     for (size_t i = 0; i < acc.n; i++)
@@ -1091,6 +1249,8 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     }
 done:
     res->peak_samples = c->peak_samples;
+    subq_caches_free(c);
+    pq_func_caches_free(c);
     arena_destroy(c->sa);
     arena_destroy(da);
     free(c);

@@ -70,6 +70,8 @@ typedef struct pq_ctx {
     const volatile int *cancel;
     unsigned tick;
     pq_seldata_t *sel;
+    struct pq_subq_cache *subq_caches; /* range queries: inner steps of each subquery, by time */
+    struct pq_re_cache *re_caches;     /* label_replace regexes, compiled once per query */
     const promql_ast_t *ast;
     jmp_buf jb;
     promql_errkind_t err_kind;
@@ -127,6 +129,8 @@ struct promql_func {
 };
 
 const promql_func_t *promql__func_lookup(const char *name, size_t n);
+/* Frees what functions cached for the query (compiled regexes). */
+void pq_func_caches_free(pq_ctx_t *c);
 
 /* Aggregation over one step's vector. param: scalar (topk, bottomk, quantile) or string
  * (count_values). */

@@ -767,26 +767,56 @@ static void expand_template(buf_t *dst, const char *tmpl, const char *src, PCRE2
     }
 }
 
+/* label_replace's arguments are string literals, so one call node always has the same regex:
+ * compile it on the first step and keep it (with its match data) until the query ends. */
+typedef struct pq_re_cache {
+    const promql_expr_t *call;
+    pcre2_code *re;
+    pcre2_match_data *md;
+    struct pq_re_cache *next;
+} pq_re_cache_t;
+
+void pq_func_caches_free(pq_ctx_t *c)
+{
+    for (pq_re_cache_t *rc = c->re_caches; rc; rc = rc->next) {
+        pcre2_match_data_free(rc->md);
+        pcre2_code_free(rc->re);
+    }
+    c->re_caches = NULL;
+}
+
 static void g_label_replace(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)
 {
     (void)n;
     const char *dst = a[1].str, *repl = a[2].str, *src = a[3].str, *regex = a[4].str;
-    char *pat = arena_sprintf(c->sa, "^(?:%s)$", regex);
-    int ec;
-    PCRE2_SIZE eo;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY,
-                                   &ec, &eo, NULL);
-    if (!re)
-        pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid regular expression in label_replace(): %s", regex);
-    if (!labels_valid_name(dst, strlen(dst))) {
-        pcre2_code_free(re);
+    pq_re_cache_t *rcache = c->re_caches;
+    while (rcache && rcache->call != fc->call)
+        rcache = rcache->next;
+    if (!rcache) {
+        char *pat = arena_sprintf(c->sa, "^(?:%s)$", regex);
+        int ec;
+        PCRE2_SIZE eo;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY,
+                                       &ec, &eo, NULL);
+        if (!re)
+            pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid regular expression in label_replace(): %s", regex);
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        if (!md) {
+            pcre2_code_free(re);
+            pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
+        }
+        (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* failure = interpreter, still correct */
+        rcache = arena_calloc(c->qa, 1, sizeof(*rcache));
+        rcache->call = fc->call;
+        rcache->re = re;
+        rcache->md = md;
+        rcache->next = c->re_caches;
+        c->re_caches = rcache; /* owned by the context from here: freed even if we error out */
+    }
+    if (!labels_valid_name(dst, strlen(dst)))
         pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid destination label name in label_replace(): %s", dst);
-    }
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    if (!md) {
-        pcre2_code_free(re);
-        pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
-    }
+    pcre2_code *re = rcache->re;
+    pcre2_match_data *md = rcache->md;
     for (size_t i = 0; i < a[0].vec.n; i++) {
         promql_sample_t *s = &a[0].vec.v[i];
         const char *sv = labels_get(&s->metric, src);
@@ -802,8 +832,6 @@ static void g_label_replace(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size
         }
         pq_vec_push(c, &out->vec, m, fc->t, s->v);
     }
-    pcre2_match_data_free(md);
-    pcre2_code_free(re);
 }
 
 static void g_label_join(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)
