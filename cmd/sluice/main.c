@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/control.h"
+#include "api/flow.h"
 #include "api/push.h"
 #include "api/remote.h"
 #include "api/query.h"
@@ -27,6 +28,7 @@
 #include "api/server.h"
 #include "api/status.h"
 #include "api/tsdb_status.h"
+#include "api/ui.h"
 #include "cmd/sluice/config.h"
 #include "internal/util/buildinfo.h"
 #include "internal/util/log.h"
@@ -181,6 +183,7 @@ int main(int argc, char **argv)
     api_server_t *srv = NULL;
     storage_t *storage = NULL;
     api_push_t *push = NULL;
+    api_flow_t *flow = NULL;
     api_remote_t *remote = NULL;
     api_query_t *query = NULL;
     buf_t config_yaml = BUF_INIT;
@@ -258,6 +261,14 @@ int main(int argc, char **argv)
         log_error("main", "cannot start flow control", LF_S("err", err));
         goto out;
     }
+    api_flow_options_t fo = {.storage = storage, .srv = srv};
+    flow = api_flow_new(&fo);
+    if (!flow) {
+        log_error("main", "out of memory");
+        goto out;
+    }
+    api_flow_register_routes(flow);
+    api_ui_register_routes(); /* the dashboard at / */
     metrics_register("process", main_process_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
     metrics_register("storage", main_storage_metrics, storage);
@@ -305,6 +316,7 @@ int main(int argc, char **argv)
 out:
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_query_free(query); /* after the server stopped: no query is queued any more */
+    api_flow_free(flow); /* after the server stopped: its shutdown hook ended the streams */
     api_server_destroy(srv);
     api_push_free(push);
     api_remote_free(remote);
