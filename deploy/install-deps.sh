@@ -11,6 +11,8 @@ PKGS=(
   libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev
   # tests and tools
   python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
+  # the dashboard's browser test (tests/integration/test_dashboard_browser.py)
+  chromium
   # real peers the integration tests and benchmarks start
   prometheus prometheus-pushgateway victoria-metrics prometheus-alertmanager
 )
