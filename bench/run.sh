@@ -38,5 +38,11 @@ bench_push() {
     "$ROOT/bench/push_bench.sh" "$BUILD"
 }
 
+bench_remote_write() {
+    echo "== remote write ingest: sluice vs victoria-metrics vs prometheus (bench/remote_write_bench.py) =="
+    /usr/bin/python3 "$ROOT/bench/remote_write_bench.py" --sluice "$BUILD/sluice" --out "$OUT" ${BENCH_ARGS_REMOTE_WRITE:-}
+}
+
 bench_storage
+bench_remote_write
 bench_push
