@@ -43,6 +43,15 @@ bench_remote_write() {
     /usr/bin/python3 "$ROOT/bench/remote_write_bench.py" --sluice "$BUILD/sluice" --out "$OUT" ${BENCH_ARGS_REMOTE_WRITE:-}
 }
 
+# PromQL query latency vs Prometheus 2.42 and VictoriaMetrics 1.79 (issue 5); QUERY_BENCH_ARGS for
+# --series/--reps (defaults: 10k series, 15 reps).
+bench_query() {
+    echo "== query latency: sluice vs prometheus vs victoria-metrics (bench/query_bench.py) =="
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$ROOT/bench/query_bench.py" --sluice "$BUILD/sluice" ${QUERY_BENCH_ARGS:-}
+}
+
 bench_storage
 bench_remote_write
 bench_push
+bench_query
