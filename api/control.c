@@ -106,6 +106,17 @@ typedef struct {
 
 typedef enum { CTL_OP_APPLY, CTL_OP_HISTORY, CTL_OP_REPLAY } ctl_op_kind_t;
 
+/* An apply from inside the daemon (api_control_apply): the caller waits on it instead of a
+ * worker getting the reply. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int code;
+    uint64_t version;
+    char err[256];
+} ctl_sync_t;
+
 typedef struct ctl_op {
     ctl_op_kind_t kind;
     api_req_t *req;
@@ -127,6 +138,7 @@ typedef struct ctl_op {
     int code;
     buf_t body;
     char etag[32];
+    ctl_sync_t *sync; /* api_control_apply: signal it instead of replying */
     struct ctl_op *next;
 } ctl_op_t;
 
@@ -441,6 +453,7 @@ static void ctl_expired_event(control_event_t *ev, void *ud)
 }
 
 static void ctl_op_done(void *arg);
+static void ctl_op_free(ctl_op_t *op);
 
 static void ctl_run_op(ctl_op_t *op)
 {
@@ -488,6 +501,22 @@ static void ctl_run_op(ctl_op_t *op)
                                        sizeof(err)) < 0)
             log_error("control", "cannot read the audit log for an SSE resume", LF_S("err", err));
         break;
+    }
+    if (op->sync) {
+        ctl_sync_t *sy = op->sync;
+        pthread_mutex_lock(&sy->mu);
+        sy->code = op->code;
+        unsigned long long v = 0;
+        if (op->code == 200 && sscanf(op->etag, "\"%llu\"", &v) == 1)
+            sy->version = v;
+        if (op->code != 200)
+            snprintf(sy->err, sizeof(sy->err), "%.*s", (int)(op->body.len < 255 ? op->body.len : 255),
+                     op->body.data ? op->body.data : "");
+        sy->done = true;
+        pthread_cond_signal(&sy->cv);
+        pthread_mutex_unlock(&sy->mu);
+        ctl_op_free(op);
+        return;
     }
     if (api_server_run_on(ctl.srv, op->worker, ctl_op_done, op) != 0)
         log_error("control", "cannot hand a reply back to its worker");
@@ -1336,4 +1365,68 @@ void api_control_shutdown(void)
     ctl.tok_names = ctl.tok_values = NULL;
     ctl.ntokens = 0;
     ctl.have_tokens = false;
+}
+
+/* --- changes from inside the daemon (the rules' closed loop) ------------------------------------------ */
+
+int api_control_get_state(const char *job, control_state_t *out)
+{
+    if (!ctl.store)
+        return -1;
+    return control_store_get(ctl.store, job, out);
+}
+
+int api_control_apply(const char *job, const control_change_t *chg, const char *updated_by, uint64_t *version,
+                      char *err, size_t errlen)
+{
+    if (!ctl.thread_started) {
+        snprintf(err, errlen, "flow control is not running");
+        return -1;
+    }
+    char jerr[128];
+    if (control_job_name_valid(job, strlen(job), jerr, sizeof(jerr)) != 0 ||
+        control_spec_validate(&chg->spec, jerr, sizeof(jerr)) != 0) {
+        snprintf(err, errlen, "%s", jerr);
+        return -1;
+    }
+    ctl_op_t *op = calloc(1, sizeof(*op));
+    ctl_sync_t sy = {.done = false};
+    if (!op) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&sy.mu, NULL);
+    pthread_cond_init(&sy.cv, NULL);
+    op->kind = CTL_OP_APPLY;
+    op->worker = -1;
+    op->sync = &sy;
+    op->job = strdup(job);
+    op->who = strdup(updated_by);
+    op->chg = *chg;
+    op->chg.spec = (control_spec_t){0};
+    if (chg->reason) {
+        op->reason = strndup(chg->reason, CONTROL_MAX_REASON_LEN);
+        op->chg.reason = op->reason;
+    }
+    if (!op->job || !op->who || control_spec_copy(&op->chg.spec, &chg->spec) != 0) {
+        ctl_op_free(op);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    ctl_submit(op);
+    pthread_mutex_lock(&sy.mu);
+    while (!sy.done)
+        pthread_cond_wait(&sy.cv, &sy.mu);
+    pthread_mutex_unlock(&sy.mu);
+    pthread_mutex_destroy(&sy.mu);
+    pthread_cond_destroy(&sy.cv);
+    if (sy.code == 200) {
+        if (version)
+            *version = sy.version;
+        return 0;
+    }
+    if (sy.code == 409)
+        return 1;
+    snprintf(err, errlen, "%s", sy.err);
+    return -1;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "api/server.h"
+#include "internal/control/control.h"
 
 typedef struct {
     api_server_t *srv;        /* started later; parked requests live on its workers */
@@ -27,6 +28,16 @@ int api_control_register(const api_control_options_t *opt, char *err, size_t err
 /* After api_server_stop: stops the control thread and closes the store. Safe if register failed
  * or never ran. */
 void api_control_shutdown(void);
+
+/* For subsystems inside the daemon (the rules' closed loop). A job's current state (RUNNING at
+ * version 0 if never changed): 0 or -1 (not started, OOM). Release with control_state_free. */
+int api_control_get_state(const char *job, control_state_t *out);
+/* Applies a change exactly like a REST change (validated, durable, audited with updated_by,
+ * fanned out to long-polls and streams) through the control thread, and waits for it. chg is
+ * copied. 0 with the job's new version in *version (may be NULL); 1 when chg->check_version did
+ * not match the current version; -1 + err. Must not be called after api_control_shutdown. */
+int api_control_apply(const char *job, const control_change_t *chg, const char *updated_by, uint64_t *version,
+                      char *err, size_t errlen);
 
 /* Parses a token file (one `name:token` per line, `#` comments, blank lines ignored). Exposed for
  * tests. Returns the number of tokens, or -1 + err (naming the line). names/tokens are malloc'd
