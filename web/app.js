@@ -114,7 +114,9 @@
       b.type = "button";
       b.dataset.job = n;
       b.setAttribute("aria-current", String(n === state.job));
-      b.append(el("span", "job-label", n));
+      const label = el("span", "job-label", n);
+      label.title = n;
+      b.append(label);
       const mode = j.hasData ? j.mode : "nodata";
       b.append(el("span", "badge " + mode, j.hasData ? MODE_TEXT[j.mode] || j.mode : "no data"));
       b.addEventListener("click", () => selectJob(n));
