@@ -1146,26 +1146,6 @@ static void h_format_query(api_req_t *req, void *ud)
     buf_free(&data);
 }
 
-static void h_rules(api_req_t *req, void *ud)
-{
-    const char *t = q_param(req, "type");
-    if (*t && strcmp(t, "alert") != 0 && strcmp(t, "record") != 0) {
-        buf_t e = BUF_INIT;
-        q_json_cstr(&e, t);
-        q_reply_error(req, API_ERR_BAD_DATA, "invalid parameter \"type\": not supported value %s", e.data);
-        buf_free(&e);
-        return;
-    }
-    static const char data[] = "{\"groups\":[]}";
-    q_reply_success(req, data, sizeof(data) - 1);
-}
-
-static void h_alerts(api_req_t *req, void *ud)
-{
-    static const char data[] = "{\"alerts\":[]}";
-    q_reply_success(req, data, sizeof(data) - 1);
-}
-
 static void h_config(api_req_t *req, void *ud)
 {
     api_query_t *q = ud;
@@ -1186,7 +1166,6 @@ void api_query_register_routes(api_query_t *q)
     api_route_add(API_GET, "/api/v1/label/*", "label_values", h_label_values, q);
     api_route_add(API_GET | API_POST, "/api/v1/query_exemplars", "query_exemplars", h_query_exemplars, q);
     api_route_add(API_GET | API_POST, "/api/v1/format_query", "format_query", h_format_query, q);
-    api_route_add(API_GET, "/api/v1/rules", "rules", h_rules, q);
-    api_route_add(API_GET, "/api/v1/alerts", "alerts", h_alerts, q);
+    /* /api/v1/rules and /api/v1/alerts are api/rules.c's */
     api_route_add(API_GET, "/api/v1/status/config", "config", h_config, q);
 }

@@ -5,12 +5,27 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "api/control.h"
 #include "api/router.h"
+#include "internal/rules/actions.h"
+#include "internal/rules/notifier.h"
+#include "internal/rules/rulefile.h"
 #include "internal/util/log.h"
+#include "internal/util/metrics.h"
 
-static api_rules_options_t ar;
+static struct {
+    api_server_t *srv;
+    rules_manager_t *rules;
+    rules_notifier_t *notifier;
+    rules_actions_t *actions;
+    char *config_file;
+    labels_t ext;
+    pthread_mutex_t reload_mu; /* one reload at a time */
+} ar = {.reload_mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void ar_h_rules(api_req_t *req, void *ud)
 {
@@ -70,7 +85,7 @@ static void ar_reload_done(void *arg)
 static void *ar_reload_thread(void *arg)
 {
     ar_reload_t *r = arg;
-    r->nerr = ar.reload(ar.reload_ud, &r->errs);
+    r->nerr = api_rules_reload(&r->errs);
     if (api_server_run_on(ar.srv, r->worker, ar_reload_done, r) != 0) {
         buf_free(&r->errs); /* the server is stopping; the request goes with it */
         free(r);
@@ -95,7 +110,7 @@ static void ar_h_reload(api_req_t *req, void *ud)
     api_req_park(req, ar_reload_closed, r);
     if (pthread_create(&th, &attr, ar_reload_thread, r) != 0) {
         /* answer synchronously instead */
-        r->nerr = ar.reload(ar.reload_ud, &r->errs);
+        r->nerr = api_rules_reload(&r->errs);
         pthread_attr_destroy(&attr);
         ar_reload_done(r);
         return;
@@ -103,11 +118,209 @@ static void ar_h_reload(api_req_t *req, void *ud)
     pthread_attr_destroy(&attr);
 }
 
-void api_rules_register(const api_rules_options_t *o)
+/* --- wiring ------------------------------------------------------------------------------------ */
+
+static void ar_send(void *ud, const rules_alert_note_t *alerts, size_t n)
 {
-    ar = *o;
+    (void)ud;
+    if (ar.notifier)
+        rules_notifier_send(ar.notifier, alerts, n);
+}
+
+static void ar_transition(void *ud, const rules_alert_note_t *a, bool firing, int64_t ts)
+{
+    (void)ud;
+    if (ar.actions)
+        rules_actions_on_transition(ar.actions, a, firing, ts);
+}
+
+static int ar_ctl_get(void *ud, const char *job, control_state_t *out)
+{
+    (void)ud;
+    return api_control_get_state(job, out);
+}
+
+static int ar_ctl_apply(void *ud, const char *job, const control_change_t *chg, const char *by, uint64_t *version,
+                        char *err, size_t errlen)
+{
+    (void)ud;
+    return api_control_apply(job, chg, by, version, err, errlen);
+}
+
+static void ar_metrics(void *ud, buf_t *out)
+{
+    (void)ud;
+    rules_manager_write_metrics(ar.rules, out);
+    rules_notifier_write_metrics(ar.notifier, out);
+    rules_actions_write_metrics(ar.actions, out);
+}
+
+/* "a=b,c=d" -> sorted owned labels. */
+static int ar_parse_labels(const char *s, labels_t *out, char *err, size_t errlen)
+{
+    out->v = NULL;
+    out->n = 0;
+    if (!s || !*s)
+        return 0;
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    out->v = calloc(cap, sizeof(*out->v));
+    const char *p = s;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || !labels_valid_name(p, (size_t)(eq - p))) {
+            snprintf(err, errlen, "invalid external label \"%.*s\" (want name=value)", (int)len, p);
+            rules_labels_free(out);
+            return -1;
+        }
+        out->v[out->n].name = strndup(p, (size_t)(eq - p));
+        out->v[out->n].value = strndup(eq + 1, len - (size_t)(eq - p) - 1);
+        out->n++;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    labels_sort(out);
+    if (labels_check_sorted_unique(out) != 0) {
+        snprintf(err, errlen, "duplicate external label names in \"%s\"", s);
+        rules_labels_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Splits a '\n'-joined list into a NULL-terminated array of pointers into a copy. */
+static char **ar_split(const char *list, size_t *n, char **storage)
+{
+    *storage = strdup(list ? list : "");
+    size_t cap = 1;
+    for (const char *p = *storage; *p; p++)
+        cap += *p == '\n';
+    char **v = calloc(cap + 1, sizeof(*v));
+    *n = 0;
+    for (char *p = *storage; p && *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = 0;
+        if (*p)
+            v[(*n)++] = p;
+        p = nl ? nl + 1 : NULL;
+    }
+    return v;
+}
+
+int api_rules_setup(const api_rules_options_t *o, char *err, size_t errlen)
+{
+    ar.srv = o->srv;
+    if (ar_parse_labels(o->external_labels, &ar.ext, err, errlen) != 0)
+        return -1;
+    char url[512];
+    if (o->external_url && o->external_url[0]) {
+        snprintf(url, sizeof(url), "%s", o->external_url);
+        size_t l = strlen(url);
+        while (l > 0 && url[l - 1] == '/')
+            url[--l] = 0;
+    } else {
+        char host[256] = "localhost";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(url, sizeof(url), "http://%s:%d", host, o->srv ? api_server_port(o->srv) : 9091);
+    }
+    char *amstore;
+    size_t nams;
+    char **ams = ar_split(o->alertmanager_urls, &nams, &amstore);
+    if (nams) {
+        rules_notifier_options_t no = {.urls = (const char *const *)ams, .nurls = nams, .external_labels = &ar.ext,
+                                       .queue_capacity = (size_t)o->am_queue_capacity, .timeout_ms = o->am_timeout_ms};
+        ar.notifier = rules_notifier_new(&no, err, errlen);
+    }
+    free(ams);
+    free(amstore);
+    if (nams && !ar.notifier)
+        return -1;
+    rules_control_ops_t ops = {.get = ar_ctl_get, .apply = ar_ctl_apply};
+    ar.config_file = o->config_file ? strdup(o->config_file) : NULL;
+    ar.actions = rules_actions_new(o->config_file, o->storage, &ops, err, errlen);
+    if (!ar.actions)
+        return -1;
+    rules_options_t ro = {.storage = o->storage, .default_interval_ms = o->eval_interval_ms,
+                          .external_labels = &ar.ext, .external_url = url, .lookback_ms = o->lookback_ms,
+                          .query_timeout_ms = o->query_timeout_ms, .max_samples = o->max_samples,
+                          .resend_delay_ms = o->resend_delay_ms, .outage_tolerance_ms = o->outage_tolerance_ms,
+                          .for_grace_period_ms = o->for_grace_ms,
+                          .hooks = {.send = ar_send, .transition = ar_transition}};
+    ar.rules = rules_manager_new(&ro);
+    if (!ar.rules) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    char *pstore;
+    size_t npat;
+    char **pats = ar_split(o->rule_files, &npat, &pstore);
+    buf_t errs = BUF_INIT;
+    int nerr = rules_manager_load(ar.rules, (const char *const *)pats, npat, &errs);
+    free(pats);
+    free(pstore);
+    if (nerr) {
+        for (size_t i = 0; i + 1 < errs.len; i++)
+            if (errs.data[i] == '\n')
+                errs.data[i] = ';';
+        snprintf(err, errlen, "error loading rules: %s", errs.data);
+        buf_free(&errs);
+        return -1;
+    }
+    buf_free(&errs);
     api_route_add(API_GET, "/api/v1/rules", "rules", ar_h_rules, NULL);
     api_route_add(API_GET, "/api/v1/alerts", "alerts", ar_h_alerts, NULL);
-    if (ar.reload)
-        api_route_add(API_POST | API_PUT, "/-/reload", "reload", ar_h_reload, NULL);
+    api_route_add(API_POST | API_PUT, "/-/reload", "reload", ar_h_reload, NULL);
+    metrics_register("rules", ar_metrics, NULL);
+    log_info("rules", "rules ready", LF_I("groups", (int64_t)rules_manager_group_count(ar.rules)),
+             LF_I("alertmanagers", (int64_t)nams), LF_I("actions", (int64_t)rules_actions_count(ar.actions)),
+             LF_S("external_url", url));
+    return 0;
+}
+
+void api_rules_start(void)
+{
+    if (ar.rules && rules_manager_start(ar.rules) != 0)
+        log_error("rules", "cannot start the rule evaluation thread");
+}
+
+int api_rules_reload(buf_t *errs)
+{
+    pthread_mutex_lock(&ar.reload_mu);
+    if (!ar.rules) { /* shutting down */
+        pthread_mutex_unlock(&ar.reload_mu);
+        return 0;
+    }
+    int nerr = rules_manager_reload(ar.rules, errs);
+    if (nerr) {
+        log_error("rules", "rule reload failed; the previous rules keep running", LF_S("err", errs->data ? errs->data : ""));
+    } else if (ar.actions) {
+        char err[512];
+        if (rules_actions_reload(ar.actions, ar.config_file, err, sizeof(err)) != 0) {
+            buf_printf(errs, "%s\n", err);
+            log_error("rules", "actions reload failed; the previous actions stay", LF_S("err", err));
+            nerr = 1;
+        }
+    }
+    pthread_mutex_unlock(&ar.reload_mu);
+    return nerr;
+}
+
+void api_rules_shutdown(void)
+{
+    pthread_mutex_lock(&ar.reload_mu); /* waits for a reload in flight */
+    rules_manager_free(ar.rules); /* first: the evaluator calls the notifier and the actions */
+    ar.rules = NULL;
+    rules_notifier_free(ar.notifier);
+    ar.notifier = NULL;
+    rules_actions_free(ar.actions);
+    ar.actions = NULL;
+    free(ar.config_file);
+    ar.config_file = NULL;
+    rules_labels_free(&ar.ext);
+    pthread_mutex_unlock(&ar.reload_mu);
 }

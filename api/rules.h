@@ -7,6 +7,9 @@
  *                                           the old rules still running otherwise
  * The reload runs on a short-lived thread (it parses files and waits for the evaluator to finish
  * its current group), and the parked request is answered on its worker afterwards.
+ *
+ * It also wires the rules subsystem into the daemon: rule manager, Alertmanager notifier and
+ * closed-loop actions (through api/control's internal entry point).
  */
 #ifndef SLUICE_API_RULES_H
 #define SLUICE_API_RULES_H
@@ -16,17 +19,31 @@
 #include "api/server.h"
 #include "internal/rules/rules.h"
 #include "internal/util/buf.h"
+#include "storage/storage.h"
 
 typedef struct {
-    api_server_t *srv;
-    rules_manager_t *rules; /* must outlive the server */
-    /* Reloads everything reloadable; returns 0 or the number of errors (text appended to errs).
-     * Called on a background thread. */
-    int (*reload)(void *ud, buf_t *errs);
-    void *reload_ud;
+    api_server_t *srv;           /* created (its port known), not necessarily started */
+    storage_t *storage;
+    const char *rule_files;        /* patterns, '\n'-separated ("" = none) */
+    const char *alertmanager_urls; /* '\n'-separated ("" = no notifications) */
+    const char *external_labels;   /* "name=value,name=value" */
+    const char *external_url;      /* "" = http://<hostname>:<port> */
+    const char *config_file;       /* the `actions:` of the closed loop; NULL/"" = none */
+    int64_t eval_interval_ms, resend_delay_ms, for_grace_ms, outage_tolerance_ms;
+    int64_t lookback_ms, query_timeout_ms, max_samples;
+    int64_t am_queue_capacity, am_timeout_ms;
 } api_rules_options_t;
 
-/* Registers the routes. Call once, before api_server_start. */
-void api_rules_register(const api_rules_options_t *o);
+/* Builds the rule manager, notifier and closed-loop actions, loads the rule files (an invalid
+ * file fails start-up, as in Prometheus), registers the routes and the metrics collector. Call
+ * after api_control_register and before api_server_start. 0 or -1 + err. */
+int api_rules_setup(const api_rules_options_t *o, char *err, size_t errlen);
+/* Starts evaluating (call once storage is ready). */
+void api_rules_start(void);
+/* SIGHUP / POST /-/reload: rule files and actions. 0 or the number of errors (appended to errs). */
+int api_rules_reload(buf_t *errs);
+/* Stops evaluation and notification and frees everything. Call after api_server_stop and before
+ * api_control_shutdown and storage_close. Safe if setup never ran. */
+void api_rules_shutdown(void);
 
 #endif

@@ -19,7 +19,8 @@
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
 
-typedef enum { OPT_STRING, OPT_INT, OPT_DURATION, OPT_SIZE, OPT_BOOL } config_kind_t;
+/* OPT_LIST: a repeatable string flag; values are kept joined by '\n' (config_list_next splits). */
+typedef enum { OPT_STRING, OPT_INT, OPT_DURATION, OPT_SIZE, OPT_BOOL, OPT_LIST } config_kind_t;
 
 typedef struct {
     const char *name;
@@ -64,6 +65,16 @@ static const config_option_t config_options[] = {
     {"push.group-missed-intervals", OPT_INT, OFF(push_missed_intervals), "10", "Expire a push group that missed this many of its own push intervals (0 = never).", NULL},
     {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval", "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.", wal_fsync_modes},
     {"wal.fsync-interval", OPT_DURATION, OFF(wal_fsync_interval_ms), "1s", "Longest time between WAL fsyncs (what kill -9 can lose at most).", NULL},
+    {"rules.file", OPT_LIST, OFF(rules_files), "", "Prometheus rule file or glob (repeatable); reloaded on SIGHUP and POST /-/reload.", NULL},
+    {"rules.evaluation-interval", OPT_DURATION, OFF(rules_eval_interval_ms), "1m", "Evaluation interval of rule groups that set none (Prometheus' evaluation_interval).", NULL},
+    {"rules.external-labels", OPT_STRING, OFF(rules_external_labels), "", "Labels added to alerts sent to Alertmanager and shown as $externalLabels: name=value,name=value.", NULL},
+    {"rules.alert.resend-delay", OPT_DURATION, OFF(rules_resend_delay_ms), "1m", "Minimum time between resends of a firing alert to Alertmanager.", NULL},
+    {"rules.alert.for-grace-period", OPT_DURATION, OFF(rules_for_grace_ms), "10m", "Minimum time left of an alert's 'for' after a restart.", NULL},
+    {"rules.alert.for-outage-tolerance", OPT_DURATION, OFF(rules_outage_tolerance_ms), "1h", "Longest outage after which an alert's 'for' state is still restored.", NULL},
+    {"web.external-url", OPT_STRING, OFF(external_url), "", "URL under which sluice is reached ($externalURL, alerts' generatorURL); default http://<hostname>:<port>.", NULL},
+    {"alertmanager.url", OPT_LIST, OFF(alertmanager_urls), "", "Alertmanager base URL to send alerts to, e.g. http://127.0.0.1:9093 (repeatable).", NULL},
+    {"alertmanager.notification-queue-capacity", OPT_INT, OFF(alertmanager_queue_capacity), "10000", "Alerts queued for Alertmanager; beyond it the oldest are dropped.", NULL},
+    {"alertmanager.timeout", OPT_DURATION, OFF(alertmanager_timeout_ms), "10s", "Timeout of one post to an Alertmanager (failed posts are retried with backoff).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},
     {"log.format", OPT_STRING, OFF(log_format), "logfmt", "Log format: logfmt or json.", log_formats},
 };
@@ -82,6 +93,17 @@ static int config_set(config_t *c, const config_option_t *o, const char *val, co
 {
     void *field = (char *)c + o->offset;
     switch (o->kind) {
+    case OPT_LIST:
+        if (val[0] && *(char **)field && (*(char **)field)[0]) {
+            buf_t joined = BUF_INIT;
+            buf_printf(&joined, "%s\n%s", *(char **)field, val);
+            free(*(char **)field);
+            *(char **)field = buf_steal(&joined, NULL);
+            return 0;
+        }
+        free(*(char **)field);
+        *(char **)field = strdup(val);
+        return 0;
     case OPT_STRING:
         if (o->choices) {
             bool ok = false;
@@ -151,7 +173,7 @@ void config_init(config_t *c)
 void config_free(config_t *c)
 {
     for (size_t i = 0; i < CONFIG_NOPTS; i++)
-        if (config_options[i].kind == OPT_STRING) {
+        if (config_options[i].kind == OPT_STRING || config_options[i].kind == OPT_LIST) {
             char **p = (char **)((char *)c + config_options[i].offset);
             free(*p);
             *p = NULL;
@@ -320,6 +342,8 @@ static int config_yaml_node(config_yaml_ctx_t *x, yaml_document_t *doc, yaml_nod
         }
         char name[256];
         snprintf(name, sizeof(name), "%s%s%s", prefix, prefix[0] ? "." : "", (const char *)k->data.scalar.value);
+        if (!prefix[0] && strcmp(name, "actions") == 0)
+            continue; /* the rules' closed-loop bindings: read by internal/rules/actions */
         if (v->type == YAML_MAPPING_NODE) {
             if (config_yaml_node(x, doc, v, name) != 0)
                 return -1;
@@ -330,6 +354,22 @@ static int config_yaml_node(config_yaml_ctx_t *x, yaml_document_t *doc, yaml_nod
             snprintf(x->err, x->errlen, "config file %s: line %zu: unknown setting '%s'", x->path,
                      k->start_mark.line + 1, name);
             return -1;
+        }
+        if (v->type == YAML_SEQUENCE_NODE && o->kind == OPT_LIST) {
+            for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+                yaml_node_t *e = yaml_document_get_node(doc, *it);
+                if (!e || e->type != YAML_SCALAR_NODE) {
+                    snprintf(x->err, x->errlen, "config file %s: line %zu: '%s' must be a list of strings", x->path,
+                             v->start_mark.line + 1, name);
+                    return -1;
+                }
+                char msg[512];
+                if (config_set(x->c, o, (const char *)e->data.scalar.value, "", msg, sizeof(msg)) != 0) {
+                    snprintf(x->err, x->errlen, "config file %s: %s", x->path, msg);
+                    return -1;
+                }
+            }
+            continue;
         }
         if (v->type != YAML_SCALAR_NODE) {
             snprintf(x->err, x->errlen, "config file %s: line %zu: '%s' must be a single value", x->path,
@@ -385,7 +425,8 @@ void config_format_yaml(const config_t *c, buf_t *out)
         char tmp[64];
         const char *val = tmp;
         switch (o->kind) {
-        case OPT_STRING: val = *(char *const *)field ? *(char *const *)field : ""; break;
+        case OPT_STRING:
+        case OPT_LIST: val = *(char *const *)field ? *(char *const *)field : ""; break;
         case OPT_INT: snprintf(tmp, sizeof(tmp), "%lld", (long long)*(const int64_t *)field); break;
         case OPT_DURATION: format_duration_ms(*(const int64_t *)field, tmp, sizeof(tmp)); break;
         case OPT_SIZE: snprintf(tmp, sizeof(tmp), "%lluB", (unsigned long long)*(const uint64_t *)field); break;
@@ -406,7 +447,8 @@ void config_format_flags_json(const config_t *c, buf_t *out)
         char tmp[64];
         const char *val = tmp;
         switch (o->kind) {
-        case OPT_STRING: val = *(char *const *)field ? *(char *const *)field : ""; break;
+        case OPT_STRING:
+        case OPT_LIST: val = *(char *const *)field ? *(char *const *)field : ""; break;
         case OPT_INT: snprintf(tmp, sizeof(tmp), "%lld", (long long)*(const int64_t *)field); break;
         case OPT_DURATION: format_duration_ms(*(const int64_t *)field, tmp, sizeof(tmp)); break;
         case OPT_SIZE: snprintf(tmp, sizeof(tmp), "%lluB", (unsigned long long)*(const uint64_t *)field); break;
@@ -419,4 +461,13 @@ void config_format_flags_json(const config_t *c, buf_t *out)
         buf_put_json_string(out, val, strlen(val));
     }
     buf_putc(out, '}');
+}
+
+const char *config_list_next(const char *list, size_t *len)
+{
+    if (!list || !*list)
+        return NULL;
+    const char *nl = strchr(list, '\n');
+    *len = nl ? (size_t)(nl - list) : strlen(list);
+    return list;
 }

@@ -49,6 +49,17 @@ typedef struct {
     /* push gateway */
     int64_t push_group_ttl_ms;
     int64_t push_missed_intervals;
+    /* rules and alerting */
+    char *rules_files;          /* repeatable: '\n'-joined */
+    int64_t rules_eval_interval_ms;
+    char *rules_external_labels;
+    int64_t rules_resend_delay_ms;
+    int64_t rules_for_grace_ms;
+    int64_t rules_outage_tolerance_ms;
+    char *external_url;
+    char *alertmanager_urls;    /* repeatable: '\n'-joined */
+    int64_t alertmanager_queue_capacity;
+    int64_t alertmanager_timeout_ms;
     /* logging */
     char *log_level;
     char *log_format;
@@ -68,6 +79,9 @@ config_parse_result_t config_parse_args(config_t *c, int argc, char **argv, char
 int config_load_file(config_t *c, const char *path, char *err, size_t errlen);
 /* Checks cross-setting rules (e.g. log level names) after everything is applied. */
 int config_validate(const config_t *c, char *err, size_t errlen);
+/* Iterates a repeatable flag's value: returns the first item (length in *len) of list, or NULL
+ * when empty; the next item starts at ret + *len + 1 when list[*len] == '\n'. */
+const char *config_list_next(const char *list, size_t *len);
 /* Writes --help text. */
 void config_print_help(const char *prog, FILE *out);
 /* Appends {"flag.name":"value",...} (Prometheus /api/v1/status/flags shape, values as strings). */

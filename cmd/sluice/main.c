@@ -25,6 +25,7 @@
 #include "api/remote.h"
 #include "api/query.h"
 #include "api/router.h"
+#include "api/rules.h"
 #include "api/server.h"
 #include "api/status.h"
 #include "api/tsdb_status.h"
@@ -140,6 +141,10 @@ static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
 static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
     main_ctx_t *m = arg;
+    buf_t rule_errs = BUF_INIT; /* rule files and closed-loop actions; failures keep the old ones */
+    if (api_rules_reload(&rule_errs) == 0)
+        log_info("main", "SIGHUP: rules reloaded");
+    buf_free(&rule_errs);
     if (!m->cfg->config_file || !m->cfg->config_file[0]) {
         log_info("main", "SIGHUP: no --config.file to reload");
         api_status_note_config_load(true);
@@ -261,6 +266,18 @@ int main(int argc, char **argv)
         log_error("main", "cannot start flow control", LF_S("err", err));
         goto out;
     }
+    api_rules_options_t ruo = {
+        .srv = srv, .storage = storage, .rule_files = cfg.rules_files, .alertmanager_urls = cfg.alertmanager_urls,
+        .external_labels = cfg.rules_external_labels, .external_url = cfg.external_url, .config_file = cfg.config_file,
+        .eval_interval_ms = cfg.rules_eval_interval_ms, .resend_delay_ms = cfg.rules_resend_delay_ms,
+        .for_grace_ms = cfg.rules_for_grace_ms, .outage_tolerance_ms = cfg.rules_outage_tolerance_ms,
+        .lookback_ms = cfg.query_lookback_ms, .query_timeout_ms = cfg.query_timeout_ms,
+        .max_samples = cfg.query_max_samples, .am_queue_capacity = cfg.alertmanager_queue_capacity,
+        .am_timeout_ms = cfg.alertmanager_timeout_ms};
+    if (api_rules_setup(&ruo, err, sizeof(err)) != 0) {
+        log_error("main", "cannot load rules", LF_S("err", err));
+        goto out;
+    }
     api_flow_options_t fo = {.storage = storage, .srv = srv};
     flow = api_flow_new(&fo);
     if (!flow) {
@@ -299,12 +316,14 @@ int main(int argc, char **argv)
     event_add(ev_int, NULL);
     event_add(ev_hup, NULL);
     /* Ready only once SIGTERM is handled: a client that stops us right away gets a clean exit. */
+    api_rules_start();
     api_status_set_ready(true);
     log_info("main", "server is ready to receive requests");
     event_base_dispatch(base);
 
     api_status_set_ready(false);
     api_server_stop(srv, cfg.shutdown_timeout_ms);
+    api_rules_shutdown(); /* before storage closes; its closed loop waits on the control thread */
     api_push_stop(push);
     storage_close(storage); /* final snapshot: a clean restart loses nothing */
     storage = NULL;
@@ -314,6 +333,7 @@ int main(int argc, char **argv)
     log_info("main", "shutdown complete");
     rc = 0;
 out:
+    api_rules_shutdown();
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_query_free(query); /* after the server stopped: no query is queued any more */
     api_flow_free(flow); /* after the server stopped: its shutdown hook ended the streams */
