@@ -111,6 +111,16 @@ typedef struct {
     size_t lsetcap;
     uint32_t lgen;
 
+    /* The previous sample's plain labels (first SET_THRESHOLD), for the repeated-label fast
+     * path in read_labels; cur is filled while a label block is read, then swapped in. */
+    struct lrec {
+        const char *name, *value;
+        uint32_t nlen, vlen;
+        uint64_t key;
+        bool raw; /* the value had no escapes: its bytes equal the body's bytes */
+    } lrec[2][SET_THRESHOLD];
+    unsigned nprev, prev; /* count and index into lrec of the previous block */
+
     buf_t fbuf;
     struct {
         const char *in;
@@ -490,6 +500,9 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
     char *p = *pp, *e = tp->end;
     size_t total = 0; /* labels incl. special, for the limit */
     uint64_t keys[SET_THRESHOLD];
+    const struct lrec *prev = tp->lrec[tp->prev];
+    struct lrec *cur = tp->lrec[tp->prev ^ 1];
+    bool prefix = !exemplar; /* every label so far repeated the previous block's at its index */
     assert(*n == 0);
     for (;;) {
         p = skip_blank(p + 1, e);
@@ -497,6 +510,45 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             return TP_EOF;
         if (*p == '}')
             break;
+        /*
+         * Fast path: consecutive samples (a family's subtasks, operators, quantiles) repeat most
+         * labels. While this block's labels are byte-identical (`name="value"`) to the previous
+         * block's at the same index, take the previous block's strings: the bytes, and so the
+         * name, the value, its UTF-8 validity and its limits are the same, and a prefix of a
+         * duplicate-free label list is duplicate-free. Values with escapes never match (their
+         * unescaped bytes differ from the raw ones), quantile/le are left to the slow path
+         * (they are special or not depending on the family), and so is anything after the
+         * first label that differs.
+         */
+        if (prefix && *n < tp->nprev) {
+            const struct lrec *q = &prev[*n];
+            size_t need = (size_t)q->nlen + q->vlen + 3;
+            if (q->raw && (size_t)(e - p) > need && p[q->nlen] == '=' &&
+                p[q->nlen + 1] == '"' && p[need - 1] == '"' && memcmp(p, q->name, q->nlen) == 0 &&
+                memcmp(p + q->nlen + 2, q->value, q->vlen) == 0 &&
+                !((q->nlen == 8 && memcmp(q->name, "quantile", 8) == 0) ||
+                  (q->nlen == 2 && q->name[0] == 'l' && q->name[1] == 'e'))) {
+                if (++total > tp->max_labels)
+                    return tp_fail(tp, EXPFMT_ELIMIT, "more than %zu labels in one sample", tp->max_labels);
+                if (lab_reserve(tp, lab, *n) < 0)
+                    return tp_nomem(tp);
+                (*lab)[*n].name = q->name;
+                (*lab)[*n].value = q->value;
+                keys[*n] = q->key;
+                cur[*n] = *q;
+                (*n)++;
+                p = skip_blank(p + need, e);
+                if (p >= e)
+                    return TP_EOF;
+                if (*p == ',')
+                    continue;
+                if (*p == '}')
+                    break;
+                QUOTE(qv, q->value, q->vlen);
+                return tp_fail(tp, EXPFMT_EPARSE, "unexpected end of label value %s", qv);
+            }
+            prefix = false;
+        }
         char *ln = p;
         if (!IS(*p, L1)) {
             QUOTE(q, fam->name, fam->namelen);
@@ -528,6 +580,7 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             return tp_fail(tp, EXPFMT_EPARSE, "expected '=' after label name, found %s", q);
         }
         *lend = 0;
+        uint64_t key = 0;
         if (++total > tp->max_labels)
             return tp_fail(tp, EXPFMT_ELIMIT, "more than %zu labels in one sample", tp->max_labels);
         if (!special && !exemplar) {
@@ -535,10 +588,10 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
                 return tp_nomem(tp);
             (*lab)[*n].name = ln;
             bool dup = false;
+            key = 0;
             if (*n < SET_THRESHOLD) {
                 /* compare a (length, first 7 bytes) key before strcmp: Flink's names share
                  * prefixes (task_attempt_id, task_attempt_num) */
-                uint64_t key = 0;
                 size_t kn = lnlen < 7 ? lnlen : 7;
                 if (e - ln >= 8) { /* one load; the bytes past the name are masked off */
                     memcpy(&key, ln, 8);
@@ -567,12 +620,14 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             expfmt__go_quote_rune(q, sizeof(q), (unsigned char)*p);
             return tp_fail(tp, EXPFMT_EPARSE, "expected '\"' at start of label value, found %s", q);
         }
-        char *val;
-        size_t vlen;
-        bool ascii;
+        char *val = NULL;
+        size_t vlen = 0;
+        bool ascii = false;
+        char *vq = p; /* opening quote */
         int rc = read_label_value(tp, &p, &val, &vlen, &ascii);
         if (rc)
             return rc;
+        bool raw = (size_t)(p - vq - 1) == vlen; /* no escapes */
         if (vlen > tp->max_value)
             return tp_fail(tp, EXPFMT_ELIMIT, "label value longer than %zu bytes", tp->max_value);
         if (!ascii && !expfmt__utf8_valid(val, vlen)) {
@@ -588,6 +643,8 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             sp->has = true;
             sp->raw = val;
         } else if (!exemplar) {
+            if (*n < SET_THRESHOLD)
+                cur[*n] = (struct lrec){ln, val, (uint32_t)lnlen, (uint32_t)vlen, key, raw};
             (*lab)[(*n)++].value = val;
         }
         p = skip_blank(p + 1, e);
@@ -605,6 +662,10 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
     if (p >= e)
         return TP_EOF;
     *pp = p;
+    if (!exemplar) {
+        tp->prev ^= 1;
+        tp->nprev = *n < SET_THRESHOLD ? (unsigned)*n : SET_THRESHOLD;
+    }
     return 0;
 }
 
