@@ -97,6 +97,10 @@ def test_rule_pack_and_promtool_agree(start_sluice, tmpdir_path):
     pack = os.path.join(SOURCE, "deploy/rules/flink.yml")
     rc, out = promtool(pack)
     assert rc == 0, out
+    # the pack's own unit tests (what its alerts do on Flink-shaped series) pass in Prometheus
+    p = subprocess.run([PROMTOOL, "test", "rules", "flink_test.yml"], capture_output=True, text=True,
+                       cwd=os.path.dirname(pack))
+    assert p.returncode == 0, p.stdout + p.stderr
     s = start_sluice(f"--rules.file={pack}")
     groups = requests.get(s.url + "/api/v1/rules").json()["data"]["groups"]
     assert [g["name"] for g in groups] == ["flink-recording", "flink-alerts"]
