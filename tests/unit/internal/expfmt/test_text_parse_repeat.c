@@ -1,6 +1,7 @@
 /*
- * Unit tests for the repeated-label fast path of internal/expfmt/text_parse.c (read_labels takes a
- * label byte-identical to the previous block's at the same index without re-scanning it): the
+ * Unit tests for the repeated-label and repeated-name fast paths of internal/expfmt/text_parse.c
+ * (read_labels takes a label byte-identical to the previous block's at the same index without
+ * re-scanning it; parse_sample compares the name with the previous sample's first): the
  * result must be exactly what the slow path gives, and every error the slow path finds must still
  * be found when a block starts like the previous one.
  */
@@ -154,6 +155,27 @@ static void test_repeated_special(void **state)
     assert_label(b, 1, "le", "+Inf");
 }
 
+/* The repeated-name fast path (one memcmp against the previous sample's name). */
+static void test_repeated_names(void **state)
+{
+    (void)state;
+    expfmt_result_t r;
+    arena_reset(A);
+    assert_int_equal(parse("mm 1\nm 2\nmm 3\nmmm 4\nm{a=\"1\"} 5\nm+6\nm\t7\nm:x 8\n", &r), 0);
+    assert_int_equal(r.nfamilies, 4);
+    assert_int_equal(r.nsamples, 8);
+    assert_string_equal(r.families[0].name, "mm");
+    assert_int_equal(r.families[0].nsamples, 2);
+    assert_string_equal(r.families[1].name, "m");
+    assert_int_equal(r.families[1].nsamples, 4);
+    assert_true(r.families[1].samples[2].value == 6);
+    assert_true(r.families[1].samples[3].value == 7);
+    assert_string_equal(r.families[2].name, "mmm");
+    assert_string_equal(r.families[3].name, "m:x");
+    assert_int_equal(parse("m 1\nm", &r), EXPFMT_EPARSE);
+    assert_string_equal(ERR, "text format parsing error in line 2: unexpected end of input stream");
+}
+
 /*
  * Differential: a Flink body parsed as is (consecutive samples share most labels) against the
  * same body with a separator sample between every two lines (so no block repeats its
@@ -211,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_repeated_errors),
         cmocka_unit_test(test_repeated_values),
         cmocka_unit_test(test_repeated_special),
+        cmocka_unit_test(test_repeated_names),
         cmocka_unit_test(test_flink_differential),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
