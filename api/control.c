@@ -656,12 +656,6 @@ static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev
 static void ctl_sub_closed(api_req_t *req, void *ud)
 {
     ctl_sub_t *s = ud;
-    /* libevent 2.1 detaches a started (chunked) reply from a connection that failed with EOF and
-     * leaves the request to its owner (evhttp_connection_incoming_fail: "remove it so that it
-     * will not be freed"); nobody else frees it, so we do. Belongs in the router's close
-     * callback; harmless here as long as the router does not do it too. */
-    if (!evhttp_request_get_connection(req->ev))
-        evhttp_request_free(req->ev);
     ctl_sub_unlink(&ctl.workers[s->worker], s);
     s->req = NULL;
     if (!s->replaying)
@@ -1337,6 +1331,13 @@ int api_control_register(const api_control_options_t *opt, char *err, size_t err
 fail:
     api_control_shutdown();
     return -1;
+}
+
+void api_control_state_json(const char *job, buf_t *out, void *ud)
+{
+    (void)ud;
+    if (ctl.store)
+        control_store_get_json(ctl.store, job, out);
 }
 
 void api_control_shutdown(void)

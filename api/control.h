@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "api/server.h"
+#include "internal/util/buf.h"
 #include "internal/control/control.h"
 
 typedef struct {
@@ -28,6 +29,10 @@ int api_control_register(const api_control_options_t *opt, char *err, size_t err
 /* After api_server_stop: stops the control thread and closes the store. Safe if register failed
  * or never ran. */
 void api_control_shutdown(void);
+/* Appends a job's current control state as JSON (the shape GET /api/v1/control/jobs/{job}
+ * returns; "running" at version 0 for a job never changed). Thread-safe; appends nothing before
+ * api_control_register. The signature fits api_flow_options_t.control_json (ud unused). */
+void api_control_state_json(const char *job, buf_t *out, void *ud);
 
 /* For subsystems inside the daemon (the rules' closed loop). A job's current state (RUNNING at
  * version 0 if never changed): 0 or -1 (not started, OOM). Release with control_state_free. */

@@ -600,10 +600,6 @@ static void flow_sub_end(flow_sub_t *s)
 static void flow_sub_closed(api_req_t *req, void *ud)
 {
     flow_sub_t *s = ud;
-    /* libevent 2.1 detaches a started chunked reply from a connection that failed with EOF and
-     * leaves the request to its owner; nobody else frees it (see api/control.c, same case). */
-    if (!evhttp_request_get_connection(req->ev))
-        evhttp_request_free(req->ev);
     flow_sub_unlink(&s->f->workers[s->worker], s);
     flow_sub_free(s);
 }

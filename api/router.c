@@ -381,6 +381,13 @@ void api_reply_prom_error(api_req_t *req, api_error_kind_t kind, const char *fmt
     buf_free(&b);
 }
 
+typedef struct router_drain {
+    api_req_t *req;
+    void (*drained)(api_req_t *req, void *ud);
+    void *ud;
+    struct router_drain *next, **pprev; /* the request's list of outstanding drains */
+} router_drain_t;
+
 /* The client went away while its request was parked: let the owner forget it, then free it.
  * evhttp frees its own request object after this callback. */
 static void router_park_closed(struct evhttp_connection *evcon, void *arg)
@@ -389,6 +396,17 @@ static void router_park_closed(struct evhttp_connection *evcon, void *arg)
     (void)evcon;
     if (req->park_cb_)
         req->park_cb_(req, req->park_ud_);
+    /* libevent 2.1 detaches an unfinished request from a connection that failed (EOF, timeout)
+     * and leaves it to its owner ("remove it so that it will not be freed"); when the connection
+     * is freed for other reasons the request is still attached and libevent frees it. */
+    if (!evhttp_request_get_connection(req->ev))
+        evhttp_request_free(req->ev);
+    /* Drain callbacks of chunks still being written will never run now. */
+    while (req->drains_) {
+        struct router_drain *d = req->drains_;
+        req->drains_ = d->next;
+        free(d);
+    }
     req->parked = false; /* the connection is gone: nothing to unhook */
     double secs = (double)(router_mono_ns() - req->start_ns) / 1e9;
     api__server_observe(req->worker, req->route, 499, secs);
@@ -423,11 +441,6 @@ void api_reply_stream_start(api_req_t *req, int code, const char *content_type,
     evhttp_send_reply_start(req->ev, code, code == 200 ? "OK" : NULL);
 }
 
-typedef struct {
-    api_req_t *req;
-    void (*drained)(api_req_t *req, void *ud);
-    void *ud;
-} router_drain_t;
 
 static void router_chunk_written(struct evhttp_connection *evcon, void *arg)
 {
@@ -436,6 +449,9 @@ static void router_chunk_written(struct evhttp_connection *evcon, void *arg)
     void (*fn)(api_req_t *, void *) = d->drained;
     void *ud = d->ud;
     (void)evcon;
+    *d->pprev = d->next;
+    if (d->next)
+        d->next->pprev = d->pprev;
     free(d);
     req->stream_pending_cbs_--;
     if (fn)
@@ -463,6 +479,11 @@ int api_reply_stream_chunk(api_req_t *req, const void *data, size_t len, void (*
         d->req = req;
         d->drained = drained;
         d->ud = ud;
+        d->next = req->drains_;
+        d->pprev = &req->drains_;
+        if (d->next)
+            d->next->pprev = &d->next;
+        req->drains_ = d;
         req->stream_pending_cbs_++;
         evhttp_send_reply_chunk_with_cb(req->ev, b, router_chunk_written, d);
     } else {

@@ -70,6 +70,7 @@ struct api_req {
     bool streaming_;
     int stream_code_;
     int stream_pending_cbs_;
+    struct router_drain *drains_; /* chunks written with a drain callback, not yet drained */
 };
 
 /* Registers a route. `path` ending in '*' is a prefix route. `name` labels /metrics ("push",
@@ -110,7 +111,7 @@ const char *api_error_type(api_error_kind_t kind);
 
 /* Parks the request: the handler returns without replying and answers later on this worker's
  * event base. on_close (may be NULL) is called if the client goes away first; after it, req is
- * gone. */
+ * gone (the router frees it and libevent's request; on_close must not). */
 void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), void *ud);
 
 /* Streaming replies (chunked transfer encoding: SSE, streamed remote read). start sends the status

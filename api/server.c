@@ -109,6 +109,8 @@ struct api_server {
         void *ud;
     } hooks[SERVER_MAX_HOOKS];
     int nhooks;
+    pthread_mutex_t calls_mu;
+    struct server_call *calls; /* posted with api_server_run_on, not yet run */
 };
 
 static int64_t now_ms(void)
@@ -412,6 +414,7 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
     if (s->nworkers > SERVER_MAX_WORKERS)
         s->nworkers = SERVER_MAX_WORKERS;
     server_max_connections = opt->max_connections > 0 ? opt->max_connections : INT64_MAX;
+    pthread_mutex_init(&s->calls_mu, NULL);
     return s;
 }
 
@@ -481,14 +484,27 @@ int api_server_start(api_server_t *s, char *err, size_t errlen)
     return 0;
 }
 
-typedef struct {
+/* A call posted to a worker's loop. Calls still queued when the loops stop (posted during
+ * shutdown) are freed by api_server_destroy, so every call is on a list until it ran. */
+typedef struct server_call {
     void (*fn)(void *);
     void *arg;
+    api_server_t *srv;
+    struct server_call *next, *prev;
 } server_call_t;
 
 static void server_call_cb(evutil_socket_t fd, short what, void *arg)
 {
     server_call_t *c = arg;
+    api_server_t *s = c->srv;
+    pthread_mutex_lock(&s->calls_mu);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&s->calls_mu);
     c->fn(c->arg);
     free(c);
 }
@@ -500,8 +516,22 @@ int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *
         return -1;
     c->fn = fn;
     c->arg = arg;
+    c->srv = s;
+    c->prev = NULL;
+    pthread_mutex_lock(&s->calls_mu);
+    c->next = s->calls;
+    if (s->calls)
+        s->calls->prev = c;
+    s->calls = c;
     struct timeval zero = {0, 0};
-    if (event_base_once(s->workers[worker].base, -1, EV_TIMEOUT, server_call_cb, c, &zero) != 0) {
+    int rc = event_base_once(s->workers[worker].base, -1, EV_TIMEOUT, server_call_cb, c, &zero);
+    if (rc != 0) {
+        s->calls = c->next;
+        if (c->next)
+            c->next->prev = NULL;
+    }
+    pthread_mutex_unlock(&s->calls_mu);
+    if (rc != 0) {
         free(c);
         return -1;
     }
@@ -568,6 +598,14 @@ void api_server_destroy(api_server_t *s)
             event_base_free(w->base);
     }
     free(s->workers);
+    /* Calls that never ran (posted while the loops were stopping); their events died with the
+     * bases above. */
+    while (s->calls) {
+        server_call_t *c = s->calls;
+        s->calls = c->next;
+        free(c);
+    }
+    pthread_mutex_destroy(&s->calls_mu);
     if (s->fd >= 0)
         close(s->fd);
     free(s->listen_address);

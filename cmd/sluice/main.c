@@ -278,7 +278,7 @@ int main(int argc, char **argv)
         log_error("main", "cannot load rules", LF_S("err", err));
         goto out;
     }
-    api_flow_options_t fo = {.storage = storage, .srv = srv};
+    api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json};
     flow = api_flow_new(&fo);
     if (!flow) {
         log_error("main", "out of memory");

@@ -48,7 +48,8 @@ class Sluice:
         raise RuntimeError("sluice did not become ready: " + self.read_log())
 
     def read_log(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 

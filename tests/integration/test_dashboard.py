@@ -108,7 +108,12 @@ def test_flow_hand_computed(sluice):
     assert tasks["t2"]["level"] == "ok" and tasks["t2"]["backpressure_now"] == 0.05
     assert d["lags"] == [{"name": "flink_taskmanager_job_task_operator_KafkaSourceReader_KafkaConsumer_records_lag_max",
                           "values": [None] * 4 + [150] * 46}]
-    assert d["control"] is None or d["control"]["mode"] == "running"
+    assert d["control"]["mode"] == "running" and d["control"]["version"] == 0
+    # The job's control state travels with its flow.
+    r = requests.post(sluice.url + f"/api/v1/control/jobs/{JOB}/rate-limit", json={"per_second": 500})
+    assert r.status_code == 200, r.text
+    d = get_flow(sluice.url, job=JOB, window="50s", end=str(t0 + 45))
+    assert d["control"]["mode"] == "rate_limited" and d["control"]["rate_limit_per_second"] == 500
 
 
 def test_flow_unknown_job_and_errors(sluice):
