@@ -917,6 +917,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         goto out;
     }
     label_t lbuf[MAX_LABELS_PER_SERIES];
+    bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
     if (s->o.max_series_per_request && hashset_init(&seen, n) < 0) {
         rc = STORAGE_ERR_NOMEM;
         snprintf(res->msg, sizeof(res->msg), "out of memory");
@@ -927,6 +928,24 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     for (size_t i = 0; i < n; i++) {
         labels_t ls;
         const char *why;
+        /* Senders batch many samples of one series behind one label set (remote write does):
+         * when a sample carries the very same labels as the previous one, its series is known. */
+        if (i > 0 && smp[i].labels.v == smp[i - 1].labels.v && smp[i].labels.n == smp[i - 1].labels.n &&
+            resolved_prev) {
+            refs[i] = refs[i - 1];
+            int hrc = head_check(s->head, &refs[i], smp[i].t);
+            if (hrc == HEAD_ERR_NOT_FOUND)
+                hrc = HEAD_OK;
+            if (hrc != HEAD_OK) {
+                int code = head_to_storage_err(hrc);
+                fail(res, i, code, err_text(code), &smp[i].labels);
+                continue;
+            }
+            ok[i] = 1;
+            ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
+            continue;
+        }
+        resolved_prev = false;
         if (normalize(&smp[i].labels, lbuf, &ls, &why) < 0) {
             atomic_fetch_add(&s->rejected_labels, 1);
             fail(res, i, STORAGE_ERR_BAD_LABELS, why, &smp[i].labels);
@@ -984,6 +1003,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
                 memcpy(w->labels.v, ls.v, sizeof(label_t) * ls.n);
             }
         }
+        resolved_prev = true;
         hrc = head_check(s->head, &refs[i], smp[i].t);
         if (hrc == HEAD_ERR_NOT_FOUND)
             hrc = HEAD_OK; /* swept meanwhile: recreated at apply time below */

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal/labels/matcher.h"
 #include "internal/util/log.h"
 #include "storage/storage.h"
 
@@ -431,6 +432,65 @@ static void test_state_clients(void **state)
     storage_close(s);
 }
 
+/* Many samples of one series behind one label array (as remote write sends them) resolve the
+ * series once; their errors are still reported per sample. */
+static void test_shared_label_arrays(void **state)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    char err[128];
+    storage_t *s = storage_open(&o, err, sizeof(err));
+    assert_non_null(s);
+    int64_t t0 = fake_now - 600000;
+    label_t a[] = {{"job", "r"}, {"__name__", "shared"}}; /* unsorted on purpose */
+    label_t b[] = {{"__name__", "other"}};
+    storage_sample_t batch[] = {
+        {.labels = {a, 2}, .t = t0, .v = 1},
+        {.labels = {a, 2}, .t = t0 + 1000, .v = 2},
+        {.labels = {a, 2}, .t = t0 + 2000, .v = 3},
+        {.labels = {b, 1}, .t = t0, .v = 9},
+        {.labels = {a, 2}, .t = t0 + 3000, .v = 4}, /* same series again after another */
+    };
+    storage_append_result_t r;
+    assert_int_equal(storage_append(s, batch, 5, &r), STORAGE_OK);
+    assert_int_equal(r.accepted, 5);
+    /* A cached sample that is too old for its series is refused on its own. */
+    storage_sample_t late[] = {
+        {.labels = {a, 2}, .t = t0 + 4000, .v = 5},
+        {.labels = {a, 2}, .t = t0 - 5000, .v = 0},
+    };
+    assert_int_equal(storage_append(s, late, 2, &r), STORAGE_ERR_OUT_OF_ORDER);
+    assert_int_equal(r.accepted, 1);
+    assert_int_equal(r.first_failed, 1);
+    /* Everything landed in one series. */
+    querier_t *q = storage_querier(s);
+    char merr[128];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", "shared", merr, sizeof(merr));
+    assert_non_null(m);
+    const matcher_t *ms[] = {m};
+    querier_set_t *set = querier_select(q, ms, 1, t0 - 1, t0 + 10000, NULL);
+    const querier_series_t *ser = querier_set_next(set);
+    assert_non_null(ser);
+    querier_iter_t it;
+    querier_iter_init(&it, ser, t0 - 1, t0 + 10000);
+    int64_t t;
+    double v, sum = 0;
+    int count = 0;
+    while (querier_iter_next(&it, &t, &v)) {
+        sum += v;
+        count++;
+    }
+    assert_int_equal(count, 5);
+    assert_true(sum == 15);
+    assert_null(querier_set_next(set));
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m);
+    storage_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_series_ids_stable),
         cmocka_unit_test(test_series_per_request_distinct),
         cmocka_unit_test(test_state_clients),
+        cmocka_unit_test(test_shared_label_arrays),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
