@@ -6,7 +6,6 @@
  *   GET      /api/v1/label/<name>/values               label values by match[]
  *   GET|POST /api/v1/query_exemplars                   (sluice keeps no exemplars: always [])
  *   GET|POST /api/v1/format_query                      PromQL pretty-printer
- *   GET      /api/v1/rules, /api/v1/alerts             empty until sluice has rules
  *   GET      /api/v1/status/config                     the effective settings as YAML
  *
  * Parameters, error messages, status codes and JSON bytes follow Prometheus 2.42 (checked against
