@@ -963,14 +963,23 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
             rc = STORAGE_ERR_LIMIT;
             goto out;
         }
-        uint64_t id;
-        pthread_mutex_lock(&s->known_lock);
-        bool known = idmap_get(&s->known, hash, &id);
-        pthread_mutex_unlock(&s->known_lock);
-        if (!known)
-            id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
-        bool created;
-        int hrc = head_get_or_create(s->head, &ls, hash, id, &refs[i], &created);
+        /* Most samples belong to series already in memory: find those through the sharded index
+         * alone; the id map (one mutex) is only needed to create a series. */
+        index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
+        int hrc = HEAD_OK;
+        bool created = false, known = true;
+        if (existing) {
+            refs[i] = index_series_ref(existing);
+            index_release(head_index(s->head), existing);
+        } else {
+            uint64_t id;
+            pthread_mutex_lock(&s->known_lock);
+            known = idmap_get(&s->known, hash, &id);
+            pthread_mutex_unlock(&s->known_lock);
+            if (!known)
+                id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
+            hrc = head_get_or_create(s->head, &ls, hash, id, &refs[i], &created);
+        }
         if (hrc != HEAD_OK) {
             if (hrc == HEAD_ERR_LIMIT)
                 atomic_fetch_add(&s->rejected_max_series, 1);
