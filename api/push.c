@@ -100,8 +100,8 @@ static int push_base64_decode(const char *in, arena_t *a, char **out, char *err,
 }
 
 /* Parses "/metrics/job[@base64]/<job>{/<name>[@base64]/<value>}" into grouping labels (job
- * included). 0, or -1 with a Pushgateway-style message. */
-static int push_parse_path(const char *path, arena_t *a, labels_t *out, char *err, size_t errlen)
+ * included). 0, or -1 with a Pushgateway-style message. Not static: tests/fuzz reaches it. */
+int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err, size_t errlen)
 {
     static const char prefix[] = "/metrics/";
     if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
@@ -350,7 +350,7 @@ static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
 {
     char err[2048];
     labels_t grouping;
-    if (push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
+    if (api__push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
         api_reply_text(req, 400, "%s\n", err);
         return;
     }
@@ -407,7 +407,7 @@ static void push_handle_delete(api_push_t *p, api_req_t *req)
 {
     char err[1024];
     labels_t grouping;
-    if (push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
+    if (api__push_parse_path(req->path, req->arena, &grouping, err, sizeof(err)) != 0) {
         api_reply_text(req, 400, "%s\n", err);
         return;
     }

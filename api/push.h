@@ -40,4 +40,9 @@ void api_push_stop(api_push_t *p);
 void api_push_free(api_push_t *p);
 push_registry_t *api_push_registry(api_push_t *p);
 
+/* Internal (exposed for tests/fuzz): "/metrics/job[@base64]/<job>{/<name>[@base64]/<value>}" ->
+ * grouping labels, job included, sorted by name; strings in arena a. 0, or -1 with a
+ * Pushgateway-style message in err (nothing written for a path outside /metrics/). */
+int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err, size_t errlen);
+
 #endif
