@@ -4,7 +4,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_ARGS ?=
 
-.PHONY: deps build build-release build-asan run test bench conformance clean
+.PHONY: deps build build-release build-asan run test bench conformance clean fuzz tsan
 
 deps:
 	@./deploy/install-deps.sh
@@ -35,6 +35,17 @@ bench: build-release
 PROMQL_TESTS ?= ../shared/conformance/promql-2.42
 conformance: build-release
 	@./$(BUILD)/tests/tools/promql_test -q $(PROMQL_TESTS) tests/promql
+
+# libFuzzer targets (tests/fuzz/, clang) in build-fuzz, each run for FUZZ_SECONDS; `make test`
+# runs a short pass of the same (ctest fuzz/short). Reproducers land in build-fuzz/artifacts/.
+FUZZ_SECONDS ?= 30
+fuzz: deps
+	@tests/fuzz/run.sh --build build-fuzz --seconds $(FUZZ_SECONDS) --jobs $(JOBS)
+
+# ThreadSanitizer build in build-tsan: the concurrency tests (unit tests of the threaded
+# subsystems and one daemon test), see tests/tsan.sh.
+tsan: deps
+	@tests/tsan.sh build-tsan $(JOBS)
 
 clean:
 	rm -rf $(BUILD)

@@ -9,13 +9,20 @@ PKGS=(
   # libraries (pkg-config names in CMakeLists.txt)
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
   libcmocka-dev libpcre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev
+  # fuzzing (make fuzz, ctest fuzz/short): clang and its libFuzzer/sanitizer runtimes
+  clang libclang-rt-14-dev
   # tests and tools
   python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
-  # the dashboard's browser test (tests/integration/test_dashboard_browser.py)
+  # the dashboard's browser test (tests/integration/test_dashboard_browser.py): Debian's chromium
+  # driven by playwright-core, which the test installs from tests/browser/package-lock.json (npm ci)
   chromium
   # real peers the integration tests and benchmarks start
   prometheus prometheus-pushgateway victoria-metrics prometheus-alertmanager
 )
+# node and npm for that test. Only when the commands are missing: a nodejs from elsewhere (e.g.
+# NodeSource's, which bundles npm and conflicts with Debian's npm package) is left alone.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 
 missing=()
 for p in "${PKGS[@]}"; do
