@@ -1,0 +1,437 @@
+/*
+ * httpc — blocking HTTP/1.1 client with one kept-alive connection per httpc_conn_t (contract in
+ * httpc.h). Non-blocking sockets + poll() give every call one deadline.
+ *
+ * Response reading: status line and headers (at most 64 KiB), then the body framed by
+ * Content-Length, by chunked transfer coding, or by the connection's end. The connection is
+ * kept when the response was fully read and the peer did not say "Connection: close".
+ */
+#include "api/httpc.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HTTPC_MAX_HEADER (64 * 1024)
+
+struct httpc_conn {
+    httpc_url_t u;
+    int fd;
+    /* bytes received past the current response (none expected without pipelining) */
+    buf_t in;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (strncmp(url, "https://", 8) == 0) {
+        snprintf(err, errlen, "https is not supported (%s): use a local TLS proxy, see docs/deploy.md", url);
+        return -1;
+    }
+    if (strncmp(url, "http://", 7) != 0) {
+        snprintf(err, errlen, "URL must start with http:// (%s)", url);
+        return -1;
+    }
+    const char *p = url + 7;
+    const char *slash = strchr(p, '/');
+    size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+    if (hl == 0 || hl >= sizeof(out->hostport)) {
+        snprintf(err, errlen, "invalid host in URL %s", url);
+        return -1;
+    }
+    memcpy(out->hostport, p, hl);
+    const char *hp = out->hostport;
+    const char *colon;
+    if (hp[0] == '[') { /* [v6]:port */
+        const char *rb = strchr(hp, ']');
+        if (!rb || (size_t)(rb - hp - 1) >= sizeof(out->host)) {
+            snprintf(err, errlen, "invalid host in URL %s", url);
+            return -1;
+        }
+        memcpy(out->host, hp + 1, (size_t)(rb - hp - 1));
+        colon = rb[1] == ':' ? rb + 1 : NULL;
+    } else {
+        colon = strrchr(hp, ':');
+        size_t n = colon ? (size_t)(colon - hp) : strlen(hp);
+        if (n == 0 || n >= sizeof(out->host)) {
+            snprintf(err, errlen, "invalid host in URL %s", url);
+            return -1;
+        }
+        memcpy(out->host, hp, n);
+    }
+    if (colon) {
+        if (!colon[1] || strlen(colon + 1) >= sizeof(out->port) || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+            snprintf(err, errlen, "invalid port in URL %s", url);
+            return -1;
+        }
+        snprintf(out->port, sizeof(out->port), "%s", colon + 1);
+    } else {
+        snprintf(out->port, sizeof(out->port), "80");
+    }
+    const char *path = slash ? slash : "/";
+    if (strlen(path) >= sizeof(out->path)) {
+        snprintf(err, errlen, "URL path too long");
+        return -1;
+    }
+    snprintf(out->path, sizeof(out->path), "%s", path);
+    return 0;
+}
+
+httpc_conn_t *httpc_conn_new(const httpc_url_t *u)
+{
+    httpc_conn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->u = *u;
+    c->fd = -1;
+    buf_init(&c->in);
+    return c;
+}
+
+static void conn_close(httpc_conn_t *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    buf_reset(&c->in);
+}
+
+void httpc_conn_free(httpc_conn_t *c)
+{
+    if (!c)
+        return;
+    conn_close(c);
+    buf_free(&c->in);
+    free(c);
+}
+
+void httpc_response_init(httpc_response_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    buf_init(&r->body);
+    r->retry_after_ms = -1;
+}
+
+void httpc_response_free(httpc_response_t *r) { buf_free(&r->body); }
+
+static int wait_fd(int fd, short ev, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = ev};
+        int r = poll(&p, 1, (int)(left > 1000000 ? 1000000 : left));
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+static int conn_open(httpc_conn_t *c, int64_t deadline, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int rc = getaddrinfo(c->u.host, c->u.port, &hints, &ai);
+    if (rc != 0) {
+        snprintf(err, errlen, "resolve %s: %s", c->u.host, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
+        fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, p->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (connect(fd, p->ai_addr, p->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            snprintf(err, errlen, "connect %s: %s", c->u.hostport, strerror(errno));
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
+        if (wait_fd(fd, POLLOUT, deadline) != 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr) {
+            snprintf(err, errlen, "connect %s: %s", c->u.hostport, soerr ? strerror(soerr) : "timeout");
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        return -1;
+    c->fd = fd;
+    return 0;
+}
+
+static int send_all(int fd, const char *p, size_t n, int64_t deadline)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (wait_fd(fd, POLLOUT, deadline) != 0)
+                    return -1;
+                continue;
+            }
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads more into c->in. 1 = got bytes, 0 = peer closed, -1 = error/timeout. */
+static int fill(httpc_conn_t *c, int64_t deadline)
+{
+    buf_reserve(&c->in, 16384);
+    for (;;) {
+        ssize_t r = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len - 1, 0);
+        if (r > 0) {
+            c->in.len += (size_t)r;
+            c->in.data[c->in.len] = 0;
+            return 1;
+        }
+        if (r == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        if (wait_fd(c->fd, POLLIN, deadline) != 0)
+            return -1;
+    }
+}
+
+static void consume(buf_t *b, size_t n)
+{
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+    if (b->cap)
+        b->data[b->len] = 0;
+}
+
+static void keep_body(httpc_response_t *r, const char *p, size_t n, size_t max_body)
+{
+    if (r->body.len < max_body)
+        buf_append(&r->body, p, n < max_body - r->body.len ? n : max_body - r->body.len);
+}
+
+static int64_t parse_retry_after(const char *v)
+{
+    while (*v == ' ')
+        v++;
+    if (*v >= '0' && *v <= '9') {
+        long long s = strtoll(v, NULL, 10);
+        return s < 0 ? -1 : (int64_t)s * 1000;
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = strptime(v, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    if (!end)
+        return -1;
+    time_t at = timegm(&tm);
+    time_t now = time(NULL);
+    return at > now ? (int64_t)(at - now) * 1000 : 0;
+}
+
+/* Reads one response. *started is set once a byte arrived. 0 ok, -1 error (err set). */
+static int read_response(httpc_conn_t *c, int64_t deadline, size_t max_body, httpc_response_t *r, bool *started,
+                         bool *keep, char *err, size_t errlen)
+{
+    char *eoh;
+    while (!c->in.len || !(eoh = strstr(c->in.data, "\r\n\r\n"))) {
+        if (c->in.len > HTTPC_MAX_HEADER) {
+            snprintf(err, errlen, "response headers too large");
+            return -1;
+        }
+        int f = fill(c, deadline);
+        if (f <= 0) {
+            snprintf(err, errlen, "%s from %s", f == 0 ? "connection closed" : (errno ? strerror(errno) : "timeout"),
+                     c->u.hostport);
+            return -1;
+        }
+        *started = true;
+    }
+    size_t hlen = (size_t)(eoh - c->in.data) + 4;
+    *eoh = 0;
+    int minor = 1, status = 0;
+    if (sscanf(c->in.data, "HTTP/1.%d %d", &minor, &status) != 2 || status < 100) {
+        snprintf(err, errlen, "bad status line from %s", c->u.hostport);
+        return -1;
+    }
+    r->status = status;
+    *keep = minor >= 1;
+    long long clen = -1;
+    bool chunked = false;
+    for (char *line = strstr(c->in.data, "\r\n"); line; line = strstr(line, "\r\n")) {
+        line += 2;
+        char *colon = strchr(line, ':');
+        char *eol = strstr(line, "\r\n");
+        if (!colon || (eol && colon > eol))
+            continue;
+        size_t nl = (size_t)(colon - line);
+        char val[256];
+        size_t vl = eol ? (size_t)(eol - colon - 1) : strlen(colon + 1);
+        if (vl >= sizeof(val))
+            vl = sizeof(val) - 1;
+        memcpy(val, colon + 1, vl);
+        val[vl] = 0;
+        char *v = val;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        if (nl == 14 && strncasecmp(line, "Content-Length", nl) == 0)
+            clen = strtoll(v, NULL, 10);
+        else if (nl == 17 && strncasecmp(line, "Transfer-Encoding", nl) == 0)
+            chunked = strcasestr(v, "chunked") != NULL;
+        else if (nl == 10 && strncasecmp(line, "Connection", nl) == 0) {
+            if (strcasestr(v, "close"))
+                *keep = false;
+        } else if (nl == 11 && strncasecmp(line, "Retry-After", nl) == 0)
+            r->retry_after_ms = parse_retry_after(v);
+        else if (nl == 12 && strncasecmp(line, "Content-Type", nl) == 0)
+            snprintf(r->content_type, sizeof(r->content_type), "%.127s", v);
+    }
+    consume(&c->in, hlen);
+    if (status == 204 || status == 304 || (status >= 100 && status < 200))
+        return 0;
+    if (chunked) {
+        for (;;) {
+            char *crlf;
+            while (!c->in.len || !(crlf = strstr(c->in.data, "\r\n"))) {
+                if (fill(c, deadline) <= 0)
+                    goto short_body;
+            }
+            unsigned long long sz = strtoull(c->in.data, NULL, 16);
+            consume(&c->in, (size_t)(crlf - c->in.data) + 2);
+            if (sz == 0) {
+                /* trailers end with an empty line */
+                while (!c->in.len || !(crlf = strstr(c->in.data, "\r\n"))) {
+                    if (fill(c, deadline) <= 0)
+                        goto short_body;
+                }
+                if (crlf == c->in.data) {
+                    consume(&c->in, 2);
+                    return 0;
+                }
+                consume(&c->in, (size_t)(crlf - c->in.data) + 2);
+                continue;
+            }
+            unsigned long long left = sz + 2;
+            while (left) {
+                if (!c->in.len && fill(c, deadline) <= 0)
+                    goto short_body;
+                size_t take = c->in.len < left ? c->in.len : (size_t)left;
+                size_t data = left > 2 ? (size_t)(left - 2 < take ? left - 2 : take) : 0;
+                keep_body(r, c->in.data, data, max_body);
+                consume(&c->in, take);
+                left -= take;
+            }
+        }
+    }
+    if (clen >= 0) {
+        unsigned long long left = (unsigned long long)clen;
+        while (left) {
+            if (!c->in.len && fill(c, deadline) <= 0)
+                goto short_body;
+            size_t take = c->in.len < left ? c->in.len : (size_t)left;
+            keep_body(r, c->in.data, take, max_body);
+            consume(&c->in, take);
+            left -= take;
+        }
+        return 0;
+    }
+    /* Body until the connection closes. */
+    *keep = false;
+    for (;;) {
+        if (c->in.len) {
+            keep_body(r, c->in.data, c->in.len, max_body);
+            buf_reset(&c->in);
+        }
+        int f = fill(c, deadline);
+        if (f == 0)
+            return 0;
+        if (f < 0)
+            goto short_body;
+    }
+short_body:
+    snprintf(err, errlen, "response body cut short by %s", c->u.hostport);
+    return -1;
+}
+
+int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
+               size_t max_body, httpc_response_t *resp, char *err, size_t errlen)
+{
+    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 30000);
+    buf_t req = BUF_INIT;
+    buf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice\r\nContent-Length: %zu\r\n%s\r\n",
+               c->u.path, c->u.hostport, len, headers ? headers : "");
+    int rc = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool reused = c->fd >= 0;
+        if (!reused && conn_open(c, deadline, err, errlen) != 0)
+            break;
+        buf_reset(&resp->body);
+        resp->status = 0;
+        resp->retry_after_ms = -1;
+        resp->content_type[0] = 0;
+        bool started = false, keep = false;
+        if (send_all(c->fd, req.data, req.len, deadline) != 0 || send_all(c->fd, body, len, deadline) != 0) {
+            snprintf(err, errlen, "send to %s: %s", c->u.hostport, errno ? strerror(errno) : "timeout");
+            conn_close(c);
+            if (reused)
+                continue;
+            break;
+        }
+        if (read_response(c, deadline, max_body, resp, &started, &keep, err, errlen) != 0) {
+            conn_close(c);
+            if (reused && !started)
+                continue; /* a kept connection the peer had closed */
+            break;
+        }
+        if (!keep)
+            conn_close(c);
+        rc = 0;
+        break;
+    }
+    buf_free(&req);
+    return rc;
+}
+
+void httpc_base64(buf_t *out, const void *data, size_t len)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const uint8_t *p = data;
+    size_t i = 0;
+    for (; i + 2 < len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], tab[v & 63]};
+        buf_append(out, q, 4);
+    }
+    if (len - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], '=', '='};
+        buf_append(out, q, 4);
+    } else if (len - i == 2) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], '='};
+        buf_append(out, q, 4);
+    }
+}

@@ -1,0 +1,56 @@
+/*
+ * httpc — a small blocking HTTP/1.1 client for sluice's outgoing protocol calls: remote write to
+ * a distributed TSDB (api/forward) and remote read from it (api/remote_fallback).
+ *
+ * One httpc_conn_t is one keep-alive connection to one host, used by one thread at a time. A
+ * request on a kept connection that the peer has closed meanwhile is retried once on a fresh
+ * connection (only when no byte of a response had arrived, so a request is never duplicated by
+ * the client itself beyond what a dropped connection already implies).
+ *
+ * Plain http:// only: TLS is out of scope (docs/deploy.md shows a local TLS-terminating sidecar).
+ * Every call is bounded by its timeout (connect, send and receive together).
+ */
+#ifndef SLUICE_API_HTTPC_H
+#define SLUICE_API_HTTPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/util/buf.h"
+
+typedef struct {
+    char host[256];
+    char port[8];
+    char path[2048];    /* path and query, starting with '/' */
+    char hostport[272]; /* for the Host header */
+} httpc_url_t;
+
+/* Parses http://host[:port][/path]. Returns 0, or -1 with a message (https:// is refused). */
+int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen);
+
+typedef struct httpc_conn httpc_conn_t;
+
+/* NULL on OOM. The URL is copied. */
+httpc_conn_t *httpc_conn_new(const httpc_url_t *u);
+void httpc_conn_free(httpc_conn_t *c);
+
+typedef struct {
+    int status;
+    int64_t retry_after_ms; /* Retry-After in ms (delta-seconds or HTTP-date), -1 if absent */
+    buf_t body;             /* up to max_body bytes of the body (the rest is read and dropped) */
+    char content_type[128];
+} httpc_response_t;
+
+void httpc_response_init(httpc_response_t *r);
+void httpc_response_free(httpc_response_t *r);
+
+/* POSTs body to the connection's URL path. headers: extra "Name: value\r\n" lines (may be NULL).
+ * Returns 0 with resp filled (any status), or -1 with a message for a network error or timeout
+ * (the connection is closed then). */
+int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
+               size_t max_body, httpc_response_t *resp, char *err, size_t errlen);
+
+/* Standard base64 (RFC 4648, with padding), for basic auth. */
+void httpc_base64(buf_t *out, const void *data, size_t len);
+
+#endif
