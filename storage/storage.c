@@ -148,6 +148,9 @@ struct storage {
         rejected_max_series;
     _Atomic int64_t last_snapshot_duration_ms;
 
+    storage_wal_hold_fn wal_hold; /* see storage_set_wal_hold */
+    void *wal_hold_ud;
+
     storage_state_client_t clients[256];
     bool has_client[256];
     bool recover_started;
@@ -503,6 +506,24 @@ int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, 
     return STORAGE_OK;
 }
 
+const char *storage_wal_dir(const storage_t *s) { return s->path ? s->wal_dir : NULL; }
+
+int storage_set_wal_hold(storage_t *s, storage_wal_hold_fn fn, void *ud)
+{
+    if (s->recover_started || !fn)
+        return -1;
+    s->wal_hold = fn;
+    s->wal_hold_ud = ud;
+    return STORAGE_OK;
+}
+
+int storage_series_labels(storage_t *s, uint64_t id, arena_t *a, labels_t *out)
+{
+    if (!s->cat)
+        return 1;
+    return catalog_get_labels(s->cat, id, a, out);
+}
+
 int storage_recover(storage_t *s, char *err, size_t errlen)
 {
     s->recover_started = true;
@@ -722,7 +743,13 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
         return STORAGE_ERR_IO;
     }
     char terr[256];
-    if (wal_truncate_before(s->wal, seg, terr, sizeof(terr)) != WAL_OK)
+    uint32_t keep = seg;
+    if (s->wal_hold) {
+        uint32_t h = s->wal_hold(s->wal_hold_ud);
+        if (h && h < keep)
+            keep = h; /* a WAL reader (remote write) still needs these */
+    }
+    if (wal_truncate_before(s->wal, keep, terr, sizeof(terr)) != WAL_OK)
         log_warn("storage", "old WAL segments not removed", LF_S("err", terr));
     if (s->cat && !s->rollup)
         catalog_flush(s->cat);

@@ -171,6 +171,22 @@ int storage_register_state(storage_t *s, uint8_t type, const storage_state_clien
  * STORAGE_ERR_LIMIT if len is too large for one WAL record (64 MiB). err may be NULL. */
 int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, char *err, size_t errlen);
 
+/* ---- WAL readers (the remote-write sender, api/forward) -------------------------------------
+ *
+ * A reader follows <path>/wal with storage/wal_watch.h. Because every snapshot deletes the
+ * segments it covers, a reader that is behind registers a hold: after a snapshot, segments
+ * numbered >= hold(ud) are kept (hold returns 0 for "no hold"). The hold is asked for on every
+ * snapshot, from the snapshotting thread, outside the store's locks. */
+typedef uint32_t (*storage_wal_hold_fn)(void *ud);
+
+/* The WAL directory, or NULL for a memory-only store. */
+const char *storage_wal_dir(const storage_t *s);
+/* Call between storage_new and storage_recover (one hold per store). Returns STORAGE_OK or -1. */
+int storage_set_wal_hold(storage_t *s, storage_wal_hold_fn fn, void *ud);
+/* Labels of a series id (from the catalog, queued rows included), copied into a. Returns 0, 1 if
+ * the id is unknown (or the store is memory-only), -1 on error. */
+int storage_series_labels(storage_t *s, uint64_t id, arena_t *a, labels_t *out);
+
 /* For tests and tools: the head. */
 head_t *storage_head(storage_t *s);
 

@@ -75,6 +75,15 @@ static const config_option_t config_options[] = {
     {"alertmanager.url", OPT_LIST, OFF(alertmanager_urls), "", "Alertmanager base URL to send alerts to, e.g. http://127.0.0.1:9093 (repeatable).", NULL},
     {"alertmanager.notification-queue-capacity", OPT_INT, OFF(alertmanager_queue_capacity), "10000", "Alerts queued for Alertmanager; beyond it the oldest are dropped.", NULL},
     {"alertmanager.timeout", OPT_DURATION, OFF(alertmanager_timeout_ms), "10s", "Timeout of one post to an Alertmanager (failed posts are retried with backoff).", NULL},
+    {"remote-write.url", OPT_LIST, OFF(remote_write_urls), "", "Remote-write 1.0 receiver to forward every accepted sample to (repeatable): URL, then optional space-separated name=, header=Name:value, basic-auth-username=, basic-auth-password-file=, bearer-token-file=, retry-on-429= (docs/deploy.md).", NULL},
+    {"external-label", OPT_LIST, OFF(external_labels), "", "name=value label added to every forwarded series that lacks it (repeatable).", NULL},
+    {"remote-write.shards", OPT_INT, OFF(remote_write_shards), "4", "Concurrent senders per remote-write target.", NULL},
+    {"remote-write.max-samples-per-send", OPT_INT, OFF(remote_write_max_samples_per_send), "2000", "Most samples in one remote-write request.", NULL},
+    {"remote-write.timeout", OPT_DURATION, OFF(remote_write_timeout_ms), "30s", "Timeout of one remote-write request.", NULL},
+    {"remote-write.min-backoff", OPT_DURATION, OFF(remote_write_min_backoff_ms), "30ms", "First retry delay after a 5xx or network error (doubles per retry).", NULL},
+    {"remote-write.max-backoff", OPT_DURATION, OFF(remote_write_max_backoff_ms), "5s", "Longest retry delay.", NULL},
+    {"remote-write.retry-on-http-429", OPT_BOOL, OFF(remote_write_retry_on_429), "false", "Retry batches answered 429 (honouring Retry-After) instead of dropping them.", NULL},
+    {"remote-write.wal-max-hold", OPT_DURATION, OFF(remote_write_wal_max_hold_ms), "24h", "Keep WAL segments that are not yet forwarded at most this long (0 = until sent; the disk may fill).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},
     {"log.format", OPT_STRING, OFF(log_format), "logfmt", "Log format: logfmt or json.", log_formats},
 };
@@ -304,6 +313,11 @@ int config_validate(const config_t *c, char *err, size_t errlen)
     }
     if (c->wal_fsync_interval_ms < 1 || c->wal_fsync_interval_ms > 60000) {
         snprintf(err, errlen, "--wal.fsync-interval must be between 1ms and 1m");
+        return -1;
+    }
+    if (c->remote_write_shards < 1 || c->remote_write_shards > 256 || c->remote_write_max_samples_per_send < 1 ||
+        c->remote_write_max_samples_per_send > 1000000) {
+        snprintf(err, errlen, "--remote-write.shards must be 1..256 and --remote-write.max-samples-per-send 1..1000000");
         return -1;
     }
     if (c->query_max_concurrency < 1 || c->query_max_concurrency > 1024) {

@@ -60,6 +60,16 @@ typedef struct {
     char *alertmanager_urls;    /* repeatable: '\n'-joined */
     int64_t alertmanager_queue_capacity;
     int64_t alertmanager_timeout_ms;
+    /* remote write sender (api/forward) */
+    char *remote_write_urls;    /* repeatable: '\n'-joined "URL [key=value ...]" */
+    char *external_labels;      /* repeatable: '\n'-joined name=value */
+    int64_t remote_write_shards;
+    int64_t remote_write_max_samples_per_send;
+    int64_t remote_write_timeout_ms;
+    int64_t remote_write_min_backoff_ms;
+    int64_t remote_write_max_backoff_ms;
+    bool remote_write_retry_on_429;
+    int64_t remote_write_wal_max_hold_ms;
     /* logging */
     char *log_level;
     char *log_format;

@@ -21,6 +21,7 @@
 
 #include "api/control.h"
 #include "api/flow.h"
+#include "api/forward.h"
 #include "api/push.h"
 #include "api/remote.h"
 #include "api/query.h"
@@ -189,6 +190,7 @@ int main(int argc, char **argv)
     storage_t *storage = NULL;
     api_push_t *push = NULL;
     api_flow_t *flow = NULL;
+    api_forward_t *forward = NULL;
     api_remote_t *remote = NULL;
     api_query_t *query = NULL;
     buf_t config_yaml = BUF_INIT;
@@ -289,6 +291,22 @@ int main(int argc, char **argv)
     metrics_register("process", main_process_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
     metrics_register("storage", main_storage_metrics, storage);
+    /* Remote-write sender: before recovery, so its WAL hold protects unsent segments from the first
+     * snapshot on. */
+    api_forward_options_t fwo = {
+        .storage = storage, .data_dir = cfg.storage_path, .targets = cfg.remote_write_urls,
+        .external_labels = cfg.external_labels, .shards = (uint32_t)cfg.remote_write_shards,
+        .max_samples_per_send = (uint32_t)cfg.remote_write_max_samples_per_send,
+        .timeout_ms = cfg.remote_write_timeout_ms, .min_backoff_ms = cfg.remote_write_min_backoff_ms,
+        .max_backoff_ms = cfg.remote_write_max_backoff_ms, .retry_on_429 = cfg.remote_write_retry_on_429,
+        .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms};
+    forward = api_forward_new(&fwo, err, sizeof(err));
+    if (!forward && err[0]) {
+        log_error("main", "bad remote-write settings", LF_S("err", err));
+        goto out;
+    }
+    if (forward)
+        metrics_register("remote_write", api_forward_write_metrics, forward);
 
     if (api_server_start(srv, err, sizeof(err)) != 0) {
         log_error("main", "cannot start the HTTP server", LF_S("err", err));
@@ -301,6 +319,10 @@ int main(int argc, char **argv)
     if (storage_recover(storage, err, sizeof(err)) != 0) {
         log_error("main", "storage recovery failed", LF_S("err", err));
         api_server_stop(srv, 0);
+        goto out;
+    }
+    if (forward && api_forward_start(forward, err, sizeof(err)) != 0) {
+        log_error("main", "cannot start remote write", LF_S("err", err));
         goto out;
     }
     if (api_push_start(push) != 0) {
@@ -325,6 +347,7 @@ int main(int argc, char **argv)
     api_server_stop(srv, cfg.shutdown_timeout_ms);
     api_rules_shutdown(); /* before storage closes; its closed loop waits on the control thread */
     api_push_stop(push);
+    api_forward_stop(forward); /* saves positions; the final snapshot keeps what is unsent */
     storage_close(storage); /* final snapshot: a clean restart loses nothing */
     storage = NULL;
     event_free(ev_term);
@@ -340,7 +363,9 @@ out:
     api_server_destroy(srv);
     api_push_free(push);
     api_remote_free(remote);
+    api_forward_stop(forward);
     storage_close(storage);
+    api_forward_free(forward); /* after storage_close: the final snapshot asked its WAL hold */
     if (base)
         event_base_free(base);
     api_routes_clear();
