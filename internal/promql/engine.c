@@ -119,7 +119,7 @@ static void mat_push(pq_ctx_t *c, pq_mat_t *m, labels_t metric, const promql_poi
         m->v = ns;
         m->cap = nc;
     }
-    m->v[m->n++] = (pq_mseries_t){metric, p, n};
+    m->v[m->n++] = (pq_mseries_t){metric, p, n, 0};
     pq_count_samples(c, (int64_t)n);
 }
 
@@ -431,6 +431,7 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             memcpy(ss->pts, tmp, np * sizeof(promql_point_t));
             ss->n = np;
             ss->has_stale = stale;
+            ss->rollup_until = qs->rollup_until;
         }
         free(tmp);
         const char *qerr = querier_set_error(set);
@@ -515,6 +516,7 @@ static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
             n = k;
         }
         mat_push(c, &r.mat, s->metric, p, n);
+        r.mat.v[r.mat.n - 1].rollup_until = s->rollup_until;
     }
     return r;
 }
@@ -1014,6 +1016,7 @@ static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
             if (m->v[i].n == 0)
                 continue;
             double v;
+            fc.rollup_until = m->v[i].rollup_until;
             if (!f->mfn(c, &fc, m->v[i].pts, m->v[i].n, &v))
                 continue;
             labels_t ls = f->keep_name ? m->v[i].metric : pq_labels_drop_name(c, m->v[i].metric);

@@ -25,6 +25,7 @@ typedef struct {
     labels_t metric;
     const promql_point_t *pts;
     size_t n;
+    int64_t rollup_until; /* points before it are roll-up buckets (storage/querier.h), else 0 */
 } pq_mseries_t;
 
 typedef struct {
@@ -50,6 +51,7 @@ typedef struct {
     promql_point_t *pts; /* all samples incl. stale markers, time ordered */
     size_t n;
     bool has_stale;
+    int64_t rollup_until; /* points before it are roll-up buckets (storage/querier.h), else 0 */
 } pq_sseries_t;
 
 typedef struct {
@@ -105,6 +107,7 @@ typedef struct {
     int64_t range_ms; /* matrix argument's range */
     int64_t win_end;  /* matrix argument's window end (t - offset, or @ - offset) */
     double sargs[4];  /* scalar arguments by position */
+    int64_t rollup_until; /* of the series a range-vector function is applied to (0: all raw) */
 } pq_fcall_t;
 
 /* Range-vector function applied to one series' window (n >= 1); false: no output. */

@@ -249,8 +249,13 @@ static bool f_avg_ot(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point_t *p,
 
 static bool f_count_ot(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point_t *p, size_t n, double *o)
 {
-    (void)c, (void)fc, (void)p;
-    *o = (double)n;
+    (void)c;
+    /* A roll-up sample stands for a bucket: for count_over_time the querier gives it the
+     * bucket's sample count as its value (storage/querier.h), so those count by value. */
+    double count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += p[i].t < fc->rollup_until ? p[i].v : 1;
+    *o = count;
     return true;
 }
 

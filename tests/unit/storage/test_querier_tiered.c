@@ -17,6 +17,7 @@
 
 #include "internal/util/log.h"
 #include "storage/querier_tiered.h"
+#include "internal/promql/engine.h"
 #include "storage/storage.h"
 
 #define MIN_MS 60000LL
@@ -248,6 +249,33 @@ static void test_agg_table(void **state)
 }
 
 /* Past raw retention: roll-ups (1m) before the raw data, raw after, each aggregate right. */
+/* Through the PromQL engine: count_over_time over roll-up buckets counts the samples the buckets
+ * hold, not the buckets. */
+static void test_promql_count_over_roll_ups(void **state)
+{
+    /* Prometheus 2.42 windows are closed, [t-30m, t], and a bucket's sample sits at its last
+     * millisecond: the buckets [T0+29m, T0+59m) are inside. */
+    int64_t t = T0 + 60 * MIN_MS - 2;
+    char err[256];
+    promql_ast_t *ast = promql_parse("count_over_time(flink_ratio[30m])", err, sizeof(err));
+    assert_non_null(ast);
+    querier_t *q = storage_querier(st);
+    promql_result_t *res = promql_exec_instant(q, ast, t, NULL);
+    assert_non_null(res);
+    assert_int_equal(res->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(res->value.nsamples, 1);
+    size_t want = 0;
+    for (size_t i = 0; i < ref[S_GAUGE].n; i++)
+        want += ref[S_GAUGE].t[i] >= T0 + 29 * MIN_MS && ref[S_GAUGE].t[i] < T0 + 59 * MIN_MS;
+    assert_true(want > 150);
+    if (res->value.samples[0].v != (double)want)
+        fprintf(stderr, "count_over_time: got %g want %zu\n", res->value.samples[0].v, want);
+    assert_true(res->value.samples[0].v == (double)want);
+    promql_result_free(res);
+    querier_close(q);
+    promql_ast_free(ast);
+}
+
 static void test_history_aggregates(void **state)
 {
     int64_t mint = T0 + 10 * MIN_MS, maxt = fake_now;
@@ -435,6 +463,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_agg_table),
         cmocka_unit_test(test_history_aggregates),
+        cmocka_unit_test(test_promql_count_over_roll_ups),
         cmocka_unit_test(test_history_counter),
         cmocka_unit_test(test_step_mode),
         cmocka_unit_test(test_catalog_only_series),
