@@ -25,7 +25,8 @@
  *
  * Output: human lines, then one machine-readable line for bench/push_bench.sh:
  *   RESULT name=.. pushes=.. ok=.. errors=.. timeouts=.. seconds=.. pushes_s=.. samples_s=..
- *          p50_ms=.. p99_ms=.. max_ms=.. rss_kb=.. hwm_kb=.. planned=..
+ *          p50_ms=.. p99_ms=.. max_ms=.. rss_kb=.. hwm_kb=.. planned=.. series=..
+ *          steady_samples_s=.. (rounds 2..N only: every series exists) first_round_s=..
  * RSS / HWM are the server's VmRSS / VmHWM (/proc/<pid>/status) after the last push.
  *
  * Not part of the CMake build (bench/ is not globbed); bench/push_bench.sh compiles it with
@@ -537,6 +538,14 @@ int main(int argc, char **argv)
            "latency p50 %.1f ms p99 %.1f ms max %.1f ms, server RSS %.1f MiB (peak %.1f MiB)\n",
            o.name, ok, nreq, secs, errors, timeouts, (double)ok / secs, (double)ok_samples / secs,
            p50 * 1e3, p99 * 1e3, mx * 1e3, rss / 1024.0, hwm / 1024.0);
+    /* Steady state: rounds 2..N, when every series exists already (Flink's every-10s pushes). */
+    double steady = 0;
+    if (o.rounds > 1 && round_end[0] > 0 && round_end[o.rounds - 1] > round_end[0]) {
+        size_t later = 0;
+        for (size_t k = (size_t)o.tms; k < nreq; k++)
+            later += reqs[k].series;
+        steady = (double)later / (round_end[o.rounds - 1] - round_end[0]);
+    }
     for (int r = 0; r < o.rounds; r++)
         if (round_end[r] > 0)
             fprintf(stderr, "%s: round %d done at %.2f s (%.2f s)\n", o.name, r + 1, round_end[r] - t0,
@@ -545,10 +554,10 @@ int main(int argc, char **argv)
         printf("%s: first error: %s\n", o.name, first_err);
     printf("RESULT name=%s pushes=%zu ok=%zu errors=%zu timeouts=%zu seconds=%.3f pushes_s=%.2f "
            "samples_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_kb=%ld hwm_kb=%ld planned=%zu "
-           "series=%zu\n",
+           "series=%zu steady_samples_s=%.0f first_round_s=%.3f\n",
            o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs,
            (double)ok_samples / secs, p50 * 1e3, p99 * 1e3, mx * 1e3, rss, hwm, nreq,
-           series);
+           series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

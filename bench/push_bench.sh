@@ -129,7 +129,8 @@ m = {n: med(r) for n, r in rows.items()}
 vm = m.get("vm")
 print()
 print(f"push ingest, {sys.argv[2]} TaskManagers x {sys.argv[3]} rounds (median of {max(len(r) for r in rows.values())} runs by samples/s)")
-hdr = f"{'server':<30} {'pushes/s':>9} {'samples/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8} {'series':>8} {'ok/planned':>11} {'x VM samples/s':>15} {'x VM RSS':>9}"
+print("samples/s: all rounds; steady/s: rounds 2..N (series exist); round 1 s: time to create every group")
+hdr = f"{'server':<30} {'pushes/s':>9} {'samples/s':>10} {'steady/s':>9} {'round 1 s':>9} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8} {'series':>8} {'ok/planned':>11} {'x VM samples/s':>15} {'x VM RSS':>9}"
 print(hdr)
 print("-" * len(hdr))
 for n in order:
@@ -140,7 +141,10 @@ for n in order:
     rs = f"{sps / float(vm['samples_s']):.2f}" if vm and float(vm["samples_s"]) else "-"
     rr = f"{rss / (int(vm['rss_kb']) / 1024):.2f}" if vm and int(vm["rss_kb"]) > 0 else "-"
     okp = f"{r['ok']}/{r['planned']}"
-    print(f"{label[n]:<30} {float(r['pushes_s']):>9.1f} {sps:>10.0f} {float(r['p50_ms']):>8.1f} "
+    st = float(r.get("steady_samples_s", 0))
+    r1 = float(r.get("first_round_s", -1))
+    print(f"{label[n]:<30} {float(r['pushes_s']):>9.1f} {sps:>10.0f} {(f'{st:.0f}' if st else '-'):>9} "
+          f"{(f'{r1:.1f}' if r1 >= 0 else '-'):>9} {float(r['p50_ms']):>8.1f} "
           f"{float(r['p99_ms']):>8.1f} {rss:>8.1f} {int(r['series']):>8} {okp:>11} {rs:>15} {rr:>9}")
     spread = [float(x["samples_s"]) for x in rows[n]]
     if len(spread) > 1:
