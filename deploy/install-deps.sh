@@ -13,6 +13,8 @@ PKGS=(
   clang libclang-rt-14-dev
   # tests and tools
   python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
+  # test_deploy.py: systemd-analyze verify of deploy/systemd/sluice.service; PyYAML for the manifests
+  systemd python3-yaml
   # the dashboard's browser test (tests/integration/test_dashboard_browser.py): Debian's chromium
   # driven by playwright-core, which the test installs from tests/browser/package-lock.json (npm ci)
   chromium
