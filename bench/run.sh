@@ -51,7 +51,22 @@ bench_query() {
     /usr/bin/python3 "$ROOT/bench/query_bench.py" --sluice "$BUILD/sluice" ${QUERY_BENCH_ARGS:-}
 }
 
-bench_storage
-bench_remote_write
-bench_push
-bench_query
+# Soak (issue 10): 200 TaskManagers + remote write + dashboard queries + 1,000 parked long-polls
+# for SOAK_DURATION (default 30m); fails on any error or RSS growth after warm-up. Not run by
+# default (it takes half an hour): SOAK=1 make bench, or SOAK_ONLY=1 to run nothing else.
+bench_soak() {
+    echo "== soak (bench/soak.py, ${SOAK_DURATION:-30m}) =="
+    # shellcheck disable=SC2086
+    /usr/bin/python3 "$ROOT/bench/soak.py" --sluice "$BUILD/sluice" --tools "$BUILD/tests/tools" \
+        --duration "${SOAK_DURATION:-30m}" --out "$OUT" ${SOAK_ARGS:-}
+}
+
+if [ "${SOAK_ONLY:-0}" != 1 ]; then
+    bench_storage
+    bench_remote_write
+    bench_push
+    bench_query
+fi
+if [ "${SOAK:-0}" = 1 ] || [ "${SOAK_ONLY:-0}" = 1 ]; then
+    bench_soak
+fi
