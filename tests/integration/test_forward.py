@@ -461,3 +461,27 @@ def test_bad_remote_write_settings_refuse_to_start(tmpdir_path):
         assert s.proc.wait(timeout=30) != 0
         s.log.close()
         assert "remote-write" in s.read_log() or "https" in s.read_log()
+
+
+def test_wal_max_hold_releases_old_unsent_segments(start_sluice, script, tmpdir_path):
+    """A receiver down for longer than --remote-write.wal-max-hold: the snapshot deletes the unsent
+    segments anyway (the disk must not fill); after a restart the reader counts and logs the
+    skipped segments and forwards what came after."""
+    state = {"up": False}
+    script.decide = lambda headers, series: (204, {}) if state["up"] else (503, {})
+    data = os.path.join(tmpdir_path, "data-hold")
+    args = sluice_args(script.url + " name=t", "--storage.snapshot-interval=1s", "--remote-write.wal-max-hold=1s")
+    s = start_sluice(*args, data_dir=data)
+    write_batch(s, "old", now_ms() - 60_000, 2, 5)
+    wait_until(lambda: metric(s, "samples_retried_total") > 0 or "waiting", what="retries")
+    time.sleep(3)  # the segment holding fw_old is now older than the hold allows
+    assert s.stop() == 0
+    assert "older than --remote-write.wal-max-hold are released" in s.read_log()
+    state["up"] = True
+    s2 = start_sluice(*args, data_dir=data)
+    write_batch(s2, "new", now_ms() - 30_000, 2, 5)
+    wait_until(lambda: sum(1 for n, _ in accepted_names(script) if n == "fw_new") >= 2 or "waiting",
+               what="new samples")
+    assert metric(s2, "wal_segments_skipped_total") >= 1
+    assert not any(n == "fw_old" for n, _ in accepted_names(script))
+    assert "WAL segments skipped" in s2.read_log()
