@@ -3,7 +3,7 @@
 #
 #   tests/fuzz/run.sh [--build DIR] [--seconds N] [--jobs J] [target...]
 #
-# DIR defaults to build-fuzz, N to 30; targets default to every tests/fuzz/fuzz_*.c. Each run
+# DIR defaults to build-fuzz, N to 30, J (build jobs) to nproc; targets default to every tests/fuzz/fuzz_*.c. Each run
 # starts from the checked-in seeds (tests/fuzz/corpus/<target>/, read only) plus DIR/corpus/<target>/,
 # where new interesting inputs accumulate across runs. A crash, leak, UBSan report or timeout
 # stops that target; the reproducer lands in DIR/artifacts/ and the script exits 1 after running
@@ -14,7 +14,7 @@ set -uo pipefail
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="$SRC/build-fuzz"
 SECONDS_EACH=30
-JOBS=1
+JOBS="$(nproc 2>/dev/null || echo 2)"
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
