@@ -76,7 +76,8 @@ int main(int argc, char **argv)
             names[nn++] = strdup(e->d_name);
         }
         closedir(d);
-        qsort(names, nn, sizeof(char *), cmp_str);
+        if (nn) /* an empty folder (only a .gitkeep): qsort must not see NULL */
+            qsort(names, nn, sizeof(char *), cmp_str);
         for (size_t j = 0; j < nn; j++) {
             char path[4096];
             snprintf(path, sizeof(path), "%s/%s", argv[i], names[j]);
