@@ -152,6 +152,9 @@ for n in order:
 if "sluice" in m and vm:
     s = m["sluice"]
     print()
+    if float(vm.get("steady_samples_s", 0)) > 0 and float(s.get("steady_samples_s", 0)) > 0:
+        print("steady state (rounds 2..N): sluice %.0f samples/s = %.2fx VictoriaMetrics" % (
+            float(s["steady_samples_s"]), float(s["steady_samples_s"]) / float(vm["steady_samples_s"])))
     print("goals: samples/s >= 1.5x VM: %s (%.2fx); p99 <= 50 ms: %s (%.1f ms); RSS <= 0.5x VM: %s (%.2fx)" % (
         "yes" if float(s["samples_s"]) >= 1.5 * float(vm["samples_s"]) else "NO",
         float(s["samples_s"]) / float(vm["samples_s"]),
