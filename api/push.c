@@ -6,10 +6,10 @@
  *   GET /metrics              every group's metrics (a registered collector, before self-metrics)
  *
  * A push: path -> grouping labels; body (gzip/snappy decoded, bounded) -> parser chosen by
- * Content-Type; registry prepare (checks, computes samples + staleness markers) -> storage append
- * (WAL before the reply) -> registry commit -> 200. Pushes are serialized by one mutex around
- * prepare/append/commit so storage sees them in order; parsing, the expensive part, runs outside
- * it on every worker in parallel.
+ * Content-Type; registry build (checks, families, samples) -> under one mutex: registry settle
+ * (types against other groups, staleness markers) -> storage append (WAL before the reply) ->
+ * registry commit -> 200. The mutex keeps storage seeing pushes in order; parsing and building,
+ * the expensive parts, run outside it on every worker in parallel.
  *
  * Error words follow the Pushgateway: parse errors are 400 with the parser's line-numbered text
  * and leave the group alone; consistency errors are 400 with "pushed metrics are invalid or
@@ -372,11 +372,17 @@ static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
         return;
     }
     int64_t now = push_now_ms(p);
-    push_pending_t *pending;
+    push_pending_t *pending = NULL;
     push_effect_t effect;
+    /* Building what the group will hold is the costly part: it runs on every worker in parallel;
+     * only the check against other groups, the append and the commit are serialized. */
+    rc = push_registry_build(p->reg, &grouping, mode, &parsed, now, req->arena, &pending, err, sizeof(err));
     pthread_mutex_lock(&p->apply_mu);
-    rc = push_registry_prepare(p->reg, &grouping, mode, &parsed, now, req->arena, &pending, &effect, err,
-                               sizeof(err));
+    if (rc == PUSH_OK) {
+        rc = push_registry_settle(p->reg, pending, &effect, err, sizeof(err));
+        if (rc != PUSH_OK)
+            push_registry_abort(pending);
+    }
     buf_t delta = BUF_INIT;
     if (rc != PUSH_OK) {
         push_registry_fail(p->reg, &grouping, now, &delta);

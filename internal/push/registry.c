@@ -58,6 +58,7 @@ typedef struct {
     double value;    /* counter, gauge, untyped */
     double sum, count;
     double *qb, *qv; /* quantile / upper bound, and value / cumulative count */
+    const char **qs; /* qb as the body wrote it, normalized (NULL after a restore: format qb) */
 } push_metric_t;
 
 typedef struct {
@@ -113,6 +114,9 @@ struct push_pending {
     size_t nfams;
     push_batch_t *batch;
     int64_t now_ms;
+    arena_t *arena;          /* the request's: the pending push and its samples live there */
+    push_sample_t *samples;  /* what the push stores (staleness markers are added by settle) */
+    size_t nsamples, samples_cap;
 };
 
 static uint64_t push_hash_str(const char *s) { return XXH3_64bits(s, strlen(s)); }
@@ -515,17 +519,22 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         case EXPFMT_KIND_COUNT: m->count = s->value; break;
         case EXPFMT_KIND_QUANTILE:
         case EXPFMT_KIND_BUCKET: {
-            double bound = strtod(s->labels[s->nlabels - 1].value, NULL);
+            const char *bs = s->labels[s->nlabels - 1].value;
+            double bound = strtod(bs, NULL);
             double *qb = arena_alloc(a, (m->nq + 1) * sizeof(double));
             double *qv = arena_alloc(a, (m->nq + 1) * sizeof(double));
+            const char **qs = arena_alloc(a, (m->nq + 1) * sizeof(char *));
             if (m->nq) {
                 memcpy(qb, m->qb, m->nq * sizeof(double));
                 memcpy(qv, m->qv, m->nq * sizeof(double));
+                memcpy(qs, m->qs, m->nq * sizeof(char *));
             }
             qb[m->nq] = bound;
             qv[m->nq] = s->value;
+            qs[m->nq] = strtab_intern(st, bs);
             m->qb = qb;
             m->qv = qv;
+            m->qs = qs;
             m->nq++;
             break;
         }
@@ -542,8 +551,9 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
 
 /* ---- series of a family (what storage sees) ----------------------------------------------------- */
 
+/* extra_s: the quantile/le value as text when known (else NULL: format extra). */
 typedef void (*push_series_fn)(void *ud, const char *name, const push_metric_t *m, const char *extra_name,
-                               double extra, double v);
+                               double extra, const char *extra_s, double v);
 
 /* Calls fn for every component series of f: (series name, metric, quantile/le label or NULL, its
  * value as a number, sample value). Summaries without _sum/_count in the body still expose 0 in
@@ -564,24 +574,24 @@ static void family_each_series(const push_family_t *f, push_series_fn fn, void *
         switch (f->type) {
         case EXPFMT_SUMMARY:
             for (uint32_t q = 0; q < m->nq; q++)
-                fn(ud, f->name, m, "quantile", m->qb[q], m->qv[q]);
-            fn(ud, sum, m, NULL, 0, m->sum);
-            fn(ud, count, m, NULL, 0, m->count);
+                fn(ud, f->name, m, "quantile", m->qb[q], m->qs ? m->qs[q] : NULL, m->qv[q]);
+            fn(ud, sum, m, NULL, 0, NULL, m->sum);
+            fn(ud, count, m, NULL, 0, NULL, m->count);
             break;
         case EXPFMT_HISTOGRAM:
         case EXPFMT_GAUGE_HISTOGRAM: {
             bool has_inf = false;
             for (uint32_t q = 0; q < m->nq; q++) {
-                fn(ud, bucket, m, "le", m->qb[q], m->qv[q]);
+                fn(ud, bucket, m, "le", m->qb[q], m->qs ? m->qs[q] : NULL, m->qv[q]);
                 has_inf |= isinf(m->qb[q]) && m->qb[q] > 0;
             }
             if (!has_inf)
-                fn(ud, bucket, m, "le", INFINITY, m->count);
-            fn(ud, sum, m, NULL, 0, m->sum);
-            fn(ud, count, m, NULL, 0, m->count);
+                fn(ud, bucket, m, "le", INFINITY, "+Inf", m->count);
+            fn(ud, sum, m, NULL, 0, NULL, m->sum);
+            fn(ud, count, m, NULL, 0, NULL, m->count);
             break;
         }
-        default: fn(ud, f->name, m, NULL, 0, m->value); break;
+        default: fn(ud, f->name, m, NULL, 0, NULL, m->value); break;
         }
     }
 }
@@ -647,10 +657,12 @@ static bool keep_has(const push_collect_t *c, uint64_t h)
 }
 
 static void collect_series(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
-                           double v)
+                           const char *extra_str, double v)
 {
     push_collect_t *c = ud;
-    const char *extra_s = extra_name ? float_label(c->a, extra) : NULL;
+    const char *extra_s = extra_name ? (extra_str ? extra_str : float_label(c->a, extra)) : NULL;
+    if (c->stale && extra_s && extra_s == extra_str)
+        extra_s = arena_strdup(c->a, extra_s); /* outlives the family, like the labels below */
     if (c->collect_keep || c->filter_kept) {
         uint64_t h = series_hash(name, m, extra_name, extra_s);
         if (c->collect_keep)
@@ -690,6 +702,16 @@ static void ser_u64(buf_t *b, uint64_t v);
 static void ser_labels(buf_t *out, const label_t *ls, size_t n);
 static void delta_commit(buf_t *delta, push_group_t *g);
 
+/* Only records the hash of each series (the keep set of a push, see push_registry_settle). */
+static void collect_keep_only(void *ud, const char *name, const push_metric_t *m, const char *extra_name,
+                              double extra, const char *extra_str, double v)
+{
+    push_collect_t *c = ud;
+    (void)v;
+    const char *extra_s = extra_name ? (extra_str ? extra_str : float_label(c->a, extra)) : NULL;
+    keep_add(c, series_hash(name, m, extra_name, extra_s));
+}
+
 /* ---- prepare / commit ------------------------------------------------------------------------------ */
 
 push_registry_t *push_registry_new(const push_options_t *opt)
@@ -724,11 +746,13 @@ void push_registry_free(push_registry_t *r)
 
 static const char *push_type_upper(expfmt_type_t t) { return expfmt_type_proto_name(t); }
 
-int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode,
-                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
-                          push_effect_t *effect, char *err, size_t errlen)
+static const char push_err_prefix[] = "pushed metrics are invalid or inconsistent with existing metrics: ";
+
+int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode,
+                        const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                        char *err, size_t errlen)
 {
-    static const char prefix[] = "pushed metrics are invalid or inconsistent with existing metrics: ";
+    (void)r;
     /* Sorted copy of the grouping labels. */
     labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
     memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
@@ -737,7 +761,7 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_
     for (size_t i = 0; i < body->nfamilies; i++)
         for (size_t j = 0; j < body->families[i].nsamples; j++)
             if (body->families[i].samples[j].has_timestamp) {
-                snprintf(err, errlen, "%spushed metrics must not have timestamps", prefix);
+                snprintf(err, errlen, "%spushed metrics must not have timestamps", push_err_prefix);
                 return PUSH_ERR_INVALID;
             }
     const char **ignore = arena_alloc(a, (grouping.n ? grouping.n : 1) * sizeof(char *));
@@ -749,39 +773,18 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_
     if (dup != 0) {
         if (dup < 0)
             return PUSH_ERR_NOMEM;
-        snprintf(err, errlen, "%s%s", prefix, derr);
+        snprintf(err, errlen, "%s%s", push_err_prefix, derr);
         return PUSH_ERR_INVALID;
     }
     for (size_t i = 0; i < body->nfamilies; i++) {
         const char *n = body->families[i].name;
         if (strcmp(n, PUSH_TIME_NAME) == 0 || strcmp(n, PUSH_FAIL_NAME) == 0) {
-            snprintf(err, errlen, "%spushed metric %s is reserved for the gateway's own bookkeeping", prefix, n);
+            snprintf(err, errlen, "%spushed metric %s is reserved for the gateway's own bookkeeping", push_err_prefix, n);
             return PUSH_ERR_INVALID;
         }
     }
 
-    char *key = group_key(&grouping, a);
-    uint64_t h = push_hash_str(key);
-
-    /* Consistency with what other groups hold, under the lock (read only). */
-    pthread_mutex_lock(&r->mu);
-    push_group_t *g = group_find(r, key, h);
-    for (size_t i = 0; i < body->nfamilies; i++) {
-        const expfmt_family_t *bf = &body->families[i];
-        push_type_t *t = type_find(r, bf->name, push_hash_str(bf->name));
-        if (!t || t->type == bf->type)
-            continue;
-        uint32_t others = t->groups - (g && group_family(g, bf->name) ? 1 : 0);
-        if (others > 0) {
-            snprintf(err, errlen, "%scollected metric \"%s\" of type %s is not a %s, the type it has in other groups",
-                     prefix, bf->name, push_type_upper(bf->type), push_type_upper(t->type));
-            pthread_mutex_unlock(&r->mu);
-            return PUSH_ERR_INVALID;
-        }
-    }
-    pthread_mutex_unlock(&r->mu);
-
-    /* Build the families the group will hold (outside the lock). */
+    /* Build the families the group will hold. */
     push_batch_t *batch = calloc(1, sizeof(*batch));
     if (!batch || !(batch->arena = arena_create(0))) {
         free(batch);
@@ -789,12 +792,13 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_
     }
     push_strtab_t st = {.a = batch->arena};
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
-    p->key = key;
-    p->hash = h;
+    p->key = group_key(&grouping, a);
+    p->hash = push_hash_str(p->key);
     p->grouping = grouping;
     p->mode = mode;
     p->batch = batch;
     p->now_ms = now_ms;
+    p->arena = a;
     p->nfams = body->nfamilies;
     p->fams = arena_alloc(a, (body->nfamilies ? body->nfamilies : 1) * sizeof(push_family_t *));
     for (size_t i = 0; i < body->nfamilies; i++)
@@ -807,27 +811,80 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_
             p->fams[j] = p->fams[j - 1];
             p->fams[j - 1] = tmp;
         }
-
-    /* Samples to store, then staleness markers for what the push drops. */
+    /* The samples to store. */
     push_collect_t c = {.a = a};
-    size_t nseries = body->nsamples + 16;
-    c.keep_cap = 16;
-    while (c.keep_cap < nseries * 2)
-        c.keep_cap *= 2;
-    c.keep = arena_calloc(a, c.keep_cap, sizeof(uint64_t));
-    c.collect_keep = true;
     for (size_t i = 0; i < p->nfams; i++)
         family_each_series(p->fams[i], collect_series, &c, a);
-    c.collect_keep = false;
+    p->samples = c.v;
+    p->nsamples = c.n;
+    p->samples_cap = c.cap;
+    *pending = p;
+    return PUSH_OK;
+}
+
+/* Would the change drop any series of g? Not when every family it replaces keeps its shape
+ * (the steady state: a reporter pushing the same series every interval). */
+static bool push_drops_series(const push_group_t *g, const push_pending_t *p)
+{
+    if (p->mode == PUSH_PUT && g->nfams != p->nfams)
+        return true;
+    for (size_t i = 0; i < g->nfams; i++) {
+        const push_family_t *of = g->fams[i];
+        const push_family_t *nf = NULL;
+        for (size_t j = 0; j < p->nfams && !nf; j++)
+            if (strcmp(p->fams[j]->name, of->name) == 0)
+                nf = p->fams[j];
+        if (!nf) {
+            if (p->mode == PUSH_PUT)
+                return true;
+            continue;
+        }
+        if (nf->shape != of->shape)
+            return true;
+    }
+    return false;
+}
+
+int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *effect, char *err, size_t errlen)
+{
+    arena_t *a = p->arena;
+    push_collect_t c = {.a = a, .v = p->samples, .n = p->nsamples, .cap = p->samples_cap};
     pthread_mutex_lock(&r->mu);
-    g = group_find(r, key, h);
-    if (g) {
+    push_group_t *g = group_find(r, p->key, p->hash);
+    /* Types must agree with what other groups hold (this group's own families are replaced). */
+    for (size_t i = 0; i < p->nfams; i++) {
+        const push_family_t *nf = p->fams[i];
+        push_type_t *t = type_find(r, nf->name, push_hash_str(nf->name));
+        if (!t || t->type == nf->type)
+            continue;
+        uint32_t others = t->groups - (g && group_family(g, nf->name) ? 1 : 0);
+        if (others > 0) {
+            snprintf(err, errlen, "%scollected metric \"%s\" of type %s is not a %s, the type it has in other groups",
+                     push_err_prefix, nf->name, push_type_upper(nf->type), push_type_upper(t->type));
+            pthread_mutex_unlock(&r->mu);
+            return PUSH_ERR_INVALID;
+        }
+    }
+    /* Staleness markers for the series the change drops. */
+    if (g && push_drops_series(g, p)) {
+        size_t nseries = p->nsamples + 16;
+        c.keep_cap = 16;
+        while (c.keep_cap < nseries * 2)
+            c.keep_cap *= 2;
+        c.keep = arena_calloc(a, c.keep_cap, sizeof(uint64_t));
+        push_collect_t k = c;
+        k.collect_keep = true;
+        k.v = NULL;
+        k.n = k.cap = 0;
+        /* hash what the push keeps (the sample list itself is already built) */
+        for (size_t i = 0; i < p->nfams; i++)
+            family_each_series(p->fams[i], collect_keep_only, &k, a);
         c.filter_kept = true;
         c.stale = true;
         c.stale_value = push_stale_nan();
         for (size_t i = 0; i < g->nfams; i++) {
             push_family_t *of = g->fams[i];
-            bool replaced = mode == PUSH_PUT;
+            bool replaced = p->mode == PUSH_PUT;
             for (size_t j = 0; !replaced && j < p->nfams; j++)
                 replaced = strcmp(p->fams[j]->name, of->name) == 0;
             if (replaced)
@@ -837,9 +894,21 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping_in, push_
     pthread_mutex_unlock(&r->mu);
     effect->samples = c.v;
     effect->n = c.n;
-    effect->t_ms = now_ms;
-    *pending = p;
+    effect->t_ms = p->now_ms;
     return PUSH_OK;
+}
+
+int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
+                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                          push_effect_t *effect, char *err, size_t errlen)
+{
+    int rc = push_registry_build(r, grouping, mode, body, now_ms, a, pending, err, errlen);
+    if (rc != PUSH_OK)
+        return rc;
+    rc = push_registry_settle(r, *pending, effect, err, errlen);
+    if (rc != PUSH_OK)
+        push_registry_abort(*pending);
+    return rc;
 }
 
 static void group_note_push(push_group_t *g, int64_t now_ms)
@@ -1103,7 +1172,7 @@ typedef struct {
 } push_text_ctx_t;
 
 static void text_series(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
-                        double v)
+                        const char *extra_s, double v)
 {
     put_series_line(((push_text_ctx_t *)ud)->b, name, m->labels, m->nlabels, extra_name, extra, v);
 }

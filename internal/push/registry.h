@@ -87,6 +87,17 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mod
  * set state rather than add to it, so replaying one twice is harmless.
  */
 
+/* push_registry_prepare in two steps, so the costly part runs without the caller's push lock:
+ * build checks the body and builds what the group will hold (no shared state read); settle,
+ * called under the caller's lock, checks types against the other groups and adds staleness
+ * markers for dropped series to the effect (skipped when every replaced family kept its shape,
+ * the steady state of a periodic reporter). On a settle error call push_registry_abort. */
+int push_registry_build(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
+                        const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                        char *err, size_t errlen);
+int push_registry_settle(push_registry_t *r, push_pending_t *pending, push_effect_t *effect, char *err,
+                         size_t errlen);
+
 /* Makes a prepared push visible (after its samples were stored). */
 void push_registry_commit(push_registry_t *r, push_pending_t *pending, buf_t *delta);
 /* Discards a prepared push whose samples could not be stored (nothing changes). */

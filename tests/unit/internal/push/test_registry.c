@@ -95,6 +95,34 @@ static void test_put_post_semantics(void **state)
     push_registry_free(r);
 }
 
+/* The steady state (same series, new values) writes no staleness markers; a changed label value
+ * or a vanished quantile in an otherwise identical family does. */
+static void test_staleness_only_for_dropped_series(void **state)
+{
+    push_registry_t *r = push_registry_new(NULL);
+    char err[512];
+    step_t s[4];
+    const char *b1 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 1\ns{t=\"a\",quantile=\"0.99\"} 2\ns_count{t=\"a\"} 3\ng{t=\"a\"} 1\n";
+    const char *b2 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 4\ns{t=\"a\",quantile=\"0.99\"} 5\ns_count{t=\"a\"} 6\ng{t=\"a\"} 2\n";
+    const char *b3 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 4\ns_count{t=\"a\"} 6\ng{t=\"b\"} 2\n";
+    assert_int_equal(push(r, PUSH_PUT, "j", b1, 1000, &s[0], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push(r, PUSH_PUT, "j", b2, 2000, &s[1], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(count_stale(&s[1].effect), 0);
+    assert_int_equal(s[1].effect.n, 5); /* 2 quantiles, _sum, _count, g */
+    assert_int_equal(push(r, PUSH_PUT, "j", b3, 3000, &s[2], err, sizeof(err)), PUSH_OK);
+    /* gone: s{quantile="0.99"} and g{t="a"} */
+    assert_int_equal(count_stale(&s[2].effect), 2);
+    bool saw_q99 = false;
+    for (size_t i = 0; i < s[2].effect.n; i++) {
+        const char *q = labels_get(&s[2].effect.samples[i].labels, "quantile");
+        saw_q99 |= q && strcmp(q, "0.99") == 0;
+    }
+    assert_true(saw_q99);
+    for (int i = 0; i < 3; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+}
+
 static void test_type_index_is_incremental(void **state)
 {
     push_registry_t *r = push_registry_new(NULL);
@@ -273,6 +301,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_post_semantics),
+        cmocka_unit_test(test_staleness_only_for_dropped_series),
         cmocka_unit_test(test_type_index_is_incremental),
         cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_serialize_restore),
