@@ -29,6 +29,7 @@ while read -r t; do targets+=("$t"); done < <(
   cd "$BUILD" && ctest -N -R "$UNIT" | sed -n 's/^ *Test *#[0-9]*: unit\/\(.*\)$/unit_\1/p' | tr '/' '_')
 cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}"
 
+export SLUICE_SKIP_RSS_CHECKS=1  # see tests/integration/test_faults_slow_clients.py
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=0:exitcode=66:second_deadlock_stack=1:history_size=4}"
 cd "$BUILD"
 ctest --output-on-failure -R "$UNIT"

@@ -10,11 +10,20 @@ A client sends a million series with unique label values (900,000 by remote writ
   - memory stays within budget: once the limit is reached, another 900,000 refused series move
     RSS by less than 64 MiB (requests are transient; nothing of a refused series is kept).
 """
+import os
 import time
 
 import requests
 
 import promproto as pp
+
+
+# RSS is meaningful in the Release and ASan builds (ASan's quarantine of freed memory is kept
+# small for these daemons so it does not look like growth); under TSan (tests/tsan.sh sets
+# SLUICE_SKIP_RSS_CHECKS=1) shadow memory and history make it meaningless, so only liveness and
+# race freedom are checked there.
+RSS_CHECKS = os.environ.get("SLUICE_SKIP_RSS_CHECKS") != "1"
+SAN_ENV = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64"}
 
 MAX_SERIES = 50000
 PER_REQUEST = 10000
@@ -51,7 +60,7 @@ def write_body(first, n, t_ms):
 
 
 def test_million_unique_series_hit_max_series(start_sluice):
-    s = start_sluice(f"--storage.max-series={MAX_SERIES}")
+    s = start_sluice(f"--storage.max-series={MAX_SERIES}", env=SAN_ENV)
     pid = s.proc.pid
     t = (int(time.time()) - 60) * 1000
     statuses = {}
@@ -82,7 +91,7 @@ def test_million_unique_series_hit_max_series(start_sluice):
     print(f"cardinality: {RW_TOTAL + PUSH_TOTAL} unique series sent, limit {MAX_SERIES} reached after "
           f"{first_refusal}; remote write statuses {statuses}; RSS at limit {rss_at_limit} KiB, "
           f"after the abuse {rss_end} KiB")
-    assert rss_end - rss_at_limit < 64 * 1024, (rss_at_limit, rss_end)
+    assert not RSS_CHECKS or rss_end - rss_at_limit < 64 * 1024, (rss_at_limit, rss_end)
 
     # Existing series still take samples; reads work.
     st, _, body = pp.post(s.url + "/api/v1/write", write_body(0, 100, t + 1000), pp.WRITE_HEADERS)

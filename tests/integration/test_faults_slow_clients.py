@@ -25,6 +25,14 @@ import requests
 
 import promproto as pp
 
+
+# RSS is meaningful in the Release and ASan builds (ASan's quarantine of freed memory is kept
+# small for these daemons so it does not look like growth); under TSan (tests/tsan.sh sets
+# SLUICE_SKIP_RSS_CHECKS=1) shadow memory and history make it meaningless, so only liveness and
+# race freedom are checked there.
+RSS_CHECKS = os.environ.get("SLUICE_SKIP_RSS_CHECKS") != "1"
+SAN_ENV = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=8:thread_local_quarantine_size_kb=64"}
+
 WORKERS = 2
 
 
@@ -96,7 +104,7 @@ def small_rcvbuf_socket(port):
 
 
 def test_slowloris(start_sluice):
-    s = start_sluice(f"--web.workers={WORKERS}", "--web.max-connections=1000", "--web.read-timeout=30s")
+    s = start_sluice(f"--web.workers={WORKERS}", "--web.max-connections=1000", "--web.read-timeout=30s", env=SAN_ENV)
     pid = s.proc.pid
     rss0 = rss_kb(pid)
     socks = []
@@ -118,7 +126,7 @@ def test_slowloris(start_sluice):
     for c in socks:
         c.close()
     print(f"slowloris: 400 connections; {done} good requests, slowest {slowest:.2f} s; RSS {rss0} -> {rss1} KiB")
-    assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
+    assert not RSS_CHECKS or rss1 - rss0 < 64 * 1024, (rss0, rss1)
     assert requests.get(s.url + "/-/healthy", timeout=10).status_code == 200
 
 
@@ -137,7 +145,7 @@ def load_remote_read_data(url, nseries=1500, nsamples=1000):
 
 
 def test_stalled_streamed_remote_read(start_sluice):
-    s = start_sluice(f"--web.workers={WORKERS}", "--storage.remote.read-max-bytes-in-frame=64KiB")
+    s = start_sluice(f"--web.workers={WORKERS}", "--storage.remote.read-max-bytes-in-frame=64KiB", env=SAN_ENV)
     t0, nsamples = load_remote_read_data(s.url)
     now = int(time.time() * 1000)
     req = pp.snappy.compress(pp.read_request([(t0 - 1000, now, [(pp.EQ, "__name__", "big")], None)],
@@ -164,7 +172,7 @@ def test_stalled_streamed_remote_read(start_sluice):
     print(f"stalled streamed remote read: 12 x {size >> 20} MiB responses ({nsamples} samples) unread; "
           f"{done} good requests, slowest {slowest:.2f} s; RSS {rss0} -> {rss1} KiB")
     # Buffering the responses would cost 12 x size; allow a quarter of that (query state, frames).
-    assert (rss1 - rss0) * 1024 < 12 * size // 4, (rss0, rss1, size)
+    assert not RSS_CHECKS or (rss1 - rss0) * 1024 < 12 * size // 4, (rss0, rss1, size)
     # A stalled reader that finally reads gets the whole, valid stream.
     c = stalled.pop()
     c.settimeout(30)
@@ -195,7 +203,7 @@ def test_stalled_streamed_remote_read(start_sluice):
 
 
 def test_sse_subscribers_that_never_read(start_sluice):
-    s = start_sluice(f"--web.workers={WORKERS}")
+    s = start_sluice(f"--web.workers={WORKERS}", env=SAN_ENV)
     pid = s.proc.pid
     subs = []
     for _ in range(50):
@@ -216,7 +224,7 @@ def test_sse_subscribers_that_never_read(start_sluice):
     # 5,000 events x ~1.3 KiB x 50 subscribers ~ 300 MiB if nothing were dropped.
     print(f"SSE: 50 stalled subscribers, 5000 changes; {done} good requests, slowest {slowest:.2f} s; "
           f"RSS {rss0} -> {rss1} KiB")
-    assert rss1 - rss0 < 40 * 1024, (rss0, rss1)
+    assert not RSS_CHECKS or rss1 - rss0 < 40 * 1024, (rss0, rss1)
     m = requests.get(s.url + "/metrics", timeout=10).text
     dropped = [l for l in m.splitlines() if l.startswith("sluice_control_stream_dropped_total ")]
     assert dropped and float(dropped[0].split()[1]) == 50, dropped
