@@ -996,6 +996,7 @@ api_forward_t *api_forward_new(const api_forward_options_t *o, char *err, size_t
     pthread_mutex_init(&f->stop_mu, NULL);
     pthread_cond_init(&f->stop_cv, NULL);
     f->wal_dir = strdup(wal_dir);
+    size_t i = 0; /* targets set up so far: fail frees exactly those */
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/forward", o->data_dir);
     f->dir = strdup(dir);
@@ -1013,7 +1014,6 @@ api_forward_t *api_forward_new(const api_forward_options_t *o, char *err, size_t
     f->targets = calloc(f->ntargets, sizeof(*f->targets));
     if (!f->targets)
         goto fail;
-    size_t i = 0;
     for (const char *p = o->targets; *p && i < f->ntargets;) {
         size_t l = strcspn(p, "\n");
         if (l) {

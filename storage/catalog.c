@@ -133,7 +133,7 @@ static int decode_labels(const uint8_t *p, size_t len, alloc_fn alloc, void *ud,
     for (size_t i = 0; i < n; i++) {
         char *s[2];
         for (int k = 0; k < 2; k++) {
-            uint64_t l;
+            uint64_t l = 0;
             get_uvarint(&q, end, &l);
             s[k] = alloc(ud, l + 1);
             if (!s[k])

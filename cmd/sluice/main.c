@@ -78,7 +78,7 @@ static int main_mkdirs(const char *path, char *err, size_t errlen)
         goto fail;
     return 0;
 fail:
-    snprintf(err, errlen, "cannot create data directory %s: %s", tmp, strerror(errno));
+    snprintf(err, errlen, "cannot create data directory %.800s: %s", tmp, strerror(errno));
     return -1;
 }
 
@@ -89,7 +89,7 @@ static int main_lock_data_dir(const char *path, char *err, size_t errlen)
     snprintf(lock, sizeof(lock), "%s/lock", path);
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", lock, strerror(errno));
+        snprintf(err, errlen, "cannot open %.800s: %s", lock, strerror(errno));
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -590,8 +590,15 @@ void control_format_time(int64_t ms, char *out, size_t cap)
     time_t s = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&s, &tm);
-    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    char tmp[96]; /* room for any int values, so the format cannot truncate; then cut to cap */
+    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    size_t n = strlen(tmp);
+    if (cap) {
+        n = n < cap - 1 ? n : cap - 1;
+        memcpy(out, tmp, n);
+        out[n] = 0;
+    }
 }
 
 static void control_put_str(buf_t *b, const char *s)

@@ -324,7 +324,7 @@ static int parse_all(pp_t *pp, const uint8_t *body, size_t len, expfmt_result_t 
     size_t off = 0;
     while (off < len) {
         pp->record++;
-        uint64_t n;
+        uint64_t n = 0;
         int rc = read_len(pp, body, len, &off, &n);
         if (rc)
             return rc;

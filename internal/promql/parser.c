@@ -735,7 +735,7 @@ static void check_height(ps_t *p, promql_expr_t *root)
 
 promql_ast_t *promql_parse(const char *query, char *err, size_t errlen)
 {
-    promql_ast_t *ast = calloc(1, sizeof(*ast));
+    promql_ast_t *volatile ast = calloc(1, sizeof(*ast)); /* read after longjmp */
     if (!ast) {
         snprintf(err, errlen, "out of memory");
         return NULL;

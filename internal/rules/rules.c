@@ -190,6 +190,7 @@ static void rl_alert_free(rl_alert_t *a)
 }
 
 /* The alert invariants (rules.h). */
+__attribute__((unused)) /* only in assert(), compiled out with NDEBUG */
 static bool rl_alert_check(const rl_alert_t *a)
 {
     switch (a->state) {
