@@ -87,6 +87,12 @@ def test_flink_shaped_pushes(sluice):
     assert r.status_code == 200
     m = requests.get(sluice.url + "/metrics").text
     assert re.search(r"^sluice_push_pushes_total 2$", m, re.M)
+    # Both reports are history, visible to PromQL.
+    q = requests.post(sluice.url + "/api/v1/query", data={
+        "query": 'count_over_time(flink_taskmanager_job_task_operator_numRecordsIn{job="flink-tm-0"}[1m])'}).json()
+    assert q["status"] == "success" and q["data"]["resultType"] == "vector"
+    assert q["data"]["result"], q
+    assert all(r["value"][1] == "2" for r in q["data"]["result"]), q["data"]["result"][:3]
 
 
 def test_bad_bodies_change_nothing(sluice):
