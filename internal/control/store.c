@@ -171,13 +171,16 @@ control_store_t *control_store_open(const char *dir, char *err, size_t errlen)
     }
     pthread_mutex_init(&st->db_mu, NULL);
     pthread_mutex_init(&st->cache_mu, NULL);
-    size_t n = strlen(dir) + sizeof("/sluice.db");
+    /* Its own file in the data directory, not sluice.db: the roll-up writer's transactions on
+     * sluice.db can hold its write lock for seconds on a large flush, and a pause must never
+     * wait for (or fail on) that. */
+    size_t n = strlen(dir) + sizeof("/control.db");
     char *path = malloc(n);
     if (!path) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    snprintf(path, n, "%s/sluice.db", dir);
+    snprintf(path, n, "%s/control.db", dir);
     int rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, errlen, "cannot open %s: %s", path, st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));

@@ -1,6 +1,6 @@
 /* Unit tests for internal/control/store.c: durable changes, versions and event ids monotonic across
  * reopen, expiry (also of changes that ran out while closed), history paging, event replay,
- * optimistic concurrency, and coexistence with another writer of sluice.db. */
+ * optimistic concurrency, and coexistence with another writer of control.db. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -258,9 +258,9 @@ static void test_conflict_and_other_writer(void **state)
     assert_int_equal(control_store_apply(st, "j", &chg, 2000, "x", &ev, err, sizeof(err)), CONTROL_STORE_OK);
     control_event_free(ev);
 
-    /* Another connection (the roll-up writer) holds the write lock for a while: the change waits
-     * for it (busy_timeout) instead of failing. */
-    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    /* Another connection (say, sqlite3 opened by an operator) holds the write lock for a while:
+     * the change waits for it (busy_timeout) instead of failing. */
+    snprintf(path, sizeof(path), "%s/control.db", dir);
     other_t o = {.path = path};
     pthread_mutex_init(&o.mu, NULL);
     pthread_cond_init(&o.cv, NULL);
