@@ -182,6 +182,7 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit must be a write error (503), not a dead daemon */
     log_info("main", "starting sluice", LF_S("version", SLUICE_VERSION), LF_S("revision", SLUICE_REVISION));
 
     int rc = 1;
