@@ -480,6 +480,19 @@ int storage_register_state(storage_t *s, uint8_t type, const storage_state_clien
     return STORAGE_OK;
 }
 
+/* Counts a WAL write failure and logs it, at most every 10 s (a full disk fails every write). */
+static void storage_note_wal_error(storage_t *s, const char *why)
+{
+    atomic_fetch_add(&s->wal_errors, 1);
+    static _Atomic int64_t last_log_ms;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, last = atomic_load(&last_log_ms);
+    if (now - last >= 10000 && atomic_compare_exchange_strong(&last_log_ms, &last, now))
+        log_error("storage", "write-ahead log write failed; writes answer 503 until it works again",
+                  LF_S("err", why), LF_I("errors_total", (int64_t)atomic_load(&s->wal_errors)));
+}
+
 int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
 {
     if (!storage_ready(s)) {
@@ -497,7 +510,7 @@ int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, 
         return STORAGE_OK;
     char werr[256] = "";
     if (wal_log_blob(s->wal, type, data, len, werr, sizeof(werr)) != WAL_OK) {
-        atomic_fetch_add(&s->wal_errors, 1);
+        storage_note_wal_error(s, werr);
         if (err && errlen)
             snprintf(err, errlen, "write-ahead log: %s", werr);
         return STORAGE_ERR_IO;
@@ -1058,7 +1071,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
             wrc = wal_log_samples(s->wal, ws, nws, werr, sizeof(werr));
         if (wrc != WAL_OK) {
             pthread_rwlock_unlock(&s->ckpt);
-            atomic_fetch_add(&s->wal_errors, 1);
+            storage_note_wal_error(s, werr);
             memset(res, 0, sizeof(*res));
             snprintf(res->msg, sizeof(res->msg), "write-ahead log: %s", werr);
             res->failed = n;

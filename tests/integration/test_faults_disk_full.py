@@ -122,8 +122,9 @@ def test_disk_full_then_space_returns(small_fs, start_sluice):
 
     time.sleep(2.5)  # background fsync / roll-up flush cycles run against the full disk
     log = s.read_log()
-    # WAL failures go to the client (503 + reason) and to a counter, not to the log; the roll-up
-    # writer's SQLite failure is logged.
+    # WAL failures go to the client (503 + reason), to a counter and (rate-limited) to the log;
+    # the roll-up writer's SQLite failure is logged.
+    assert "write-ahead log write failed" in log and "No space left on device" in log, log[-3000:]
     assert "database or disk is full" in log and "flush failed; will retry" in log, log[-3000:]
     metrics = requests.get(s.url + "/metrics", timeout=10).text
     wal_errors = [l for l in metrics.splitlines() if l.startswith("sluice_storage_wal_errors_total ")]
