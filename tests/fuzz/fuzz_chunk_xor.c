@@ -74,8 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (err == 0 && appendable && n < 65535) {
         chunk_xor_appender_t ap;
         if (chunk_xor_appender_from_bytes(&ap, data, size) == 0) {
-            int64_t nt = n ? a[n - 1].t + 1000 : 1000;
-            bool ok = n == 0 || nt > a[n - 1].t;
+            int64_t nt = 1000;
+            /* the last timestamp may sit near INT64_MAX (found by this fuzzer): no next sample then */
+            bool ok = n == 0 || !__builtin_add_overflow(a[n - 1].t, (int64_t)1000, &nt);
             int64_t d, pd, dod;
             if (n >= 1 && __builtin_sub_overflow(nt, a[n - 1].t, &d))
                 ok = false;
