@@ -40,104 +40,16 @@ GO_NAN_BITS = 0x7FF8000000000001  # what Go's strconv.ParseFloat("NaN") returns
 # --------------------------------------------------------------------------------------------
 
 
-def pb_uvarint(n):
-    assert n >= 0
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+# Protobuf wire helpers and CRC32C are shared with the remote read/write tests.
+from promproto import bytes_field as pb_bytes_field  # noqa: E402
+from promproto import crc32c, f2bits, read_uvarint, to_int64  # noqa: E402
+from promproto import parse as pb_parse  # noqa: E402
+from promproto import uvarint as pb_uvarint  # noqa: E402
+from promproto import varint_field as pb_varint_field  # noqa: E402
 
 
 def pb_int64(n):
     return pb_uvarint(n & 0xFFFFFFFFFFFFFFFF)
-
-
-def pb_key(field, wire):
-    return pb_uvarint(field << 3 | wire)
-
-
-def pb_varint_field(field, n):
-    return pb_key(field, 0) + pb_int64(n)
-
-
-def pb_bytes_field(field, data):
-    if isinstance(data, str):
-        data = data.encode()
-    return pb_key(field, 2) + pb_uvarint(len(data)) + data
-
-
-def read_uvarint(buf, pos):
-    shift = 0
-    result = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint too long")
-
-
-def pb_parse(buf):
-    """Returns [(field, wire_type, value)]; value is int for varint/fixed, bytes for len."""
-    fields = []
-    pos = 0
-    while pos < len(buf):
-        key, pos = read_uvarint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            val, pos = read_uvarint(buf, pos)
-        elif wire == 1:
-            val = struct.unpack_from("<Q", buf, pos)[0]
-            pos += 8
-        elif wire == 2:
-            n, pos = read_uvarint(buf, pos)
-            if pos + n > len(buf):
-                raise ValueError("truncated length-delimited field")
-            val = bytes(buf[pos:pos + n])
-            pos += n
-        elif wire == 5:
-            val = struct.unpack_from("<I", buf, pos)[0]
-            pos += 4
-        else:
-            raise ValueError("unsupported wire type %d" % wire)
-        fields.append((field, wire, val))
-    return fields
-
-
-def to_int64(u):
-    return u - (1 << 64) if u >= 1 << 63 else u
-
-
-# --------------------------------------------------------------------------------------------
-# CRC32-Castagnoli (reflected polynomial 0x82F63B78)
-# --------------------------------------------------------------------------------------------
-
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_CRC32C = _crc32c_table()
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 def test_crc32c_check_value():
@@ -147,10 +59,6 @@ def test_crc32c_check_value():
 # --------------------------------------------------------------------------------------------
 # Test data
 # --------------------------------------------------------------------------------------------
-
-
-def f2bits(v):
-    return struct.unpack("<Q", struct.pack("<d", v))[0]
 
 
 def format_value(v):
