@@ -43,6 +43,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 
 /* ---- types ------------------------------------------------------------------------------ */
 
@@ -76,36 +77,14 @@ struct catalog {
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static void put_uvarint(buf_t *b, uint64_t v)
-{
-    while (v >= 0x80) {
-        buf_putc(b, (char)(v | 0x80));
-        v >>= 7;
-    }
-    buf_putc(b, (char)v);
-}
-
-static int get_uvarint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t c = *(*p)++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
 
 static void encode_labels(buf_t *b, const labels_t *ls)
 {
     for (size_t i = 0; i < ls->n; i++) {
         size_t nl = strlen(ls->v[i].name), vl = strlen(ls->v[i].value);
-        put_uvarint(b, nl);
+        varint_put(b, nl);
         buf_append(b, ls->v[i].name, nl);
-        put_uvarint(b, vl);
+        varint_put(b, vl);
         buf_append(b, ls->v[i].value, vl);
     }
 }
@@ -120,7 +99,7 @@ static int decode_labels(const uint8_t *p, size_t len, alloc_fn alloc, void *ud,
     while (q < end) { /* count first so one array suffices */
         uint64_t l;
         for (int k = 0; k < 2; k++) {
-            if (get_uvarint(&q, end, &l) != 0 || l > (uint64_t)(end - q))
+            if (varint_get(&q, end, &l) != 0 || l > (uint64_t)(end - q))
                 return -1;
             q += l;
         }
@@ -134,7 +113,7 @@ static int decode_labels(const uint8_t *p, size_t len, alloc_fn alloc, void *ud,
         char *s[2];
         for (int k = 0; k < 2; k++) {
             uint64_t l = 0;
-            get_uvarint(&q, end, &l);
+            varint_get(&q, end, &l);
             s[k] = alloc(ud, l + 1);
             if (!s[k])
                 return -1;

@@ -80,6 +80,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 #include "internal/util/parse.h"
 
 #define SHARDS 64
@@ -203,28 +204,6 @@ static double bitsd(uint64_t u)
 static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 static int64_t unzigzag(uint64_t u) { return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); }
 
-static void put_uvarint(buf_t *b, uint64_t v)
-{
-    while (v >= 0x80) {
-        buf_putc(b, (char)(v | 0x80));
-        v >>= 7;
-    }
-    buf_putc(b, (char)v);
-}
-
-static int get_uvarint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
-        uint8_t c = *(*p)++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
 
 static double nan_min(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a); }
 static double nan_max(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a); }
@@ -385,12 +364,12 @@ static int col_encode(buf_t *p, const rollup_bucket_t *b, size_t n, size_t off, 
             if (!(fabs(x) < 9007199254740992.0))
                 return -1;
             int64_t iv = (int64_t)x;
-            put_uvarint(p, zigzag((int64_t)((uint64_t)iv - (uint64_t)pi)));
+            varint_put(p, zigzag((int64_t)((uint64_t)iv - (uint64_t)pi)));
             if (mode == 2)
-                put_uvarint(p, dbits(v) ^ dbits((double)iv / pow10_tab[decimals]));
+                varint_put(p, dbits(v) ^ dbits((double)iv / pow10_tab[decimals]));
             pi = iv;
         } else {
-            put_uvarint(p, __builtin_bswap64(dbits(v) ^ pb));
+            varint_put(p, __builtin_bswap64(dbits(v) ^ pb));
             pb = dbits(v);
         }
     }
@@ -405,17 +384,17 @@ static const size_t col_off[5] = {offsetof(rollup_bucket_t, sum), offsetof(rollu
 static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t start, int64_t res)
 {
     buf_t p = BUF_INIT;
-    put_uvarint(&p, n);
+    varint_put(&p, n);
     int64_t prev_slot = -1;
     for (size_t i = 0; i < n; i++) {
         int64_t slot = (b[i].ts - start) / res;
         assert(slot > prev_slot && slot < BLOB_SPAN);
-        put_uvarint(&p, (uint64_t)(slot - prev_slot - 1));
+        varint_put(&p, (uint64_t)(slot - prev_slot - 1));
         prev_slot = slot;
     }
     uint64_t pc = 0;
     for (size_t i = 0; i < n; i++) {
-        put_uvarint(&p, zigzag((int64_t)(b[i].count - pc)));
+        varint_put(&p, zigzag((int64_t)(b[i].count - pc)));
         pc = b[i].count;
     }
     buf_t a = BUF_INIT, x = BUF_INIT;
@@ -451,7 +430,7 @@ static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t 
     buf_reset(out);
     if (z && compress2(z, &zlen, (const Bytef *)p.data, p.len, 6) == Z_OK && zlen + 4 < p.len) {
         buf_putc(out, 2);
-        put_uvarint(out, p.len);
+        varint_put(out, p.len);
         buf_append(out, z, zlen);
     } else {
         buf_putc(out, 1);
@@ -471,7 +450,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
     int ret = -1;
     if (data[0] == 2) {
         uint64_t plen;
-        if (get_uvarint(&p, end, &plen) != 0 || plen == 0 || plen > MAX_PAYLOAD)
+        if (varint_get(&p, end, &plen) != 0 || plen == 0 || plen > MAX_PAYLOAD)
             return -1;
         raw = malloc(plen);
         uLongf dlen = plen;
@@ -483,7 +462,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
         return -1;
     }
     uint64_t n;
-    if (get_uvarint(&p, end, &n) != 0 || n == 0 || n > BLOB_SPAN)
+    if (varint_get(&p, end, &n) != 0 || n == 0 || n > BLOB_SPAN)
         goto out;
     if (out->cap - out->n < n) {
         size_t cap = out->n + n + out->cap;
@@ -497,7 +476,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
     int64_t slot = -1;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t gap;
-        if (get_uvarint(&p, end, &gap) != 0 || gap >= BLOB_SPAN)
+        if (varint_get(&p, end, &gap) != 0 || gap >= BLOB_SPAN)
             goto out;
         slot += (int64_t)gap + 1;
         if (slot >= BLOB_SPAN)
@@ -507,7 +486,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
     uint64_t pc = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t z;
-        if (get_uvarint(&p, end, &z) != 0)
+        if (varint_get(&p, end, &z) != 0)
             goto out;
         pc += (uint64_t)unzigzag(z);
         b[i].count = pc;
@@ -526,7 +505,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
         uint64_t pb = 0;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t u;
-            if (get_uvarint(&p, end, &u) != 0)
+            if (varint_get(&p, end, &u) != 0)
                 goto out;
             double v;
             if (mode != 1) {
@@ -534,7 +513,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
                 v = (double)pi / pow10_tab[decimals];
                 if (mode == 2) {
                     uint64_t resid;
-                    if (get_uvarint(&p, end, &resid) != 0)
+                    if (varint_get(&p, end, &resid) != 0)
                         goto out;
                     v = bitsd(dbits(v) ^ resid);
                 }
