@@ -318,8 +318,8 @@ static void rl_url_escape(buf_t *b, const char *s)
 
 /* Runs the query at ts. On success the samples (vector, or a scalar as one unlabelled sample)
  * are returned in *out and *n (valid until promql_result_free). NULL result + err on failure. */
-static promql_result_t *rl_query(rules_manager_t *m, const rl_rule_t *r, int64_t ts, promql_sample_t **out, size_t *n,
-                                 promql_sample_t *scalar_tmp, char *err, size_t errlen)
+static promql_result_t *rl_query_eval(rules_manager_t *m, const rl_rule_t *r, int64_t ts, promql_sample_t **out,
+                                      size_t *n, promql_sample_t *scalar_tmp, char *err, size_t errlen)
 {
     querier_t *q = storage_querier(m->o.storage);
     if (!q) {
@@ -348,6 +348,21 @@ static promql_result_t *rl_query(rules_manager_t *m, const rl_rule_t *r, int64_t
         snprintf(err, errlen, "rule result is not a vector or scalar");
         promql_result_free(res);
         return NULL;
+    }
+    return res;
+}
+
+/* Evaluates r at ts. On failure records the error on the rule, sets *failed and returns NULL. */
+static promql_result_t *rl_query(rules_manager_t *m, rl_rule_t *r, int64_t ts, promql_sample_t **out, size_t *n,
+                                 promql_sample_t *scalar_tmp, bool *failed)
+{
+    char err[600];
+    promql_result_t *res = rl_query_eval(m, r, ts, out, n, scalar_tmp, err, sizeof(err));
+    if (!res) {
+        pthread_mutex_lock(&m->mu);
+        rl_set_error(r, err);
+        pthread_mutex_unlock(&m->mu);
+        *failed = true;
     }
     return res;
 }
@@ -394,17 +409,11 @@ static void rl_commit(rules_manager_t *m, rl_rule_t *r, rl_out_t *o, int64_t ts,
 
 static void rl_eval_recording(rules_manager_t *m, rl_group_t *g, rl_rule_t *r, int64_t ts, bool *failed)
 {
-    char err[600];
     promql_sample_t *smp, stmp;
     size_t n;
-    promql_result_t *res = rl_query(m, r, ts, &smp, &n, &stmp, err, sizeof(err));
-    if (!res) {
-        pthread_mutex_lock(&m->mu);
-        rl_set_error(r, err);
-        pthread_mutex_unlock(&m->mu);
-        *failed = true;
+    promql_result_t *res = rl_query(m, r, ts, &smp, &n, &stmp, failed);
+    if (!res)
         return;
-    }
     rl_out_t o = {.a = arena_create(0)};
     const char *msg = NULL;
     char ebuf[160];
@@ -518,17 +527,11 @@ static rl_alert_t *rl_find_alert(rl_rule_t *r, uint64_t h)
 
 static void rl_eval_alerting(rules_manager_t *m, rl_group_t *g, rl_rule_t *r, int64_t ts, bool *failed)
 {
-    char err[600];
     promql_sample_t *smp, stmp;
     size_t n;
-    promql_result_t *res = rl_query(m, r, ts, &smp, &n, &stmp, err, sizeof(err));
-    if (!res) {
-        pthread_mutex_lock(&m->mu);
-        rl_set_error(r, err);
-        pthread_mutex_unlock(&m->mu);
-        *failed = true;
+    promql_result_t *res = rl_query(m, r, ts, &smp, &n, &stmp, failed);
+    if (!res)
         return;
-    }
     char tname[300];
     snprintf(tname, sizeof(tname), "__alert_%s", r->def->name);
     uint64_t *cur = malloc((n ? n : 1) * sizeof(*cur));
