@@ -1,6 +1,7 @@
 /* buf — growable byte buffer; see buf.h. */
 #include "internal/util/buf.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -139,17 +140,39 @@ void buf_put_float(buf_t *b, double v)
     buf_put_float_go(b, v, 'g');
 }
 
-/* Shortest digit count (1..17) whose %e rendering parses back to v; leaves that text in tmp. */
+/* Shortest digit count (1..17) whose %e rendering parses back to v; leaves that text in tmp.
+ * Round-tripping is monotone in the digit count (the p-digit rounding is also a (p+1)-digit
+ * decimal, so the (p+1)-digit one is at least as close), hence a binary search: 4-5 formatting
+ * passes instead of up to 17 for the random-looking values gauges carry. */
 static int float_shortest(double v, char *tmp, size_t cap)
 {
-    int prec = 1;
-    for (; prec < 17; prec++) {
-        snprintf(tmp, cap, "%.*e", prec - 1, v);
-        if (strtod(tmp, NULL) == v)
-            return prec;
+    char probe[64];
+    int lo = 1, hi = 17;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        snprintf(probe, sizeof(probe), "%.*e", mid - 1, v);
+        if (strtod(probe, NULL) == v)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    snprintf(tmp, cap, "%.*e", 16, v);
-    return 17;
+    snprintf(tmp, cap, "%.*e", lo - 1, v);
+    return lo;
+}
+
+/* Integral values below 2^53 print as their integer digits whenever the decimal form is chosen;
+ * counters and most Flink gauges are such values. Returns false when the general path decides. */
+static bool float_put_integral(buf_t *b, double v, char fmt)
+{
+    double a = fabs(v);
+    if (fmt == 'e' || v == 0 || a >= 9007199254740992.0 || v != (double)(int64_t)v)
+        return false;
+    if (fmt == 'g' && a >= 1e6) /* Go's 'g' switches to an exponent at 1e6 and above */
+        return false;
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%" PRId64, (int64_t)v);
+    buf_append(b, tmp, (size_t)n);
+    return true;
 }
 
 void buf_put_float_go(buf_t *b, double v, char fmt)
@@ -162,6 +185,8 @@ void buf_put_float_go(buf_t *b, double v, char fmt)
         buf_puts(b, v > 0 ? "+Inf" : "-Inf");
         return;
     }
+    if (float_put_integral(b, v, fmt))
+        return;
     char tmp[400];
     int prec = float_shortest(v, tmp, sizeof(tmp));
     const char *e = strchr(tmp, 'e');
@@ -182,7 +207,19 @@ void buf_put_float_go(buf_t *b, double v, char fmt)
         return;
     }
     int decimals = prec - 1 - exp;
-    snprintf(tmp, sizeof(tmp), "%.*f", decimals > 0 ? decimals : 0, v);
+    if (decimals < 0) {
+        /* Like Go: the shortest digits padded with zeros, not %.0f's exact binary expansion
+         * (1e23 is 100000000000000000000000, not 99999999999999991611392). */
+        if (v < 0)
+            buf_putc(b, '-');
+        for (const char *p = tmp; p < e; p++)
+            if (*p >= '0' && *p <= '9')
+                buf_putc(b, *p);
+        for (int i = 0; i < -decimals; i++)
+            buf_putc(b, '0');
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%.*f", decimals, v);
     buf_puts(b, tmp);
 }
 

@@ -6,6 +6,8 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal/util/buf.h"
@@ -110,6 +112,62 @@ static void test_float_format(void **state)
     assert_string_equal(fmt_json(&b, 1e21), "1e+21");
     assert_string_equal(fmt_json(&b, 0.000001), "0.000001");
     assert_string_equal(fmt_json(&b, 1.0 / 3), "0.3333333333333333");
+    assert_string_equal(fmt_json(&b, 123456789012345678.0), "123456789012345680");
+    assert_string_equal(fmt_json(&b, 1e20), "100000000000000000000");
+    assert_string_equal(fmt_json(&b, -4503599627370497.0), "-4503599627370497");
+    buf_free(&b);
+}
+
+/* Significant digits of a formatted number: mantissa digits without leading or trailing zeros. */
+static int sig_digits(const char *s)
+{
+    char d[64];
+    int n = 0;
+    for (; *s && *s != 'e' && n < 63; s++)
+        if ((*s >= '1' && *s <= '9') || (*s == '0' && n > 0))
+            d[n++] = *s;
+    while (n > 0 && d[n - 1] == '0')
+        n--;
+    return n;
+}
+
+static int shortest_reference(double v)
+{
+    char t[64];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof(t), "%.*e", p - 1, v);
+        if (strtod(t, NULL) == v)
+            return p;
+    }
+    return 17;
+}
+
+/* The fast paths (integers, binary search over the digit count) against the definition: the
+ * text parses back to v and has no more digits than the shortest %e form that does. */
+static void test_float_format_shortest(void **state)
+{
+    buf_t b = BUF_INIT;
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    const char fmts[] = {'g', 'e', 'f'};
+    for (int i = 0; i < 30000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        double v;
+        switch (i % 4) {
+        case 0: memcpy(&v, &x, sizeof(v)); break;                         /* any bit pattern */
+        case 1: v = (double)(int64_t)(x >> (x & 63)) * ((x & 64) ? -1 : 1); break; /* integers */
+        case 2: v = (double)(x % 100000000) / 1000.0; break;                /* gauges */
+        default: v = (double)(x >> 11) / 9007199254740992.0; break;         /* [0,1) */
+        }
+        if (!isfinite(v) || v == 0)
+            continue;
+        char fmt = fmts[i % 3];
+        buf_reset(&b);
+        buf_put_float_go(&b, v, fmt);
+        assert_true(strtod(b.data, NULL) == v);
+        assert_int_equal(sig_digits(b.data), shortest_reference(v));
+        if (fmt == 'e')
+            assert_non_null(strchr(b.data, 'e'));
+    }
     buf_free(&b);
 }
 
@@ -126,6 +184,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration),   cmocka_unit_test(test_size),
         cmocka_unit_test(test_bool_int),   cmocka_unit_test(test_float_format),
+        cmocka_unit_test(test_float_format_shortest),
         cmocka_unit_test(test_json_string),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
