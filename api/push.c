@@ -572,7 +572,7 @@ void api_push_register_routes(api_push_t *p)
     api_route_add(API_GET, "/api/v1/status", "push_status", push_api_status, p);
     if (p->opt.enable_admin_api)
         api_route_add(API_PUT, "/api/v1/admin/wipe", "push_wipe", push_api_wipe, p);
-    metrics_register("push_groups", push_collect_text, p);
+    metrics_register_pushed("push_groups", push_collect_text, p);
     metrics_register("push_self", push_collect_self, p);
 }
 

@@ -101,10 +101,15 @@ static void status_runtimeinfo(api_req_t *req, void *ud)
     buf_free(&b);
 }
 
+/* GET /metrics is the Pushgateway's: every pushed group, then sluice's own metrics. GET
+ * /-/metrics is sluice's own alone, for scraping sluice itself without the pushed data. */
 static void status_metrics(api_req_t *req, void *ud)
 {
     buf_t b = BUF_INIT;
-    metrics_write_all(&b);
+    if (ud)
+        metrics_write_self(&b);
+    else
+        metrics_write_all(&b);
     api_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     buf_free(&b);
 }
@@ -119,4 +124,5 @@ void api_status_register(const api_status_options_t *opt)
     api_route_add(API_GET, "/api/v1/status/flags", "flags", status_flags, NULL);
     api_route_add(API_GET, "/api/v1/status/runtimeinfo", "runtimeinfo", status_runtimeinfo, NULL);
     api_route_add(API_GET, "/metrics", "metrics", status_metrics, NULL);
+    api_route_add(API_GET, "/-/metrics", "metrics_self", status_metrics, (void *)1);
 }

@@ -2,6 +2,7 @@
 #include "internal/util/metrics.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@ static struct {
     const char *name;
     metrics_collector_fn fn;
     void *ud;
+    bool pushed;
 } metrics_collectors[METRICS_MAX];
 static int metrics_n;
 static double metrics_start_time;
@@ -26,24 +28,37 @@ __attribute__((constructor)) static void metrics_note_start(void)
     metrics_start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
-int metrics_register(const char *name, metrics_collector_fn fn, void *ud)
+static int metrics_add(const char *name, metrics_collector_fn fn, void *ud, bool pushed)
 {
     if (metrics_n >= METRICS_MAX)
         return -1;
     metrics_collectors[metrics_n].name = name;
     metrics_collectors[metrics_n].fn = fn;
     metrics_collectors[metrics_n].ud = ud;
+    metrics_collectors[metrics_n].pushed = pushed;
     metrics_n++;
     return 0;
 }
 
+int metrics_register(const char *name, metrics_collector_fn fn, void *ud) { return metrics_add(name, fn, ud, false); }
+
+int metrics_register_pushed(const char *name, metrics_collector_fn fn, void *ud)
+{
+    return metrics_add(name, fn, ud, true);
+}
+
 void metrics_unregister_all(void) { metrics_n = 0; }
 
-void metrics_write_all(buf_t *out)
+static void metrics_write(buf_t *out, bool include_pushed)
 {
     for (int i = 0; i < metrics_n; i++)
-        metrics_collectors[i].fn(metrics_collectors[i].ud, out);
+        if (include_pushed || !metrics_collectors[i].pushed)
+            metrics_collectors[i].fn(metrics_collectors[i].ud, out);
 }
+
+void metrics_write_all(buf_t *out) { metrics_write(out, true); }
+
+void metrics_write_self(buf_t *out) { metrics_write(out, false); }
 
 double metrics_process_start_time(void) { return metrics_start_time; }
 

@@ -109,6 +109,21 @@ def test_self_metrics(sluice):
             assert re.match(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? \S+$', line), line
 
 
+def test_self_metrics_without_pushed_groups(sluice):
+    """GET /metrics is the Pushgateway's (pushed groups first); GET /-/metrics is sluice's own only."""
+    body = "flink_taskmanager_Status_JVM_CPU_Load 0.25\n"
+    assert requests.put(sluice.url + "/metrics/job/tm1", data=body).status_code == 200
+    full = requests.get(sluice.url + "/metrics").text
+    assert 'flink_taskmanager_Status_JVM_CPU_Load{instance="",job="tm1"} 0.25' in full
+    own = requests.get(sluice.url + "/-/metrics")
+    assert own.status_code == 200
+    assert own.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "flink_taskmanager" not in own.text and "push_time_seconds" not in own.text
+    assert re.search(r"^sluice_push_groups 1$", own.text, re.M)
+    assert re.search(r"^sluice_heap_trims_total \d+$", own.text, re.M)
+    assert re.search(r"^process_resident_memory_bytes \d+", own.text, re.M)
+
+
 def test_oversized_body_gets_413(start_sluice):
     s = start_sluice("--web.max-body-size=64KiB")
     r = requests.put(s.url + "/-/healthy", data=b"x" * (65 * 1024))
