@@ -1208,46 +1208,68 @@ static label_t *group_series_labels(const push_group_t *g, arena_t *a, uint32_t 
     return ls;
 }
 
+/* The grouping labels of group_series_labels, copied into a: the group may be freed once the
+ * registry is unlocked. */
+static label_t *group_series_labels_copy(const push_group_t *g, arena_t *a, uint32_t *n)
+{
+    label_t *ls = group_series_labels(g, a, n);
+    for (uint32_t i = 0; i < *n; i++)
+        ls[i] = (label_t){arena_strdup(a, ls[i].name), arena_strdup(a, ls[i].value)};
+    return ls;
+}
+
+/* GET /metrics can be 100 MB for a few hundred Flink TaskManagers, so only the collection of
+ * references happens under the lock: each family pins its batch (families are immutable once
+ * committed and live in their batch), the bookkeeping series are copied, and sorting and
+ * formatting run unlocked while pushes go on. */
 void push_registry_write_text(push_registry_t *r, buf_t *out)
 {
     arena_t *a = arena_create(0);
     if (!a)
         return;
     pthread_mutex_lock(&r->mu);
-    size_t nref = 0;
-    for (size_t i = 0; i < r->gcap; i++)
-        for (push_group_t *g = r->gtab[i]; g; g = g->next)
-            for (size_t f = 0; f < g->nfams; f++)
-                nref += g->fams[f]->n;
-    push_ref_t *refs = malloc((nref ? nref : 1) * sizeof(*refs));
-    push_metric_t *bookkeeping = arena_calloc(a, r->ngroups ? r->ngroups * 2 : 1, sizeof(push_metric_t));
-    push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
-    push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
-    size_t k = 0, ng = 0;
-    if (!refs)
-        goto out;
+    size_t nref = 0, nfam = 0;
     for (size_t i = 0; i < r->gcap; i++)
         for (push_group_t *g = r->gtab[i]; g; g = g->next) {
+            nfam += g->nfams;
             for (size_t f = 0; f < g->nfams; f++)
-                for (size_t m = 0; m < g->fams[f]->n; m++)
-                    refs[k++] = (push_ref_t){g->fams[f], &g->fams[f]->metrics[m]};
-            push_metric_t *mt = &bookkeeping[ng * 2], *mf = &bookkeeping[ng * 2 + 1];
-            mt->labels = group_series_labels(g, a, &mt->nlabels);
+                nref += g->fams[f]->n;
+        }
+    size_t ng = r->ngroups;
+    push_ref_t *refs = malloc((nref + ng * 2 + 1) * sizeof(*refs));
+    push_family_t **pinned = malloc((nfam + 1) * sizeof(*pinned));
+    push_metric_t *bookkeeping = arena_calloc(a, ng ? ng * 2 : 1, sizeof(push_metric_t));
+    static const push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
+    static const push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
+    size_t k = 0, npinned = 0;
+    if (!refs || !pinned || !bookkeeping) {
+        pthread_mutex_unlock(&r->mu);
+        goto out;
+    }
+    size_t gi = 0;
+    for (size_t i = 0; i < r->gcap; i++)
+        for (push_group_t *g = r->gtab[i]; g; g = g->next, gi++) {
+            for (size_t f = 0; f < g->nfams; f++) {
+                push_family_t *fam = g->fams[f];
+                if (fam->batch)
+                    fam->batch->refs++;
+                pinned[npinned++] = fam;
+                for (size_t m = 0; m < fam->n; m++)
+                    refs[k++] = (push_ref_t){fam, &fam->metrics[m]};
+            }
+            push_metric_t *mt = &bookkeeping[gi * 2], *mf = &bookkeeping[gi * 2 + 1];
+            mt->labels = group_series_labels_copy(g, a, &mt->nlabels);
             mt->value = (double)g->push_ms / 1000.0;
             mf->labels = mt->labels;
             mf->nlabels = mt->nlabels;
             mf->value = (double)g->fail_ms / 1000.0;
-            ng++;
+            /* The bookkeeping families join the sort like any other. */
+            refs[k++] = (push_ref_t){&ftime, mt};
+            refs[k++] = (push_ref_t){&ffail, mf};
         }
-    /* The bookkeeping families join the sort like any other. */
-    push_ref_t *all = realloc(refs, (k + ng * 2 + 1) * sizeof(*refs));
-    if (!all)
-        goto out;
-    refs = all;
-    for (size_t i = 0; i < ng; i++) {
-        refs[k++] = (push_ref_t){&ftime, &bookkeeping[i * 2]};
-        refs[k++] = (push_ref_t){&ffail, &bookkeeping[i * 2 + 1]};
-    }
+    assert(gi == ng && k == nref + ng * 2);
+    pthread_mutex_unlock(&r->mu);
+
     qsort(refs, k, sizeof(*refs), ref_cmp);
     push_text_ctx_t ctx = {out};
     for (size_t i = 0; i < k;) {
@@ -1276,8 +1298,13 @@ void push_registry_write_text(push_registry_t *r, buf_t *out)
             family_each_series(&one, text_series, &ctx, a);
         }
     }
-out:
+
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < npinned; i++)
+        batch_unref(pinned[i]->batch);
     pthread_mutex_unlock(&r->mu);
+out:
+    free(pinned);
     free(refs);
     arena_destroy(a);
 }
