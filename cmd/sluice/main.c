@@ -33,6 +33,7 @@
 #include "api/ui.h"
 #include "cmd/sluice/config.h"
 #include "internal/util/buildinfo.h"
+#include "internal/util/heap.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 #include "storage/storage.h"
@@ -130,6 +131,17 @@ static void main_process_metrics(void *ud, buf_t *out)
                "# HELP sluice_build_info A metric with a constant '1' value labeled by version, revision and branch.\n"
                "# TYPE sluice_build_info gauge\nsluice_build_info{branch=\"%s\",revision=\"%s\",version=\"%s\"} 1\n",
                SLUICE_BRANCH, SLUICE_REVISION, SLUICE_VERSION);
+}
+
+/* Every MAIN_HEAP_TRIM_INTERVAL_S the main thread (otherwise idle, waiting for signals) gives freed
+ * heap memory back: without it RSS tracks the largest transient work ever done (see heap.h). */
+#define MAIN_HEAP_TRIM_INTERVAL_S 10
+
+static void main_on_heap_timer(evutil_socket_t fd, short what, void *arg)
+{
+    int64_t freed = heap_trim();
+    if (freed > 64 << 20)
+        log_debug("main", "returned freed heap memory", LF_I("bytes", freed));
 }
 
 static void main_on_stop_signal(evutil_socket_t sig, short what, void *arg)
@@ -290,6 +302,7 @@ int main(int argc, char **argv)
     api_flow_register_routes(flow);
     api_ui_register_routes(); /* the dashboard at / */
     metrics_register("process", main_process_metrics, NULL);
+    metrics_register("heap", heap_write_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
     metrics_register("storage", main_storage_metrics, storage);
     /* Remote-write sender: before recovery, so its WAL hold protects unsent segments from the first
@@ -338,6 +351,8 @@ int main(int argc, char **argv)
     event_add(ev_term, NULL);
     event_add(ev_int, NULL);
     event_add(ev_hup, NULL);
+    struct event *ev_heap = event_new(base, -1, EV_PERSIST, main_on_heap_timer, NULL);
+    event_add(ev_heap, &(struct timeval){.tv_sec = MAIN_HEAP_TRIM_INTERVAL_S});
     /* Ready only once SIGTERM is handled: a client that stops us right away gets a clean exit. */
     api_rules_start();
     api_status_set_ready(true);
@@ -354,6 +369,7 @@ int main(int argc, char **argv)
     event_free(ev_term);
     event_free(ev_int);
     event_free(ev_hup);
+    event_free(ev_heap);
     log_info("main", "shutdown complete");
     rc = 0;
 out:

@@ -1,0 +1,47 @@
+/* heap — returns freed malloc memory to the kernel; see heap.h. */
+#include "internal/util/heap.h"
+
+#include <malloc.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "internal/util/metrics.h"
+
+static _Atomic uint64_t heap_trims;
+static _Atomic uint64_t heap_trimmed_bytes;
+static _Atomic uint64_t heap_trim_ns;
+
+static uint64_t heap_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int64_t heap_trim(void)
+{
+    uint64_t t0 = heap_now_ns();
+    long long before = metrics_process_rss_bytes();
+    malloc_trim(0);
+    long long after = metrics_process_rss_bytes();
+    int64_t freed = before > after ? (int64_t)(before - after) : 0;
+    atomic_fetch_add(&heap_trims, 1);
+    atomic_fetch_add(&heap_trimmed_bytes, (uint64_t)freed);
+    atomic_fetch_add(&heap_trim_ns, heap_now_ns() - t0);
+    return freed;
+}
+
+void heap_write_metrics(void *ud, buf_t *out)
+{
+    (void)ud;
+    buf_printf(out,
+               "# HELP sluice_heap_trims_total Times freed heap memory was returned to the kernel.\n"
+               "# TYPE sluice_heap_trims_total counter\nsluice_heap_trims_total %llu\n"
+               "# HELP sluice_heap_trimmed_bytes_total Resident bytes given back by heap trims.\n"
+               "# TYPE sluice_heap_trimmed_bytes_total counter\nsluice_heap_trimmed_bytes_total %llu\n"
+               "# HELP sluice_heap_trim_seconds_total Time spent in heap trims.\n"
+               "# TYPE sluice_heap_trim_seconds_total counter\nsluice_heap_trim_seconds_total ",
+               (unsigned long long)atomic_load(&heap_trims), (unsigned long long)atomic_load(&heap_trimmed_bytes));
+    buf_put_float(out, (double)atomic_load(&heap_trim_ns) / 1e9);
+    buf_putc(out, '\n');
+}
