@@ -10,6 +10,7 @@
 static _Atomic uint64_t heap_trims;
 static _Atomic uint64_t heap_trimmed_bytes;
 static _Atomic uint64_t heap_trim_ns;
+static _Atomic uint64_t heap_in_use; /* at the last trim */
 
 static uint64_t heap_now_ns(void)
 {
@@ -24,6 +25,8 @@ int64_t heap_trim(void)
     long long before = metrics_process_rss_bytes();
     malloc_trim(0);
     long long after = metrics_process_rss_bytes();
+    struct mallinfo2 mi = mallinfo2(); /* walks the arenas too: here, not on every scrape */
+    atomic_store(&heap_in_use, (uint64_t)(mi.uordblks + mi.hblkhd));
     int64_t freed = before > after ? (int64_t)(before - after) : 0;
     atomic_fetch_add(&heap_trims, 1);
     atomic_fetch_add(&heap_trimmed_bytes, (uint64_t)freed);
@@ -39,9 +42,12 @@ void heap_write_metrics(void *ud, buf_t *out)
                "# TYPE sluice_heap_trims_total counter\nsluice_heap_trims_total %llu\n"
                "# HELP sluice_heap_trimmed_bytes_total Resident bytes given back by heap trims.\n"
                "# TYPE sluice_heap_trimmed_bytes_total counter\nsluice_heap_trimmed_bytes_total %llu\n"
+               "# HELP sluice_heap_in_use_bytes Heap bytes allocated and not freed, at the last trim.\n"
+               "# TYPE sluice_heap_in_use_bytes gauge\nsluice_heap_in_use_bytes %llu\n"
                "# HELP sluice_heap_trim_seconds_total Time spent in heap trims.\n"
                "# TYPE sluice_heap_trim_seconds_total counter\nsluice_heap_trim_seconds_total ",
-               (unsigned long long)atomic_load(&heap_trims), (unsigned long long)atomic_load(&heap_trimmed_bytes));
+               (unsigned long long)atomic_load(&heap_trims), (unsigned long long)atomic_load(&heap_trimmed_bytes),
+               (unsigned long long)atomic_load(&heap_in_use));
     buf_put_float(out, (double)atomic_load(&heap_trim_ns) / 1e9);
     buf_putc(out, '\n');
 }

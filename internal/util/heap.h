@@ -15,7 +15,9 @@
 
 /* Returns free pages of every arena to the kernel; the bytes RSS dropped by (0 if none). */
 int64_t heap_trim(void);
-/* sluice_heap_trims_total, sluice_heap_trimmed_bytes_total, sluice_heap_trim_seconds_total. */
+/* sluice_heap_trims_total, sluice_heap_trimmed_bytes_total, sluice_heap_in_use_bytes (malloc's
+ * own count at the last trim: RSS well above it is fragmentation or retained free memory),
+ * sluice_heap_trim_seconds_total. */
 void heap_write_metrics(void *ud, buf_t *out);
 
 #endif
