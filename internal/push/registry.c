@@ -48,7 +48,7 @@ static double push_stale_nan(void)
 
 typedef struct {
     arena_t *arena;
-    int refs;
+    int refs; /* under the registry mutex: families holding it, plus renders pinning it */
 } push_batch_t;
 
 typedef struct {
@@ -961,9 +961,12 @@ void push_registry_commit(push_registry_t *r, push_pending_t *p, buf_t *delta)
     group_note_push(g, p->now_ms);
     if (delta)
         delta_commit(delta, g);
+    /* Read under the lock: a GET /metrics render pins and unpins batches concurrently. A batch
+     * no family holds cannot be found by a render, so it is ours to free. */
+    bool unused = p->batch->refs == 0;
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&r->pushes, 1);
-    if (p->batch->refs == 0) { /* an empty push keeps nothing */
+    if (unused) { /* an empty push keeps nothing */
         arena_destroy(p->batch->arena);
         free(p->batch);
     }
