@@ -8,6 +8,8 @@
  *   promql_format_pretty  Node.Pretty(0): a node whose String() is over 100 characters is split
  *                         over lines with two-space indentation; shorter nodes stay on one line.
  */
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,8 +270,18 @@ void promql_format_expr(const promql_expr_t *e, buf_t *b)
         buf_puts(b, promql_op_name(e->u.unary.op));
         promql_format_expr(e->u.unary.expr, b);
         break;
-    case PROMQL_NODE_BINARY:
-        promql_format_expr(e->u.bin.lhs, b);
+    case PROMQL_NODE_BINARY: {
+        /* A signed number left of ^ ("+Inf" from 1e999, say) would read back as a unary sign
+         * applied to the power (^ binds tighter): parenthesize it so the text parses to the same
+         * tree. Prometheus prints it bare; this only differs for such folded literals. */
+        const promql_expr_t *l = e->u.bin.lhs;
+        bool signed_pow = e->u.bin.op == PROMQL_OP_POW && l->kind == PROMQL_NODE_NUMBER &&
+                          !isnan(l->u.number) && (signbit(l->u.number) || isinf(l->u.number));
+        if (signed_pow)
+            buf_putc(b, '(');
+        promql_format_expr(l, b);
+        if (signed_pow)
+            buf_putc(b, ')');
         buf_putc(b, ' ');
         buf_puts(b, promql_op_name(e->u.bin.op));
         if (e->u.bin.return_bool)
@@ -278,6 +290,7 @@ void promql_format_expr(const promql_expr_t *e, buf_t *b)
         buf_putc(b, ' ');
         promql_format_expr(e->u.bin.rhs, b);
         break;
+    }
     case PROMQL_NODE_AGG:
         put_agg_op(b, e);
         buf_putc(b, '(');
