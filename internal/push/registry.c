@@ -1062,16 +1062,22 @@ void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_eff
     effect->t_ms = now_ms;
 }
 
+/* Storage's resolution: pushes of one second line up, so no interval counts as shorter. Without
+ * this floor two PUTs a few milliseconds apart (a script, a test, a retry) teach the group an
+ * interval of milliseconds and it expires before the client's next request. */
+enum { PUSH_MIN_INTERVAL_MS = 1000 };
+
 /* A group expires when it has not pushed for group_ttl, or for missed_intervals of its own
- * observed push interval (known once it pushed twice). Groups that never pushed successfully
- * (only failures) follow the same clock from their first failure. */
+ * observed push interval (known once it pushed twice, at least PUSH_MIN_INTERVAL_MS). Groups that
+ * never pushed successfully (only failures) follow the same clock from their first failure. */
 static bool group_expired(const push_registry_t *r, const push_group_t *g, int64_t now_ms)
 {
     int64_t last = g->push_ms > g->fail_ms ? g->push_ms : g->fail_ms;
     if (r->opt.group_ttl_ms > 0 && now_ms - last > r->opt.group_ttl_ms)
         return true;
+    double interval = g->interval_ms < PUSH_MIN_INTERVAL_MS ? PUSH_MIN_INTERVAL_MS : g->interval_ms;
     if (r->opt.missed_intervals > 0 && g->interval_ms > 0 &&
-        (double)(now_ms - last) > g->interval_ms * r->opt.missed_intervals)
+        (double)(now_ms - last) > interval * r->opt.missed_intervals)
         return true;
     return false;
 }

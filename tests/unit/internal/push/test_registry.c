@@ -181,6 +181,20 @@ static void test_expiry(void **state)
     arena_destroy(a);
     push_registry_free(r);
 
+    /* Two pushes 5 ms apart: the interval counts as 1 s, so the group outlives a restart's
+     * pause and goes only after three missed seconds. */
+    r = push_registry_new(&o);
+    assert_int_equal(push(r, PUSH_PUT, "burst", "v 1\n", 10000, &s[0], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push(r, PUSH_PUT, "burst", "v 2\n", 10005, &s[1], err, sizeof(err)), PUSH_OK);
+    a = arena_create(0);
+    assert_int_equal(push_registry_expire(r, 10500, a, &e, NULL), 0);
+    assert_int_equal(push_registry_expire(r, 12900, a, &e, NULL), 0);
+    assert_int_equal(push_registry_expire(r, 13100, a, &e, NULL), 1);
+    for (int i = 0; i < 2; i++)
+        arena_destroy(s[i].a);
+    arena_destroy(a);
+    push_registry_free(r);
+
     push_options_t ttl = {.group_ttl_ms = 5000};
     r = push_registry_new(&ttl);
     assert_int_equal(push(r, PUSH_PUT, "t", "v 1\n", 1000, &s[0], err, sizeof(err)), PUSH_OK);
