@@ -18,6 +18,7 @@ Protobuf and CRC32C are hand-written here (no python protobuf on Debian's python
 Nothing is skipped: a missing promtool/prometheus is a failure (deploy/install-deps.sh installs
 both).
 """
+# ctest-labels: peer
 
 import math
 import os

@@ -1,5 +1,6 @@
 """Flow control (issue 7): REST API, validation, long-polls (incl. 1,000 parked at once), the SSE
 stream and its Last-Event-ID resume, auth, the TIS-compatible poll, restart and expiry, sluicectl."""
+# ctest-labels: slow
 import json
 import os
 import queue

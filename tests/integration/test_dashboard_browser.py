@@ -15,6 +15,7 @@ tests/browser/node_modules is missing or does not match the lockfile. Missing ch
 npm is a failure, not a skip: deploy/install-deps.sh installs them, and a skipped browser test
 would hide a missing install step on a fresh machine.
 """
+# ctest-labels: peer
 import fcntl
 import json
 import os

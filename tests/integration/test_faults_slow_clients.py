@@ -15,6 +15,7 @@ stuck worker, not slowness):
     the stream dropped and counted (sluice_control_stream_dropped_total), so RSS stays bounded.
 RSS is read from /proc/<pid>/status.
 """
+# ctest-labels: slow
 import os
 import random
 import socket

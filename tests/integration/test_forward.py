@@ -12,6 +12,7 @@ receivers, reading its own WAL.
 
 Nothing is skipped: a missing victoria-metrics binary is a failure (deploy/install-deps.sh).
 """
+# ctest-labels: peer slow
 import http.server
 import json
 import math

@@ -8,6 +8,7 @@
 
 Nothing is skipped: a missing prometheus binary is a failure (deploy/install-deps.sh installs it).
 """
+# ctest-labels: peer
 import os
 import shutil
 import subprocess

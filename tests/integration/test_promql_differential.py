@@ -6,6 +6,7 @@ relative. Every difference is listed by query.
 
 Data: counters (with resets), gauges, classic histograms, a series with gaps and one that goes
 stale, scraped every 15 s on whole seconds (sluice's raw tier keeps one sample per second)."""
+# ctest-labels: peer
 import math
 import os
 import random

@@ -1,6 +1,7 @@
 """Differential test: the same PUT/POST/DELETE sequence (valid and invalid) against the real
 prometheus-pushgateway (Debian package, started here) and sluice. Status codes must match after
 every step, and /api/v1/metrics must hold the same groups and metrics (timestamps ignored)."""
+# ctest-labels: peer
 import base64
 import gzip
 import json

@@ -2,6 +2,7 @@
 (each one checked against Prometheus 2.42's own answer, copied here), JSON bytes of every result
 type, GET and POST form, gzip, timeouts, max samples, refusal of absurd queries, and that a slow
 query does not hold up other requests."""
+# ctest-labels: slow
 import gzip
 import json
 import threading

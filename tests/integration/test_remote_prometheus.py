@@ -10,6 +10,7 @@
 
 Nothing is skipped: a missing prometheus binary is a failure (deploy/install-deps.sh installs it).
 """
+# ctest-labels: peer slow
 import http.server
 import json
 import os

@@ -2,6 +2,7 @@
 arrive through API v2 with labels (external labels added), annotations and generatorURL; a
 resolved alert is sent with its endsAt and leaves Alertmanager's active list; an Alertmanager that
 comes up late still gets the alert (retries with backoff); a full queue drops and counts."""
+# ctest-labels: peer
 import json
 import os
 import re

@@ -8,6 +8,7 @@ state machine with `for` and `keep_firing_for`, the start-up restore delay, and 
 The data is written once, up front, for the whole run (timestamps in the near future), so what
 an evaluation sees does not depend on when a write arrives.
 """
+# ctest-labels: peer slow
 import math
 import os
 import shutil

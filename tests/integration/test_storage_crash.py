@@ -12,6 +12,7 @@ acknowledged batch survives; the figures printed by test_kill9_rounds show it.)
 Corruption cases check recovery is clean, logged, and loses only what the damage destroyed.
 Finally the daemon itself (SLUICE_BIN, same storage_open) is killed and must become ready again.
 """
+# ctest-labels: slow
 import glob
 import os
 import random

@@ -1,8 +1,12 @@
 /*
- * Runs Prometheus 2.42's own PromQL test scripts ($SLUICE_SHARED_DIR/conformance/promql-2.42/
- * *.test — data kept outside the repository) through sluice's engine and asserts a floor of
+ * Runs Prometheus 2.42's own PromQL test scripts through sluice's engine and asserts a floor of
  * passing eval blocks per file (today: all 566, each also checked as a range query and with @
  * pinned, as Prometheus' runner does). Failures are printed.
+ *
+ * The scripts are data kept outside the repository: $PROMQL_TESTS if set, else
+ * $SLUICE_SHARED_DIR/conformance/promql-2.42 (the folder beside a CI checkout). A plain clone has
+ * neither, so when the folder is missing the test exits 77, which ctest reports as skipped
+ * (SKIP_RETURN_CODE); where the folder exists every regression fails the test.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -27,19 +32,33 @@ static const suite_t suites[] = {
     {"subquery.test", 25},     {"trig_functions.test", 19},
 };
 
+enum { CONFORMANCE_SKIPPED = 77 };
+
+static char suite_dir[4096];
+
+/* Fills suite_dir; 0 when it holds the suite's first file. */
+static int conformance_find_suite(void)
+{
+    const char *dir = getenv("PROMQL_TESTS");
+    const char *shared = getenv("SLUICE_SHARED_DIR");
+    if (dir && *dir)
+        snprintf(suite_dir, sizeof(suite_dir), "%s", dir);
+    else
+        snprintf(suite_dir, sizeof(suite_dir), "%s/conformance/promql-2.42", shared ? shared : "../shared");
+    char probe[4200];
+    snprintf(probe, sizeof(probe), "%s/%s", suite_dir, suites[0].file);
+    struct stat st;
+    return stat(probe, &st) == 0 && S_ISREG(st.st_mode) ? 0 : -1;
+}
+
 static void test_conformance(void **state)
 {
     (void)state;
-    const char *shared = getenv("SLUICE_SHARED_DIR");
-    if (!shared) {
-        fprintf(stderr, "SLUICE_SHARED_DIR not set; skipping\n");
-        skip();
-    }
     int total = 0, passed = 0;
     bool below = false;
     for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s/conformance/promql-2.42/%s", shared, suites[i].file);
+        snprintf(path, sizeof(path), "%s/%s", suite_dir, suites[i].file);
         promql_script_stats_t st = {0};
         int rc = promql_script_run_file(path, stderr, &st);
         printf("%-22s %3d/%3d evals pass%s\n", suites[i].file, st.passed, st.evals, rc ? " (script errors)" : "");
@@ -56,6 +75,11 @@ static void test_conformance(void **state)
 
 int main(void)
 {
+    if (conformance_find_suite() != 0) {
+        printf("conformance: Prometheus 2.42's PromQL scripts not found in %s; skipped "
+               "(point PROMQL_TESTS=DIR at them)\n", suite_dir);
+        return CONFORMANCE_SKIPPED;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conformance),
     };
