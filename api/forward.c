@@ -71,8 +71,8 @@
 #include <xxhash.h>
 
 #include "api/httpc.h"
-#include "api/proto/remote.pb-c.h"
-#include "api/proto/types.pb-c.h"
+#include "internal/proto/remote.pb-c.h"
+#include "internal/proto/types.pb-c.h"
 #include "internal/util/arena.h"
 #include "internal/util/log.h"
 #include "storage/wal_watch.h"

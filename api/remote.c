@@ -10,7 +10,7 @@
  *
  * The decoder is hand-written because it is the ingest hot path: two passes over the bytes (count,
  * then fill arrays allocated once), strings copied into the request arena, no per-message heap
- * allocation. The generated protobuf-c decoder (api/proto/remote.proto) is its reference in
+ * allocation. The generated protobuf-c decoder (internal/proto/remote.proto) is its reference in
  * tests/unit/api/test_remote.c. Unknown fields are skipped as proto3 requires; a known field with
  * the wrong wire type is a decode error.
  *
@@ -91,7 +91,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "api/proto/remote.pb-c.h"
+#include "internal/proto/remote.pb-c.h"
 #include "api/router.h"
 #include "internal/labels/matcher.h"
 #include "internal/util/log.h"

@@ -6,7 +6,7 @@
  *
  *   offset  size      field
  *   0       1..5      uvarint n: length of the record (Go's ReadDelimited reads at most 5 bytes)
- *   k       n         io.prometheus.client.MetricFamily (api/proto/metrics.proto)
+ *   k       n         io.prometheus.client.MetricFamily (internal/proto/metrics.proto)
  *
  * Errors: a length varint longer than 5 bytes ("invalid varint32 encountered", the
  * Pushgateway's words), a record running past the end ("unexpected EOF"), a record protobuf-c
@@ -36,7 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api/proto/metrics.pb-c.h"
+#include "internal/proto/metrics.pb-c.h"
 #include "internal/util/buf.h"
 
 #define DEF_MAX_LABELS 256

@@ -7,7 +7,7 @@
  */
 #include <snappy-c.h>
 
-#include "api/proto/remote.pb-c.h"
+#include "internal/proto/remote.pb-c.h"
 #include "internal/labels/matcher.h"
 #include "internal/util/arena.h"
 #include "tests/fuzz/fuzz.h"

@@ -3,7 +3,7 @@ python3 has no protobuf runtime in CI): protobuf encode/parse, WriteRequest / Re
 builders, ReadResponse and ChunkedReadResponse frame parsers, CRC32-Castagnoli, and small HTTP
 helpers for /api/v1/write and /api/v1/read.
 
-Field numbers are those of shared/PROTOCOLS.md §5-6 (api/proto/remote.proto, types.proto).
+Field numbers are those of shared/PROTOCOLS.md §5-6 (internal/proto/remote.proto, types.proto).
 """
 
 import math

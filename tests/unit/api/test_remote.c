@@ -1,6 +1,6 @@
 /*
  * test_remote — the hand-written WriteRequest decoder (api/remote.c) against protobuf-c's
- * generated one (api/proto/remote.proto): random requests packed by protobuf-c decode to the same
+ * generated one (internal/proto/remote.proto): random requests packed by protobuf-c decode to the same
  * samples; truncations and random mutations never crash it and, whenever protobuf-c refuses the
  * bytes, it refuses them too; validation rules name the offending series.
  */
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "api/proto/remote.pb-c.h"
+#include "internal/proto/remote.pb-c.h"
 #include "api/remote.h"
 
 /* ---- building requests with protobuf-c -------------------------------------------------------- */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/proto/metrics.pb-c.h"
+#include "internal/proto/metrics.pb-c.h"
 #include "internal/expfmt/proto_parse.h"
 
 typedef Io__Prometheus__Client__MetricFamily mf_t;
