@@ -34,16 +34,22 @@ typedef struct {
     int64_t am_queue_capacity, am_timeout_ms;
 } api_rules_options_t;
 
-/* Builds the rule manager, notifier and closed-loop actions, loads the rule files (an invalid
- * file fails start-up, as in Prometheus), registers the routes and the metrics collector. Call
- * after api_control_register and before api_server_start. 0 or -1 + err. */
-int api_rules_setup(const api_rules_options_t *o, char *err, size_t errlen);
+typedef struct api_rules api_rules_t;
+
+/* Builds the rule manager, notifier and closed-loop actions and loads the rule files (an invalid
+ * file fails start-up, as in Prometheus). Call after api_control_register and before
+ * api_server_start. NULL + err. */
+api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errlen);
+/* The routes above and the rules' metrics collector. */
+void api_rules_register_routes(api_rules_t *ar);
 /* Starts evaluating (call once storage is ready). */
-void api_rules_start(void);
+void api_rules_start(api_rules_t *ar);
 /* SIGHUP / POST /-/reload: rule files and actions. 0 or the number of errors (appended to errs). */
-int api_rules_reload(buf_t *errs);
-/* Stops evaluation and notification and frees everything. Call after api_server_stop and before
- * api_control_shutdown and storage_close. Safe if setup never ran. */
-void api_rules_shutdown(void);
+int api_rules_reload(api_rules_t *ar, buf_t *errs);
+/* Stops evaluation and notification (a reload after it does nothing). Call after api_server_stop
+ * and before api_control_shutdown and storage_close; idempotent, NULL is fine. */
+void api_rules_shutdown(api_rules_t *ar);
+/* Shuts down if not yet done and frees the handle; after the server is destroyed. */
+void api_rules_free(api_rules_t *ar);
 
 #endif

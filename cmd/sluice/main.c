@@ -41,6 +41,8 @@
 typedef struct {
     config_t *cfg;
     api_server_t *srv;
+    api_status_t *status;
+    api_rules_t *rules;
     struct event_base *base;
     int exit_code;
 } main_ctx_t;
@@ -155,12 +157,12 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
 {
     main_ctx_t *m = arg;
     buf_t rule_errs = BUF_INIT; /* rule files and closed-loop actions; failures keep the old ones */
-    if (api_rules_reload(&rule_errs) == 0)
+    if (api_rules_reload(m->rules, &rule_errs) == 0)
         log_info("main", "SIGHUP: rules reloaded");
     buf_free(&rule_errs);
     if (!m->cfg->config_file || !m->cfg->config_file[0]) {
         log_info("main", "SIGHUP: no --config.file to reload");
-        api_status_note_config_load(true);
+        api_status_note_config_load(m->status, true);
         return;
     }
     config_t fresh;
@@ -169,12 +171,12 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     if (config_load_file(&fresh, m->cfg->config_file, err, sizeof(err)) != 0 ||
         main_apply_logging(&fresh, err, sizeof(err)) != 0) {
         log_error("main", "config reload failed; keeping the running configuration", LF_S("err", err));
-        api_status_note_config_load(false);
+        api_status_note_config_load(m->status, false);
         config_free(&fresh);
         return;
     }
     log_info("main", "configuration reloaded", LF_S("file", m->cfg->config_file), LF_S("log_level", fresh.log_level));
-    api_status_note_config_load(true);
+    api_status_note_config_load(m->status, true);
     config_free(&fresh);
 }
 
@@ -206,6 +208,8 @@ int main(int argc, char **argv)
     api_forward_t *forward = NULL;
     api_remote_t *remote = NULL;
     api_query_t *query = NULL;
+    api_status_t *status = NULL;
+    api_rules_t *rules = NULL;
     buf_t config_yaml = BUF_INIT;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
@@ -239,7 +243,12 @@ int main(int argc, char **argv)
     config_format_flags_json(&cfg, &flags);
     api_status_options_t sto = {.flags_json = flags.data, .storage_path = cfg.storage_path,
                                 .retention_raw_ms = cfg.retention_raw_ms};
-    api_status_register(&sto);
+    status = api_status_new(&sto);
+    if (!status) {
+        log_error("main", "out of memory");
+        goto out;
+    }
+    api_status_register_routes(status);
     api_tsdb_status_register(storage);
     config_format_yaml(&cfg, &config_yaml);
     api_query_options_t qo = {.srv = srv, .storage = storage, .lookback_ms = cfg.query_lookback_ms,
@@ -289,10 +298,12 @@ int main(int argc, char **argv)
         .lookback_ms = cfg.query_lookback_ms, .query_timeout_ms = cfg.query_timeout_ms,
         .max_samples = cfg.query_max_samples, .am_queue_capacity = cfg.alertmanager_queue_capacity,
         .am_timeout_ms = cfg.alertmanager_timeout_ms};
-    if (api_rules_setup(&ruo, err, sizeof(err)) != 0) {
+    rules = api_rules_new(&ruo, err, sizeof(err));
+    if (!rules) {
         log_error("main", "cannot load rules", LF_S("err", err));
         goto out;
     }
+    api_rules_register_routes(rules);
     api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json};
     flow = api_flow_new(&fo);
     if (!flow) {
@@ -344,7 +355,7 @@ int main(int argc, char **argv)
         goto out;
     }
     base = event_base_new();
-    main_ctx_t m = {.cfg = &cfg, .srv = srv, .base = base};
+    main_ctx_t m = {.cfg = &cfg, .srv = srv, .status = status, .rules = rules, .base = base};
     struct event *ev_term = evsignal_new(base, SIGTERM, main_on_stop_signal, &m);
     struct event *ev_int = evsignal_new(base, SIGINT, main_on_stop_signal, &m);
     struct event *ev_hup = evsignal_new(base, SIGHUP, main_on_reload_signal, &m);
@@ -354,14 +365,14 @@ int main(int argc, char **argv)
     struct event *ev_heap = event_new(base, -1, EV_PERSIST, main_on_heap_timer, NULL);
     event_add(ev_heap, &(struct timeval){.tv_sec = MAIN_HEAP_TRIM_INTERVAL_S});
     /* Ready only once SIGTERM is handled: a client that stops us right away gets a clean exit. */
-    api_rules_start();
-    api_status_set_ready(true);
+    api_rules_start(rules);
+    api_status_set_ready(status, true);
     log_info("main", "server is ready to receive requests");
     event_base_dispatch(base);
 
-    api_status_set_ready(false);
+    api_status_set_ready(status, false);
     api_server_stop(srv, cfg.shutdown_timeout_ms);
-    api_rules_shutdown(); /* before storage closes; its closed loop waits on the control thread */
+    api_rules_shutdown(rules); /* before storage closes; its closed loop waits on the control thread */
     api_push_stop(push);
     api_forward_stop(forward); /* saves positions; the final snapshot keeps what is unsent */
     storage_close(storage); /* final snapshot: a clean restart loses nothing */
@@ -373,11 +384,13 @@ int main(int argc, char **argv)
     log_info("main", "shutdown complete");
     rc = 0;
 out:
-    api_rules_shutdown();
+    api_rules_shutdown(rules);
     api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
     api_query_free(query); /* after the server stopped: no query is queued any more */
     api_flow_free(flow); /* after the server stopped: its shutdown hook ended the streams */
     api_server_destroy(srv);
+    api_rules_free(rules); /* after the server: its routes point at the handles */
+    api_status_free(status);
     api_push_free(push);
     api_remote_free(remote);
     api_forward_stop(forward);
