@@ -762,10 +762,16 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
         if (h && h < keep)
             keep = h; /* a WAL reader (remote write) still needs these */
     }
-    if (wal_truncate_before(s->wal, keep, terr, sizeof(terr)) != WAL_OK)
+    /* The segments about to go hold series records. If this snapshot is ever unreadable, the
+     * catalog is what names the series of the later segments' samples, so it must have committed
+     * every series queued before the cut first (the roll-up writer flushes only every few
+     * seconds: a kill -9 in between lost the labels of every series created since). */
+    if (s->cat && catalog_flush(s->cat) != 0) {
+        log_warn("storage", "catalog not flushed; old WAL segments kept until the next snapshot");
+        keep = 0;
+    }
+    if (keep && wal_truncate_before(s->wal, keep, terr, sizeof(terr)) != WAL_OK)
         log_warn("storage", "old WAL segments not removed", LF_S("err", terr));
-    if (s->cat && !s->rollup)
-        catalog_flush(s->cat);
     s->last_snapshot_ms = storage_now_ms(s);
     atomic_store(&s->last_snapshot_duration_ms, wall_ms() - t0);
     atomic_fetch_add(&s->snapshots, 1);
