@@ -47,6 +47,7 @@
 #include "api/router.h"
 #include "internal/promql/engine.h"
 #include "internal/promql/selector.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
 
@@ -510,20 +511,6 @@ static int q_time_param(api_req_t *req, const char *name, int64_t def, int64_t *
     return 0;
 }
 
-static int64_t q_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t q_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* ---- jobs and the pool -------------------------------------------------------------------- */
 
 static void job_free(query_job_t *j)
@@ -643,7 +630,7 @@ static void job_run_promql(query_job_t *j)
         .cancel = &j->cancel,
     };
     if (j->deadline_ns) {
-        int64_t left = (j->deadline_ns - q_mono_ns()) / 1000000;
+        int64_t left = (j->deadline_ns - clock_mono_ns()) / 1000000;
         o.timeout_ms = left > 0 ? left : 1;
     }
     promql_result_t *r = j->kind == JOB_INSTANT ? promql_exec_instant(qr, j->ast, j->t, &o)
@@ -819,7 +806,7 @@ static void *pool_main(void *arg)
 
         if (j->cancel)
             job_fail(j, API_ERR_CANCELED, "query was canceled in query queue");
-        else if (j->deadline_ns && q_mono_ns() >= j->deadline_ns)
+        else if (j->deadline_ns && clock_mono_ns() >= j->deadline_ns)
             job_fail(j, API_ERR_TIMEOUT, "query timed out in query queue");
         else if (j->kind == JOB_INSTANT || j->kind == JOB_RANGE)
             job_run_promql(j);
@@ -935,7 +922,7 @@ static int q_timeout(api_query_t *q, api_req_t *req, query_job_t *j)
         if (t < ns)
             ns = t;
     }
-    j->deadline_ns = q_mono_ns() + ns;
+    j->deadline_ns = clock_mono_ns() + ns;
     return 0;
 }
 
@@ -945,7 +932,7 @@ static void h_query(api_req_t *req, void *ud)
 {
     api_query_t *q = ud;
     int64_t t;
-    if (q_time_param(req, "time", q_now_ms(), &t) != 0)
+    if (q_time_param(req, "time", clock_wall_ms(), &t) != 0)
         return;
     query_job_t *j = job_new(q, req, JOB_INSTANT);
     if (!j)

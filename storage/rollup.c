@@ -79,6 +79,7 @@
 #include <zlib.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 #include "internal/util/parse.h"
@@ -171,13 +172,6 @@ struct rollup {
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t floor_to(int64_t t, int64_t res)
 {
@@ -1416,16 +1410,12 @@ static void *writer_main(void *arg)
     rollup_t *r = arg;
     pthread_mutex_lock(&r->stop_mu);
     while (!r->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (r->flush_ms % 1000) * 1000000;
-        ts.tv_sec += r->flush_ms / 1000 + ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, r->flush_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->stop_mu);
-        int64_t now = wall_ms();
+        int64_t now = clock_wall_ms();
         bool ckpt = now - r->last_ckpt_wall >= r->ckpt_ms;
         if (rollup_flush(r, ckpt) == 0 && ckpt)
             r->last_ckpt_wall = now;
@@ -1490,7 +1480,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(r->rdb));
         goto err;
     }
-    r->last_ckpt_wall = wall_ms();
+    r->last_ckpt_wall = clock_wall_ms();
     /* last_retention_wall = 0: the first retention pass starts with the first wake-up. */
     if (!cfg->no_thread) {
         if (pthread_create(&r->thread, NULL, writer_main, r) != 0) {

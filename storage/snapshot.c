@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/clock.h"
 #include "storage/wal.h" /* wal_crc32c */
 
 #define SNAP_MAGIC "SLUICESN"
@@ -169,9 +170,7 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
         writer_free(w);
         return NULL;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now_ms = clock_wall_ms();
     uint8_t h[SNAP_HEADER_BYTES] = {0};
     memcpy(h, SNAP_MAGIC, 8);
     put_u32le(h + 8, SNAP_VERSION);

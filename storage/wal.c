@@ -104,6 +104,7 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 
 #define WAL_SEG_MAGIC "SLWL"
@@ -308,13 +309,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ============================================================================================
@@ -605,10 +599,10 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
 {
     if (w->dirty) {
         /* the group-commit thread only ever fsyncs the current segment: make this one durable now */
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += mono_ns() - t0;
+        res->fsync_ns += clock_mono_ns() - t0;
         if (fr != 0) {
             res->fsync_failed = true;
             seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
@@ -681,10 +675,10 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         }
     }
     if (rc == WAL_OK && sync && w->dirty) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += mono_ns() - t0;
+        res->fsync_ns += clock_mono_ns() - t0;
         if (fr == 0) {
             w->dirty = false;
             res->fsynced = true;
@@ -746,11 +740,7 @@ static void *wal_bg_main(void *arg)
     wal_t *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->closing) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->opts.fsync_interval_ms * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
+        struct timespec ts = clock_deadline_ms(CLOCK_MONOTONIC, (int64_t)w->opts.fsync_interval_ms);
         int r = 0;
         while (!w->closing && r != ETIMEDOUT)
             r = pthread_cond_timedwait(&w->bg_cv, &w->mu, &ts);
