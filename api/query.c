@@ -50,6 +50,7 @@
 #include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
+#include "internal/util/utf8.h"
 
 #define Q_MIN_TIME (INT64_MIN / 4) /* "all time" bounds for series/labels without start/end */
 #define Q_MAX_TIME (INT64_MAX / 4)
@@ -97,34 +98,6 @@ struct query_job {
 
 /* ---- JSON output -------------------------------------------------------------------------- */
 
-/* Length of a valid UTF-8 sequence at s (as Go's utf8.DecodeRune accepts), or 0 if invalid. */
-static size_t q_utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned min, cp;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2, min = 0x80, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        len = 3, min = 0x800, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        len = 4, min = 0x10000, cp = c & 0x07;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 /* A JSON string exactly as Go's encoding/json (HTML-safe) writes it. */
 static void q_json_str(buf_t *b, const char *str, size_t n)
 {
@@ -140,7 +113,7 @@ static void q_json_str(buf_t *b, const char *str, size_t n)
             continue;
         }
         if (c >= 0x80) {
-            size_t l = q_utf8_len(s + i, n - i);
+            size_t l = utf8_decode(str + i, n - i, NULL);
             bool ls = l == 3 && s[i] == 0xe2 && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9);
             if (l && !ls) {
                 i += l;

@@ -96,6 +96,7 @@
 #include "internal/labels/matcher.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
+#include "internal/util/utf8.h"
 #include "storage/chunk_xor.h"
 #include "storage/wal.h"
 
@@ -202,44 +203,6 @@ static int pbr_skip(pbr_t *r, int wire)
 
 /* ==== WriteRequest decoding ======================================================================= */
 
-static bool remote_valid_utf8(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint32_t cp;
-        if ((c & 0xe0) == 0xc0) {
-            k = 1;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            k = 2;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + k >= n) /* continuation bytes i+1 .. i+k must exist */
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
 /* Counts what one TimeSeries holds and checks its wire format. */
 static int ts_count(const uint8_t *b, size_t n, size_t *nlabels, size_t *nsamples)
 {
@@ -338,7 +301,7 @@ static int ts_check_labels(labels_t *ls, char *err, size_t errlen)
             snprintf(err, errlen, "empty value for label \"%s\" in series %s", l->name, desc);
             return -1;
         }
-        if (!remote_valid_utf8((const uint8_t *)l->value, vl)) {
+        if (!utf8_valid(l->value, vl)) {
             snprintf(err, errlen, "label \"%s\" has a value that is not valid UTF-8", l->name);
             return -1;
         }
@@ -533,8 +496,8 @@ int remote_write_decode(const uint8_t *buf, size_t len, size_t max_samples, aren
                 snprintf(err, errlen, "out of memory decoding the request");
                 return REMOTE_ERR_NOMEM;
             }
-            if (!remote_valid_utf8((const uint8_t *)m->help, sn[1]) || !remote_valid_utf8((const uint8_t *)m->unit, sn[2]) ||
-                !remote_valid_utf8((const uint8_t *)m->name, sn[0])) {
+            if (!utf8_valid(m->help, sn[1]) || !utf8_valid(m->unit, sn[2]) ||
+                !utf8_valid(m->name, sn[0])) {
                 snprintf(err, errlen, "metadata of \"%.64s\" is not valid UTF-8", m->name);
                 return REMOTE_ERR_INVALID;
             }

@@ -38,6 +38,7 @@
 
 #include "api/proto/metrics.pb-c.h"
 #include "internal/util/buf.h"
+#include "internal/util/utf8.h"
 
 #define DEF_MAX_LABELS 256
 #define DEF_MAX_NAME 1024
@@ -144,7 +145,7 @@ static int check_labels(pp_t *pp, const pb_family_t *mf, const pb_metric_t *m, s
              strcmp(ln, "le") == 0))
             return pp_fail(pp, EXPFMT_EPARSE, "collected metric \"%s\" must not have an explicit \"%s\" label",
                            mf->name, ln);
-        if (!expfmt__utf8_valid(lv, lvn)) {
+        if (!utf8_valid(lv, lvn)) {
             char q[320];
             expfmt_go_quote(q, sizeof(q), lv, lvn);
             return pp_fail(pp, EXPFMT_EPARSE,
