@@ -195,10 +195,6 @@ static double bitsd(uint64_t u)
     return v;
 }
 
-static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static int64_t unzigzag(uint64_t u) { return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); }
-
-
 static double nan_min(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a); }
 static double nan_max(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a); }
 
@@ -358,7 +354,7 @@ static int col_encode(buf_t *p, const rollup_bucket_t *b, size_t n, size_t off, 
             if (!(fabs(x) < 9007199254740992.0))
                 return -1;
             int64_t iv = (int64_t)x;
-            varint_put(p, zigzag((int64_t)((uint64_t)iv - (uint64_t)pi)));
+            varint_put_signed(p, (int64_t)((uint64_t)iv - (uint64_t)pi));
             if (mode == 2)
                 varint_put(p, dbits(v) ^ dbits((double)iv / pow10_tab[decimals]));
             pi = iv;
@@ -388,7 +384,7 @@ static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t 
     }
     uint64_t pc = 0;
     for (size_t i = 0; i < n; i++) {
-        varint_put(&p, zigzag((int64_t)(b[i].count - pc)));
+        varint_put_signed(&p, (int64_t)(b[i].count - pc));
         pc = b[i].count;
     }
     buf_t a = BUF_INIT, x = BUF_INIT;
@@ -482,7 +478,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
         uint64_t z;
         if (varint_get(&p, end, &z) != 0)
             goto out;
-        pc += (uint64_t)unzigzag(z);
+        pc += (uint64_t)varint_unzigzag(z);
         b[i].count = pc;
     }
     for (int c = 0; c < 5; c++) {
@@ -503,7 +499,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
                 goto out;
             double v;
             if (mode != 1) {
-                pi = (int64_t)((uint64_t)pi + (uint64_t)unzigzag(u));
+                pi = (int64_t)((uint64_t)pi + (uint64_t)varint_unzigzag(u));
                 v = (double)pi / pow10_tab[decimals];
                 if (mode == 2) {
                     uint64_t resid;

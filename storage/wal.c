@@ -106,6 +106,7 @@
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 
 #define WAL_SEG_MAGIC "SLWL"
 #define WAL_SEG_VERSION 1
@@ -227,53 +228,18 @@ static void buf_put_u64le(buf_t *b, uint64_t v)
     buf_append(b, t, 8);
 }
 
-static void buf_put_uvarint(buf_t *b, uint64_t v)
-{
-    uint8_t t[10];
-    size_t n = 0;
-    while (v >= 0x80) {
-        t[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    t[n++] = (uint8_t)v;
-    buf_append(b, t, n);
-}
-
-static void buf_put_svarint(buf_t *b, int64_t v)
-{
-    buf_put_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
-}
-
 typedef struct {
     const uint8_t *p, *end;
     int err;
 } rd_t;
 
+/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
 static uint64_t rd_uvarint(rd_t *r)
 {
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (r->p >= r->end) {
-            r->err = -1;
-            return 0;
-        }
-        uint8_t c = *r->p++;
-        if (shift == 63 && c > 1) {
-            r->err = -1; /* overflows 64 bits */
-            return 0;
-        }
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-    r->err = -1;
-    return 0;
-}
-
-static int64_t rd_svarint(rd_t *r)
-{
-    uint64_t u = rd_uvarint(r);
-    return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
+        r->err = -1;
+    return v;
 }
 
 static uint64_t rd_u64le(rd_t *r)
@@ -350,16 +316,16 @@ static int encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t *nr
         buf_append(b, "\0\0\0\0", 4);
         uint32_t count = 0;
         while (i < n && (count == 0 || b->len - count_at < WAL_SERIES_RECORD_SOFT_BYTES)) {
-            buf_put_uvarint(b, s[i].id);
-            buf_put_uvarint(b, s[i].labels.n);
+            varint_put(b, s[i].id);
+            varint_put(b, s[i].labels.n);
             for (size_t k = 0; k < s[i].labels.n; k++) {
                 const label_t *l = &s[i].labels.v[k];
                 if (!l->name || !l->value)
                     return WAL_ERR_ARG;
                 size_t nl = strlen(l->name), vl = strlen(l->value);
-                buf_put_uvarint(b, nl);
+                varint_put(b, nl);
                 buf_append(b, l->name, nl);
-                buf_put_uvarint(b, vl);
+                varint_put(b, vl);
                 buf_append(b, l->value, vl);
             }
             count++;
@@ -391,11 +357,11 @@ static void encode_samples(buf_t *b, const wal_sample_t *s, size_t n, uint64_t *
             uint64_t vb;
             memcpy(&vb, &x->v, 8);
             if (k == 0) {
-                buf_put_uvarint(b, x->series_id);
-                buf_put_svarint(b, x->t_ms);
+                varint_put(b, x->series_id);
+                varint_put_signed(b, x->t_ms);
             } else {
-                buf_put_svarint(b, (int64_t)(x->series_id - pid));
-                buf_put_svarint(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
+                varint_put_signed(b, (int64_t)(x->series_id - pid));
+                varint_put_signed(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
             }
             buf_put_u64le(b, vb);
             pid = x->series_id;
@@ -1141,10 +1107,10 @@ static int replay_samples(replay_t *r, const uint8_t *p, size_t len)
     for (uint32_t i = 0; i < count; i++) {
         if (i == 0) {
             id = rd_uvarint(&rd);
-            t = rd_svarint(&rd);
+            t = varint_unzigzag(rd_uvarint(&rd));
         } else {
-            id += (uint64_t)rd_svarint(&rd);
-            t = (int64_t)((uint64_t)t + (uint64_t)rd_svarint(&rd));
+            id += (uint64_t)varint_unzigzag(rd_uvarint(&rd));
+            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&rd)));
         }
         uint64_t vb = rd_u64le(&rd);
         if (rd.err)

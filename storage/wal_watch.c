@@ -27,6 +27,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 
 #define WW_SEG_HEADER 16
 #define WW_REC_HEADER 12
@@ -247,27 +248,13 @@ typedef struct {
     int err;
 } rd_t;
 
+/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
 static uint64_t rd_uvarint(rd_t *r)
 {
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (r->p >= r->end || (shift == 63 && *r->p > 1)) {
-            r->err = -1;
-            return 0;
-        }
-        uint8_t c = *r->p++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-    r->err = -1;
-    return 0;
-}
-
-static int64_t rd_svarint(rd_t *r)
-{
-    uint64_t u = rd_uvarint(r);
-    return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
+        r->err = -1;
+    return v;
 }
 
 static uint64_t rd_fixed(rd_t *r, int n)
@@ -357,10 +344,10 @@ int wal_watch_decode_samples(const uint8_t *p, size_t len,
     for (uint32_t i = 0; i < count; i++) {
         if (i == 0) {
             id = rd_uvarint(&r);
-            t = rd_svarint(&r);
+            t = varint_unzigzag(rd_uvarint(&r));
         } else {
-            id += (uint64_t)rd_svarint(&r);
-            t = (int64_t)((uint64_t)t + (uint64_t)rd_svarint(&r));
+            id += (uint64_t)varint_unzigzag(rd_uvarint(&r));
+            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&r)));
         }
         uint64_t bits = rd_fixed(&r, 8);
         if (r.err)
