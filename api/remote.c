@@ -94,12 +94,12 @@
 #include "api/proto/remote.pb-c.h"
 #include "api/router.h"
 #include "internal/labels/matcher.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 #include "internal/util/utf8.h"
 #include "internal/util/varint.h"
 #include "storage/chunk_xor.h"
-#include "storage/wal.h"
 
 #define REMOTE_DEFAULT_DECODE_LIMIT (32u << 20)
 #define REMOTE_DEFAULT_FRAME_BYTES (1u << 20)
@@ -1014,10 +1014,10 @@ static void rstream_flush_frame(rstream_t *st)
         tl += varint_encode(tail + tl, st->qi);
     }
     size_t msglen = h + cslen + tl;
-    uint32_t crc = wal_crc32c(0, hdr, h);
-    crc = wal_crc32c(crc, st->lbl.data, st->lbl.len);
-    crc = wal_crc32c(crc, st->cs.data, st->cs.len);
-    crc = wal_crc32c(crc, tail, tl);
+    uint32_t crc = crc32c(hdr, h);
+    crc = crc32c_update(crc, st->lbl.data, st->lbl.len);
+    crc = crc32c_update(crc, st->cs.data, st->cs.len);
+    crc = crc32c_update(crc, tail, tl);
     varint_put(&st->out, msglen);
     uint8_t be[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8), (uint8_t)crc};
     buf_append(&st->out, be, 4);

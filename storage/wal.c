@@ -105,6 +105,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 
@@ -118,84 +119,6 @@
 #define WAL_SERIES_RECORD_SOFT_BYTES (1u << 20)
 /* Smallest encoded sample: 1-byte id, 1-byte t, 8-byte value. */
 #define WAL_MIN_SAMPLE_BYTES 10
-
-/* ============================================================================================
- * CRC-32C
- * ============================================================================================ */
-
-static uint32_t crc32c_table[8][256];
-static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
-static int crc32c_have_hw;
-
-static void crc32c_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc32c_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc32c_table[t][i] =
-                (crc32c_table[t - 1][i] >> 8) ^ crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    crc32c_have_hw = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-/* Slicing-by-8 over the reflected polynomial; the portable path and the reference in tests. */
-uint32_t wal__crc32c_sw(uint32_t crc, const void *data, size_t len)
-{
-    pthread_once(&crc32c_once, crc32c_init);
-    const uint8_t *p = data;
-    uint32_t c = ~crc;
-    while (len >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24);
-        c = crc32c_table[7][lo & 0xff] ^ crc32c_table[6][(lo >> 8) & 0xff] ^
-            crc32c_table[5][(lo >> 16) & 0xff] ^ crc32c_table[4][lo >> 24] ^
-            crc32c_table[3][p[4]] ^ crc32c_table[2][p[5]] ^ crc32c_table[1][p[6]] ^
-            crc32c_table[0][p[7]];
-        p += 8;
-        len -= 8;
-    }
-    while (len--)
-        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
-    return ~c;
-}
-
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *data,
-                                                              size_t len)
-{
-    const uint8_t *p = data;
-    uint64_t c = (uint32_t)~crc;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-        p += 8;
-        len -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (len--)
-        c32 = _mm_crc32_u8(c32, *p++);
-    return ~c32;
-}
-#endif
-
-uint32_t wal_crc32c(uint32_t crc, const void *data, size_t len)
-{
-    pthread_once(&crc32c_once, crc32c_init);
-#if defined(__x86_64__)
-    if (crc32c_have_hw)
-        return crc32c_hw(crc, data, len);
-#endif
-    return wal__crc32c_sw(crc, data, len);
-}
 
 /* ============================================================================================
  * Small encoding helpers
@@ -301,8 +224,8 @@ static int rec_finish(buf_t *b, size_t off, uint8_t type)
     h[1] = 0;
     put_u16le(h + 2, 0);
     put_u32le(h + 4, (uint32_t)plen);
-    uint32_t crc = wal_crc32c(0, h, 8);
-    crc = wal_crc32c(crc, h + WAL_REC_HEADER_BYTES, plen);
+    uint32_t crc = crc32c(h, 8);
+    crc = crc32c_update(crc, h + WAL_REC_HEADER_BYTES, plen);
     put_u32le(h + 8, crc);
     return WAL_OK;
 }
@@ -456,7 +379,7 @@ static void seg_header(uint8_t h[WAL_SEG_HEADER_BYTES], uint32_t no)
     put_u16le(h + 4, WAL_SEG_VERSION);
     put_u16le(h + 6, 0);
     put_u32le(h + 8, no);
-    put_u32le(h + 12, wal_crc32c(0, h, 12));
+    put_u32le(h + 12, crc32c(h, 12));
 }
 
 static int fsync_dir(int dirfd) { return fsync(dirfd) == 0 ? 0 : -errno; }
@@ -1246,8 +1169,8 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, uint64_t fsize, seg_
             *why = "short record payload";
             return 0;
         }
-        uint32_t crc = wal_crc32c(0, rh, 8);
-        crc = wal_crc32c(crc, r->payload.data, len);
+        uint32_t crc = crc32c(rh, 8);
+        crc = crc32c_update(crc, r->payload.data, len);
         if (crc != get_u32le(rh + 8)) {
             *why = "record checksum mismatch";
             return 0;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 
@@ -189,7 +190,7 @@ int wal_watch_next(wal_watch_t *w, uint8_t *type, const uint8_t **payload, size_
             ssize_t r = read_at(w->fd, h, sizeof(h), 0);
             if (r < 0)
                 return WAL_WATCH_ERR_IO;
-            if (r < WW_SEG_HEADER || memcmp(h, "SLWL", 4) != 0 || wal_crc32c(0, h, 12) != get_u32(h + 12)) {
+            if (r < WW_SEG_HEADER || memcmp(h, "SLWL", 4) != 0 || crc32c(h, 12) != get_u32(h + 12)) {
                 if (advance(w, later, WW_TORN))
                     continue;
                 return WAL_WATCH_EOF;
@@ -223,7 +224,7 @@ int wal_watch_next(wal_watch_t *w, uint8_t *type, const uint8_t **payload, size_
             if (pr < 0)
                 return WAL_WATCH_ERR_IO;
             bad = (size_t)pr < plen ||
-                  wal_crc32c(wal_crc32c(0, rh, 8), w->payload, plen) != get_u32(rh + 8);
+                  crc32c_update(crc32c(rh, 8), w->payload, plen) != get_u32(rh + 8);
         }
         if (bad) {
             if (advance(w, later, WW_TORN))
