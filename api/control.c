@@ -54,6 +54,7 @@
 #include "api/router.h"
 #include "internal/control/control.h"
 #include "internal/control/store.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 #include "internal/util/parse.h"
@@ -169,13 +170,6 @@ static struct {
 } ctl;
 
 /* --- small helpers ------------------------------------------------------------------------------ */
-
-static int64_t ctl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void ctl_reply_error(api_req_t *req, int code, const char *type, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -461,7 +455,7 @@ static void ctl_run_op(ctl_op_t *op)
     switch (op->kind) {
     case CTL_OP_APPLY: {
         control_event_t *ev = NULL;
-        int rc = control_store_apply(ctl.store, op->job, &op->chg, ctl_now_ms(), op->who, &ev, err, sizeof(err));
+        int rc = control_store_apply(ctl.store, op->job, &op->chg, clock_wall_ms(), op->who, &ev, err, sizeof(err));
         if (rc == CONTROL_STORE_OK) {
             op->code = 200;
             buf_append(&op->body, ev->json, ev->json_len);
@@ -534,7 +528,7 @@ static void *ctl_thread_main(void *arg)
                 pthread_cond_wait(&ctl.cv, &ctl.mu);
                 continue;
             }
-            if (next <= ctl_now_ms())
+            if (next <= clock_wall_ms())
                 break;
             struct timespec ts = {.tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000};
             pthread_cond_timedwait(&ctl.cv, &ctl.mu, &ts);
@@ -550,7 +544,7 @@ static void *ctl_thread_main(void *arg)
         pthread_mutex_unlock(&ctl.mu);
         if (op)
             ctl_run_op(op);
-        if (control_store_expire_due(ctl.store, ctl_now_ms(), ctl_expired_event, NULL, err, sizeof(err)) < 0) {
+        if (control_store_expire_due(ctl.store, clock_wall_ms(), ctl_expired_event, NULL, err, sizeof(err)) < 0) {
             log_error("control", "cannot revert an expired change; retrying in 1s", LF_S("err", err));
             struct timespec one = {1, 0};
             nanosleep(&one, NULL);
@@ -1270,9 +1264,7 @@ static void ctl_on_shutdown(void *ud)
             ctl.barrier++;
     /* Wait until every worker has run it: deliveries queued before it have run too (FIFO), so no
      * fan-out is left in a loop that is about to stop. Bounded, in case a worker is wedged. */
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 5;
+    struct timespec dl = clock_deadline_ms(CLOCK_REALTIME, 5000);
     while (ctl.barrier > 0)
         if (pthread_cond_timedwait(&ctl.bcv, &ctl.bmu, &dl) == ETIMEDOUT)
             break;
@@ -1301,7 +1293,7 @@ int api_control_register(const api_control_options_t *opt, char *err, size_t err
         goto fail;
     /* Changes that ran out while sluice was down come back now, before anyone can read them. */
     char xerr[256];
-    int n = control_store_expire_due(ctl.store, ctl_now_ms(), NULL, NULL, xerr, sizeof(xerr));
+    int n = control_store_expire_due(ctl.store, clock_wall_ms(), NULL, NULL, xerr, sizeof(xerr));
     if (n < 0) {
         snprintf(err, errlen, "cannot revert expired flow-control changes: %s", xerr);
         goto fail;

@@ -49,6 +49,7 @@
 #include "api/router.h"
 #include "internal/control/control.h"
 #include "internal/labels/matcher.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
 
@@ -478,9 +479,7 @@ static int64_t flow_now_ms(const api_flow_t *f)
 {
     if (f->opt.clock_ms)
         return f->opt.clock_ms();
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_wall_ms();
 }
 
 /* Checks job and window; 0 or replies 400 and returns -1. */
@@ -753,9 +752,7 @@ static void flow_on_shutdown(void *ud)
             free(a);
     }
     /* Bounded, in case a worker is wedged: then its streams die with the process. */
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 5;
+    struct timespec dl = clock_deadline_ms(CLOCK_REALTIME, 5000);
     while (f->barrier > 0)
         if (pthread_cond_timedwait(&f->bcv, &f->bmu, &dl) != 0)
             break;

@@ -74,6 +74,7 @@
 #include "internal/proto/remote.pb-c.h"
 #include "internal/proto/types.pb-c.h"
 #include "internal/util/arena.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "storage/wal_watch.h"
 
@@ -226,24 +227,10 @@ struct api_forward {
     bool started, stopped;
 };
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Sleeps up to ms; returns early (true) when stopping. */
 static bool fw_sleep(struct api_forward *f, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&f->stop_mu);
     while (!atomic_load(&f->stopping)) {
         if (pthread_cond_timedwait(&f->stop_cv, &f->stop_mu, &ts) == ETIMEDOUT)
@@ -489,7 +476,7 @@ static void save_position(fw_target_t *t)
     close(fd);
     if (!ok || rename(tmp, t->pos_path) != 0)
         log_error("forward", "cannot save position", LF_S("file", t->pos_path), LF_S("err", strerror(errno)));
-    t->last_save_ms = wall_ms();
+    t->last_save_ms = clock_wall_ms();
     t->saved = p;
 }
 
@@ -500,7 +487,7 @@ static void commit(fw_target_t *t, wal_pos_t p)
     t->have_committed = true;
     pthread_mutex_unlock(&t->mu);
     atomic_store(&t->segment, p.segment);
-    if ((p.segment != t->saved.segment || p.offset != t->saved.offset) && wall_ms() - t->last_save_ms >= 1000)
+    if ((p.segment != t->saved.segment || p.offset != t->saved.offset) && clock_wall_ms() - t->last_save_ms >= 1000)
         save_position(t);
 }
 
@@ -522,7 +509,7 @@ static uint32_t fw_hold(void *ud)
         pthread_mutex_unlock(&t->mu);
     }
     if (hold && f->o.wal_max_hold_ms > 0) {
-        int64_t oldest = wall_ms() - f->o.wal_max_hold_ms;
+        int64_t oldest = clock_wall_ms() - f->o.wal_max_hold_ms;
         uint32_t s = hold, newest = wal_watch_last_segment(f->wal_dir);
         while (s && s < newest) {
             char path[4200];
@@ -1180,7 +1167,7 @@ void api_forward_write_metrics(void *ud, buf_t *out)
     struct api_forward *f = ud;
     if (!f)
         return;
-    int64_t now = wall_ms();
+    int64_t now = clock_wall_ms();
     static const struct {
         const char *name, *type, *help;
         int which;

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "internal/util/clock.h"
+
 #define HTTPC_MAX_HEADER (64 * 1024)
 
 struct httpc_conn {
@@ -28,13 +30,6 @@ struct httpc_conn {
     /* bytes received past the current response (none expected without pipelining) */
     buf_t in;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
 {
@@ -132,7 +127,7 @@ void httpc_response_free(httpc_response_t *r) { buf_free(&r->body); }
 static int wait_fd(int fd, short ev, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0)
             return -1;
         struct pollfd p = {.fd = fd, .events = ev};
@@ -379,7 +374,7 @@ short_body:
 int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
                size_t max_body, httpc_response_t *resp, char *err, size_t errlen)
 {
-    int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 30000);
+    int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000);
     buf_t req = BUF_INIT;
     buf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice\r\nContent-Length: %zu\r\n%s\r\n",
                c->u.path, c->u.hostport, len, headers ? headers : "");

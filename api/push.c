@@ -31,6 +31,7 @@
 #include "internal/expfmt/proto_parse.h"
 #include "internal/expfmt/text_parse.h"
 #include "internal/util/buildinfo.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 
@@ -49,9 +50,7 @@ static int64_t push_now_ms(const api_push_t *p)
 {
     if (p->opt.clock_ms)
         return p->opt.clock_ms();
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_wall_ms();
 }
 
 /* ---- path ------------------------------------------------------------------------------------- */
@@ -518,9 +517,7 @@ static void *push_expiry_main(void *arg)
     api_push_t *p = arg;
     pthread_mutex_lock(&p->stop_mu);
     while (!p->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, 1000);
         pthread_cond_timedwait(&p->stop_cv, &p->stop_mu, &ts);
         if (p->stop)
             break;

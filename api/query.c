@@ -47,8 +47,10 @@
 #include "api/router.h"
 #include "internal/promql/engine.h"
 #include "internal/promql/selector.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
+#include "internal/util/utf8.h"
 
 #define Q_MIN_TIME (INT64_MIN / 4) /* "all time" bounds for series/labels without start/end */
 #define Q_MAX_TIME (INT64_MAX / 4)
@@ -96,34 +98,6 @@ struct query_job {
 
 /* ---- JSON output -------------------------------------------------------------------------- */
 
-/* Length of a valid UTF-8 sequence at s (as Go's utf8.DecodeRune accepts), or 0 if invalid. */
-static size_t q_utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len;
-    unsigned min, cp;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2, min = 0x80, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-        len = 3, min = 0x800, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-        len = 4, min = 0x10000, cp = c & 0x07;
-    else
-        return 0;
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 /* A JSON string exactly as Go's encoding/json (HTML-safe) writes it. */
 static void q_json_str(buf_t *b, const char *str, size_t n)
 {
@@ -139,7 +113,7 @@ static void q_json_str(buf_t *b, const char *str, size_t n)
             continue;
         }
         if (c >= 0x80) {
-            size_t l = q_utf8_len(s + i, n - i);
+            size_t l = utf8_decode(str + i, n - i, NULL);
             bool ls = l == 3 && s[i] == 0xe2 && s[i + 1] == 0x80 && (s[i + 2] == 0xa8 || s[i + 2] == 0xa9);
             if (l && !ls) {
                 i += l;
@@ -510,20 +484,6 @@ static int q_time_param(api_req_t *req, const char *name, int64_t def, int64_t *
     return 0;
 }
 
-static int64_t q_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t q_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* ---- jobs and the pool -------------------------------------------------------------------- */
 
 static void job_free(query_job_t *j)
@@ -643,7 +603,7 @@ static void job_run_promql(query_job_t *j)
         .cancel = &j->cancel,
     };
     if (j->deadline_ns) {
-        int64_t left = (j->deadline_ns - q_mono_ns()) / 1000000;
+        int64_t left = (j->deadline_ns - clock_mono_ns()) / 1000000;
         o.timeout_ms = left > 0 ? left : 1;
     }
     promql_result_t *r = j->kind == JOB_INSTANT ? promql_exec_instant(qr, j->ast, j->t, &o)
@@ -819,7 +779,7 @@ static void *pool_main(void *arg)
 
         if (j->cancel)
             job_fail(j, API_ERR_CANCELED, "query was canceled in query queue");
-        else if (j->deadline_ns && q_mono_ns() >= j->deadline_ns)
+        else if (j->deadline_ns && clock_mono_ns() >= j->deadline_ns)
             job_fail(j, API_ERR_TIMEOUT, "query timed out in query queue");
         else if (j->kind == JOB_INSTANT || j->kind == JOB_RANGE)
             job_run_promql(j);
@@ -935,7 +895,7 @@ static int q_timeout(api_query_t *q, api_req_t *req, query_job_t *j)
         if (t < ns)
             ns = t;
     }
-    j->deadline_ns = q_mono_ns() + ns;
+    j->deadline_ns = clock_mono_ns() + ns;
     return 0;
 }
 
@@ -945,7 +905,7 @@ static void h_query(api_req_t *req, void *ud)
 {
     api_query_t *q = ud;
     int64_t t;
-    if (q_time_param(req, "time", q_now_ms(), &t) != 0)
+    if (q_time_param(req, "time", clock_wall_ms(), &t) != 0)
         return;
     query_job_t *j = job_new(q, req, JOB_INSTANT);
     if (!j)

@@ -94,10 +94,12 @@
 #include "internal/proto/remote.pb-c.h"
 #include "api/router.h"
 #include "internal/labels/matcher.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
+#include "internal/util/utf8.h"
+#include "internal/util/varint.h"
 #include "storage/chunk_xor.h"
-#include "storage/wal.h"
 
 #define REMOTE_DEFAULT_DECODE_LIMIT (32u << 20)
 #define REMOTE_DEFAULT_FRAME_BYTES (1u << 20)
@@ -131,28 +133,10 @@ typedef struct {
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
-static int pbr_varint(pbr_t *r, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (r->p >= r->end)
-            return -1;
-        uint8_t b = *r->p++;
-        if (shift == 63 && b > 1)
-            return -1; /* more than 64 bits */
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (b < 0x80) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int pbr_key(pbr_t *r, uint32_t *field, int *wire)
 {
     uint64_t k;
-    if (pbr_varint(r, &k) < 0 || (k >> 3) == 0 || (k >> 3) > 0x1fffffff)
+    if (varint_get(&r->p, r->end, &k) < 0 || (k >> 3) == 0 || (k >> 3) > 0x1fffffff)
         return -1;
     *field = (uint32_t)(k >> 3);
     *wire = (int)(k & 7);
@@ -162,7 +146,7 @@ static int pbr_key(pbr_t *r, uint32_t *field, int *wire)
 static int pbr_len(pbr_t *r, const uint8_t **b, size_t *n)
 {
     uint64_t l;
-    if (pbr_varint(r, &l) < 0 || l > (uint64_t)(r->end - r->p))
+    if (varint_get(&r->p, r->end, &l) < 0 || l > (uint64_t)(r->end - r->p))
         return -1;
     *b = r->p;
     *n = (size_t)l;
@@ -188,7 +172,7 @@ static int pbr_skip(pbr_t *r, int wire)
     const uint8_t *b;
     size_t n;
     switch (wire) {
-    case WT_VARINT: return pbr_varint(r, &v);
+    case WT_VARINT: return varint_get(&r->p, r->end, &v);
     case WT_I64: return pbr_fixed64(r, &v);
     case WT_LEN: return pbr_len(r, &b, &n);
     case WT_I32:
@@ -201,44 +185,6 @@ static int pbr_skip(pbr_t *r, int wire)
 }
 
 /* ==== WriteRequest decoding ======================================================================= */
-
-static bool remote_valid_utf8(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint32_t cp;
-        if ((c & 0xe0) == 0xc0) {
-            k = 1;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            k = 2;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            k = 3;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + k >= n) /* continuation bytes i+1 .. i+k must exist */
-            return false;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
 
 /* Counts what one TimeSeries holds and checks its wire format. */
 static int ts_count(const uint8_t *b, size_t n, size_t *nlabels, size_t *nsamples)
@@ -289,7 +235,7 @@ static int msg_strings(const uint8_t *b, size_t n, const uint32_t *fields, size_
             if (w != WT_LEN || pbr_len(&r, &sb[i], &sn[i]) < 0)
                 return -1;
         } else if (vfield && f == vfield) {
-            if (w != WT_VARINT || pbr_varint(&r, vout) < 0)
+            if (w != WT_VARINT || varint_get(&r.p, r.end, vout) < 0)
                 return -1;
         } else if (pbr_skip(&r, w) < 0) {
             return -1;
@@ -338,7 +284,7 @@ static int ts_check_labels(labels_t *ls, char *err, size_t errlen)
             snprintf(err, errlen, "empty value for label \"%s\" in series %s", l->name, desc);
             return -1;
         }
-        if (!remote_valid_utf8((const uint8_t *)l->value, vl)) {
+        if (!utf8_valid(l->value, vl)) {
             snprintf(err, errlen, "label \"%s\" has a value that is not valid UTF-8", l->name);
             return -1;
         }
@@ -404,7 +350,7 @@ static int ts_fill(const uint8_t *b, size_t n, arena_t *a, label_t *lv, size_t n
                         return REMOTE_ERR_DECODE;
                     memcpy(&v, &x, sizeof(v));
                 } else if (sf == 2) {
-                    if (sw != WT_VARINT || pbr_varint(&sr, &x) < 0)
+                    if (sw != WT_VARINT || varint_get(&sr.p, sr.end, &x) < 0)
                         return REMOTE_ERR_DECODE;
                     t = (int64_t)x;
                 } else if (pbr_skip(&sr, sw) < 0) {
@@ -533,8 +479,8 @@ int remote_write_decode(const uint8_t *buf, size_t len, size_t max_samples, aren
                 snprintf(err, errlen, "out of memory decoding the request");
                 return REMOTE_ERR_NOMEM;
             }
-            if (!remote_valid_utf8((const uint8_t *)m->help, sn[1]) || !remote_valid_utf8((const uint8_t *)m->unit, sn[2]) ||
-                !remote_valid_utf8((const uint8_t *)m->name, sn[0])) {
+            if (!utf8_valid(m->help, sn[1]) || !utf8_valid(m->unit, sn[2]) ||
+                !utf8_valid(m->name, sn[0])) {
                 snprintf(err, errlen, "metadata of \"%.64s\" is not valid UTF-8", m->name);
                 return REMOTE_ERR_INVALID;
             }
@@ -864,37 +810,11 @@ static int rqueries_build(const Prometheus__ReadRequest *rr, arena_t *a, rquery_
 
 /* ---- protobuf writing --------------------------------------------------------------------------- */
 
-static size_t uvarint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static size_t put_uvarint(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
-
-static void buf_uvarint(buf_t *b, uint64_t v)
-{
-    buf_reserve(b, 10);
-    b->len += put_uvarint((uint8_t *)b->data + b->len, v);
-}
 
 static void buf_len_field(buf_t *b, uint32_t field, const void *p, size_t n)
 {
-    buf_uvarint(b, (uint64_t)field << 3 | WT_LEN);
-    buf_uvarint(b, n);
+    varint_put(b, (uint64_t)field << 3 | WT_LEN);
+    varint_put(b, n);
     buf_append(b, p, n);
 }
 
@@ -903,9 +823,9 @@ static void put_labels(buf_t *b, const labels_t *ls)
 {
     for (size_t i = 0; i < ls->n; i++) {
         size_t nl = strlen(ls->v[i].name), vl = strlen(ls->v[i].value);
-        size_t inner = 1 + uvarint_len(nl) + nl + 1 + uvarint_len(vl) + vl;
-        buf_uvarint(b, 1 << 3 | WT_LEN);
-        buf_uvarint(b, inner);
+        size_t inner = 1 + varint_len(nl) + nl + 1 + varint_len(vl) + vl;
+        varint_put(b, 1 << 3 | WT_LEN);
+        varint_put(b, inner);
         buf_len_field(b, 1, ls->v[i].name, nl);
         buf_len_field(b, 2, ls->v[i].value, vl);
     }
@@ -953,7 +873,7 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
                 for (int j = 0; j < 8; j++)
                     sm[k++] = (uint8_t)(bits >> (8 * j));
                 sm[k++] = 2 << 3 | WT_VARINT;
-                k += put_uvarint(sm + k, (uint64_t)t);
+                k += varint_encode(sm + k, (uint64_t)t);
                 buf_reserve(&ts, k + 2);
                 ts.data[ts.len++] = 2 << 3 | WT_LEN;
                 ts.data[ts.len++] = (char)k;
@@ -1064,15 +984,15 @@ static int rstream_add_chunk(rstream_t *st, const querier_chunk_t *c, int64_t mi
         bytes = chunk_xor_bytes(&app, &len);
         atomic_fetch_add(&st->r->r_chunks_reencoded, 1);
     }
-    size_t inner = 1 + uvarint_len((uint64_t)cmin) + 1 + uvarint_len((uint64_t)cmax) + 2 + 1 + uvarint_len(len) + len;
-    buf_uvarint(&st->cs, 2 << 3 | WT_LEN);
-    buf_uvarint(&st->cs, inner);
-    buf_uvarint(&st->cs, 1 << 3 | WT_VARINT);
-    buf_uvarint(&st->cs, (uint64_t)cmin);
-    buf_uvarint(&st->cs, 2 << 3 | WT_VARINT);
-    buf_uvarint(&st->cs, (uint64_t)cmax);
-    buf_uvarint(&st->cs, 3 << 3 | WT_VARINT);
-    buf_uvarint(&st->cs, 1); /* XOR */
+    size_t inner = 1 + varint_len((uint64_t)cmin) + 1 + varint_len((uint64_t)cmax) + 2 + 1 + varint_len(len) + len;
+    varint_put(&st->cs, 2 << 3 | WT_LEN);
+    varint_put(&st->cs, inner);
+    varint_put(&st->cs, 1 << 3 | WT_VARINT);
+    varint_put(&st->cs, (uint64_t)cmin);
+    varint_put(&st->cs, 2 << 3 | WT_VARINT);
+    varint_put(&st->cs, (uint64_t)cmax);
+    varint_put(&st->cs, 3 << 3 | WT_VARINT);
+    varint_put(&st->cs, 1); /* XOR */
     buf_len_field(&st->cs, 4, bytes, len);
     if (trimmed)
         chunk_xor_appender_free(&app);
@@ -1086,19 +1006,19 @@ static void rstream_flush_frame(rstream_t *st)
     size_t cslen = st->lbl.len + st->cs.len;
     size_t h = 0;
     hdr[h++] = 1 << 3 | WT_LEN; /* chunked_series */
-    h += put_uvarint(hdr + h, cslen);
+    h += varint_encode(hdr + h, cslen);
     uint8_t tail[12];
     size_t tl = 0;
     if (st->qi) {
         tail[tl++] = 2 << 3 | WT_VARINT; /* query_index, omitted when 0 as proto3 does */
-        tl += put_uvarint(tail + tl, st->qi);
+        tl += varint_encode(tail + tl, st->qi);
     }
     size_t msglen = h + cslen + tl;
-    uint32_t crc = wal_crc32c(0, hdr, h);
-    crc = wal_crc32c(crc, st->lbl.data, st->lbl.len);
-    crc = wal_crc32c(crc, st->cs.data, st->cs.len);
-    crc = wal_crc32c(crc, tail, tl);
-    buf_uvarint(&st->out, msglen);
+    uint32_t crc = crc32c(hdr, h);
+    crc = crc32c_update(crc, st->lbl.data, st->lbl.len);
+    crc = crc32c_update(crc, st->cs.data, st->cs.len);
+    crc = crc32c_update(crc, tail, tl);
+    varint_put(&st->out, msglen);
     uint8_t be[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8), (uint8_t)crc};
     buf_append(&st->out, be, 4);
     buf_append(&st->out, hdr, h);

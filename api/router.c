@@ -17,9 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/server.h"
+#include "internal/util/clock.h"
 
 #define ROUTER_MAX 128
 enum { ROUTER_REPLIED = 1, ROUTER_PARKED = 2 };
@@ -248,13 +248,6 @@ struct event_base *api_req_base(api_req_t *req)
 
 /* --- answering ---------------------------------------------------------------------------------- */
 
-static uint64_t router_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 void api__req_finish(api_req_t *req, int code)
 {
     if (req->outcome_)
@@ -264,7 +257,7 @@ void api__req_finish(api_req_t *req, int code)
         if (evcon)
             evhttp_connection_set_closecb(evcon, NULL, NULL);
     }
-    double secs = (double)(router_mono_ns() - req->start_ns) / 1e9;
+    double secs = (double)(clock_mono_ns() - req->start_ns) / 1e9;
     api__server_observe(req->worker, req->route, code, secs);
     arena_destroy(req->arena);
     free(req);
@@ -408,7 +401,7 @@ static void router_park_closed(struct evhttp_connection *evcon, void *arg)
         free(d);
     }
     req->parked = false; /* the connection is gone: nothing to unhook */
-    double secs = (double)(router_mono_ns() - req->start_ns) / 1e9;
+    double secs = (double)(clock_mono_ns() - req->start_ns) / 1e9;
     api__server_observe(req->worker, req->route, 499, secs);
     arena_destroy(req->arena);
     free(req);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "api/router.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 
 #define SERVER_MAX_ROUTES 128
@@ -113,13 +114,6 @@ struct api_server {
     struct server_call *calls; /* posted with api_server_run_on, not yet run */
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static size_t map_slot(const server_worker_t *w, const void *bev)
 {
     uintptr_t h = (uintptr_t)bev;
@@ -185,7 +179,7 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     bufferevent_incref(bev);
     c->bev = bev;
     c->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), server_conn_input, c);
-    c->created_ms = now_ms();
+    c->created_ms = clock_mono_ms();
     c->next = w->conns;
     w->conns = c;
     if ((w->map_used + 1) * 2 > w->map_cap)
@@ -215,7 +209,7 @@ static void server_conn_release(server_conn_t *c)
 static void server_sweep(evutil_socket_t fd, short what, void *arg)
 {
     server_worker_t *w = arg;
-    int64_t now = now_ms();
+    int64_t now = clock_mono_ms();
     bool removed = false;
     for (server_conn_t **pp = &w->conns; *pp;) {
         server_conn_t *c = *pp;
@@ -260,13 +254,6 @@ static int server_method(enum evhttp_cmd_type t)
     }
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static void server_gencb(struct evhttp_request *ev, void *arg)
 {
     server_worker_t *w = arg;
@@ -291,7 +278,7 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
     req->ev = ev;
     req->arena = arena;
     req->worker = w->index;
-    req->start_ns = mono_ns();
+    req->start_ns = clock_mono_ns();
     req->route = -1;
     req->method = server_method(evhttp_request_get_command(ev));
 
@@ -554,10 +541,10 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms)
         api_server_run_on(s, i, server_stop_accepting, &s->workers[i]);
     for (int i = 0; i < s->nhooks; i++)
         s->hooks[i].fn(s->hooks[i].ud);
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     /* Like Go's http.Server.Shutdown: wait for requests being handled and for requests still
      * being read (connections that received bytes not yet dispatched). */
-    while ((atomic_load(&server_inflight) > 0 || atomic_load(&server_busy_connections) > 0) && now_ms() < deadline) {
+    while ((atomic_load(&server_inflight) > 0 || atomic_load(&server_busy_connections) > 0) && clock_mono_ms() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }

@@ -62,6 +62,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "internal/util/varint.h"
 #include "storage/chunk_xor.h"
 
 #define NSTRIPES 4096
@@ -240,15 +241,12 @@ static const uint8_t *rec_bytes(const uint8_t *r)
 /* First timestamp of an XOR chunk: Go's varint right after the header (byte-aligned). */
 static int64_t chunk_first_t(const uint8_t *b, size_t len)
 {
-    uint64_t ux = 0;
-    unsigned shift = 0;
-    for (size_t i = CHUNK_XOR_HEADER_BYTES; i < len && shift < 64; i++, shift += 7) {
-        ux |= (uint64_t)(b[i] & 0x7f) << shift;
-        if (!(b[i] & 0x80))
-            break;
-    }
-    int64_t x = (int64_t)(ux >> 1);
-    return (ux & 1) ? ~x : x;
+    if (len <= CHUNK_XOR_HEADER_BYTES)
+        return 0;
+    const uint8_t *p = b + CHUNK_XOR_HEADER_BYTES;
+    int64_t t = 0;
+    varint_get_signed(&p, b + len, &t); /* sluice wrote it: it is whole */
+    return t;
 }
 
 static int64_t rec_mint(const uint8_t *r)

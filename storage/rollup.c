@@ -79,6 +79,7 @@
 #include <zlib.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 #include "internal/util/parse.h"
@@ -172,13 +173,6 @@ struct rollup {
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t floor_to(int64_t t, int64_t res)
 {
     int64_t q = t / res;
@@ -200,10 +194,6 @@ static double bitsd(uint64_t u)
     memcpy(&v, &u, 8);
     return v;
 }
-
-static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static int64_t unzigzag(uint64_t u) { return (int64_t)(u >> 1) ^ -(int64_t)(u & 1); }
-
 
 static double nan_min(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a); }
 static double nan_max(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a); }
@@ -364,7 +354,7 @@ static int col_encode(buf_t *p, const rollup_bucket_t *b, size_t n, size_t off, 
             if (!(fabs(x) < 9007199254740992.0))
                 return -1;
             int64_t iv = (int64_t)x;
-            varint_put(p, zigzag((int64_t)((uint64_t)iv - (uint64_t)pi)));
+            varint_put_signed(p, (int64_t)((uint64_t)iv - (uint64_t)pi));
             if (mode == 2)
                 varint_put(p, dbits(v) ^ dbits((double)iv / pow10_tab[decimals]));
             pi = iv;
@@ -394,7 +384,7 @@ static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t 
     }
     uint64_t pc = 0;
     for (size_t i = 0; i < n; i++) {
-        varint_put(&p, zigzag((int64_t)(b[i].count - pc)));
+        varint_put_signed(&p, (int64_t)(b[i].count - pc));
         pc = b[i].count;
     }
     buf_t a = BUF_INIT, x = BUF_INIT;
@@ -488,7 +478,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
         uint64_t z;
         if (varint_get(&p, end, &z) != 0)
             goto out;
-        pc += (uint64_t)unzigzag(z);
+        pc += (uint64_t)varint_unzigzag(z);
         b[i].count = pc;
     }
     for (int c = 0; c < 5; c++) {
@@ -509,7 +499,7 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
                 goto out;
             double v;
             if (mode != 1) {
-                pi = (int64_t)((uint64_t)pi + (uint64_t)unzigzag(u));
+                pi = (int64_t)((uint64_t)pi + (uint64_t)varint_unzigzag(u));
                 v = (double)pi / pow10_tab[decimals];
                 if (mode == 2) {
                     uint64_t resid;
@@ -1416,16 +1406,12 @@ static void *writer_main(void *arg)
     rollup_t *r = arg;
     pthread_mutex_lock(&r->stop_mu);
     while (!r->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (r->flush_ms % 1000) * 1000000;
-        ts.tv_sec += r->flush_ms / 1000 + ns / 1000000000;
-        ts.tv_nsec = ns % 1000000000;
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, r->flush_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->stop_mu);
-        int64_t now = wall_ms();
+        int64_t now = clock_wall_ms();
         bool ckpt = now - r->last_ckpt_wall >= r->ckpt_ms;
         if (rollup_flush(r, ckpt) == 0 && ckpt)
             r->last_ckpt_wall = now;
@@ -1490,7 +1476,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(r->rdb));
         goto err;
     }
-    r->last_ckpt_wall = wall_ms();
+    r->last_ckpt_wall = clock_wall_ms();
     /* last_retention_wall = 0: the first retention pass starts with the first wake-up. */
     if (!cfg->no_thread) {
         if (pthread_create(&r->thread, NULL, writer_main, r) != 0) {

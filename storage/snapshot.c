@@ -51,7 +51,8 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
-#include "storage/wal.h" /* wal_crc32c */
+#include "internal/util/clock.h"
+#include "internal/util/crc32c.h"
 
 #define SNAP_MAGIC "SLUICESN"
 #define SNAP_END_MAGIC "SNAPEND\0"
@@ -130,7 +131,7 @@ static int writer_flush(snapshot_writer_t *w, char *err, size_t errlen)
 /* Appends to the staging buffer, keeping the running CRC. */
 static void writer_emit(snapshot_writer_t *w, const void *p, size_t n)
 {
-    w->crc = wal_crc32c(w->crc, p, n);
+    w->crc = crc32c_update(w->crc, p, n);
     buf_append(&w->buf, p, n);
 }
 
@@ -169,15 +170,13 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
         writer_free(w);
         return NULL;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now_ms = clock_wall_ms();
     uint8_t h[SNAP_HEADER_BYTES] = {0};
     memcpy(h, SNAP_MAGIC, 8);
     put_u32le(h + 8, SNAP_VERSION);
     put_u32le(h + 12, wal_segment);
     put_u64le(h + 16, (uint64_t)now_ms);
-    put_u32le(h + 28, wal_crc32c(0, h, 28));
+    put_u32le(h + 28, crc32c(h, 28));
     writer_emit(w, h, sizeof h);
     return w;
 }
@@ -197,8 +196,8 @@ int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, si
     uint8_t h[SNAP_REC_HEADER_BYTES] = {0};
     h[0] = type;
     put_u32le(h + 4, (uint32_t)len);
-    uint32_t crc = wal_crc32c(0, h, 8);
-    crc = wal_crc32c(crc, data, len);
+    uint32_t crc = crc32c(h, 8);
+    crc = crc32c_update(crc, data, len);
     put_u32le(h + 8, crc);
     writer_emit(w, h, sizeof h);
     if (len >= SNAP_FLUSH_BYTES) {
@@ -206,7 +205,7 @@ int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, si
         int rc = writer_flush(w, err, errlen);
         if (rc != SNAPSHOT_OK)
             return rc;
-        w->crc = wal_crc32c(w->crc, data, len);
+        w->crc = crc32c_update(w->crc, data, len);
         const char *p = data;
         size_t n = len;
         while (n) {
@@ -242,7 +241,7 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
         memcpy(t, SNAP_END_MAGIC, 8);
         put_u64le(t + 8, w->count);
         put_u32le(t + 16, w->crc);
-        put_u32le(t + 20, wal_crc32c(0, t, 20));
+        put_u32le(t + 20, crc32c(t, 20));
         buf_append(&w->buf, t, sizeof t);
         rc = writer_flush(w, err, errlen);
     }
@@ -313,7 +312,7 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         seterr(err, errlen, "snapshot %s: truncated (%zu bytes)", path, size);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (memcmp(m, SNAP_MAGIC, 8) != 0 || get_u32le(m + 28) != wal_crc32c(0, m, 28)) {
+    if (memcmp(m, SNAP_MAGIC, 8) != 0 || get_u32le(m + 28) != crc32c(m, 28)) {
         seterr(err, errlen, "snapshot %s: bad header", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
@@ -343,8 +342,8 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
             seterr(err, errlen, "snapshot %s: bad record header at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
         }
-        uint32_t crc = wal_crc32c(0, h, 8);
-        crc = wal_crc32c(crc, h + SNAP_REC_HEADER_BYTES, len);
+        uint32_t crc = crc32c(h, 8);
+        crc = crc32c_update(crc, h + SNAP_REC_HEADER_BYTES, len);
         if (crc != get_u32le(h + 8)) {
             seterr(err, errlen, "snapshot %s: record checksum mismatch at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
@@ -353,7 +352,7 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         count++;
     }
     const uint8_t *t = m + end;
-    if (memcmp(t, SNAP_END_MAGIC, 8) != 0 || get_u32le(t + 20) != wal_crc32c(0, t, 20)) {
+    if (memcmp(t, SNAP_END_MAGIC, 8) != 0 || get_u32le(t + 20) != crc32c(t, 20)) {
         seterr(err, errlen, "snapshot %s: missing or bad trailer (truncated write?)", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
@@ -362,7 +361,7 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
                path, get_u64le(t + 8), count);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (get_u32le(t + 16) != wal_crc32c(0, m, end)) {
+    if (get_u32le(t + 16) != crc32c(m, end)) {
         seterr(err, errlen, "snapshot %s: whole-file checksum mismatch", path);
         return SNAPSHOT_ERR_CORRUPT;
     }

@@ -50,6 +50,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "storage/catalog.h"
 #include "storage/querier_tiered.h"
@@ -165,16 +166,9 @@ struct storage {
 
 static void *storage_thread(void *arg);
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t storage_now_ms(const storage_t *s)
 {
-    return s->o.clock_ms ? s->o.clock_ms() : wall_ms();
+    return s->o.clock_ms ? s->o.clock_ms() : clock_wall_ms();
 }
 
 void storage_options_default(storage_options_t *o)
@@ -485,9 +479,7 @@ static void storage_note_wal_error(storage_t *s, const char *why)
 {
     atomic_fetch_add(&s->wal_errors, 1);
     static _Atomic int64_t last_log_ms;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, last = atomic_load(&last_log_ms);
+    int64_t now = clock_mono_ms(), last = atomic_load(&last_log_ms);
     if (now - last >= 10000 && atomic_compare_exchange_strong(&last_log_ms, &last, now))
         log_error("storage", "write-ahead log write failed; writes answer 503 until it works again",
                   LF_S("err", why), LF_I("errors_total", (int64_t)atomic_load(&s->wal_errors)));
@@ -641,9 +633,7 @@ static void *storage_thread(void *arg)
     storage_t *s = arg;
     pthread_mutex_lock(&s->stop_lock);
     while (!s->stopping) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, 1000);
         pthread_cond_timedwait(&s->stop_cond, &s->stop_lock, &ts);
         if (s->stopping)
             break;
@@ -712,7 +702,7 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
     if (!s->wal || !storage_ready(s))
         return STORAGE_OK;
     pthread_mutex_lock(&s->snap_lock);
-    int64_t t0 = wall_ms();
+    int64_t t0 = clock_wall_ms();
     uint32_t seg;
     /* Every record logged before the cut has been applied to the head (appenders hold ckpt
      * across log + apply), so the capture below includes all of segments < seg. */
@@ -773,10 +763,10 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
     if (keep && wal_truncate_before(s->wal, keep, terr, sizeof(terr)) != WAL_OK)
         log_warn("storage", "old WAL segments not removed", LF_S("err", terr));
     s->last_snapshot_ms = storage_now_ms(s);
-    atomic_store(&s->last_snapshot_duration_ms, wall_ms() - t0);
+    atomic_store(&s->last_snapshot_duration_ms, clock_wall_ms() - t0);
     atomic_fetch_add(&s->snapshots, 1);
     log_info("storage", "snapshot written", LF_I("series", c.series), LF_I("wal_segment", seg),
-             LF_I("duration_ms", wall_ms() - t0));
+             LF_I("duration_ms", clock_wall_ms() - t0));
     pthread_mutex_unlock(&s->snap_lock);
     return STORAGE_OK;
 }

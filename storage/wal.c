@@ -104,7 +104,10 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/clock.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 
 #define WAL_SEG_MAGIC "SLWL"
 #define WAL_SEG_VERSION 1
@@ -116,84 +119,6 @@
 #define WAL_SERIES_RECORD_SOFT_BYTES (1u << 20)
 /* Smallest encoded sample: 1-byte id, 1-byte t, 8-byte value. */
 #define WAL_MIN_SAMPLE_BYTES 10
-
-/* ============================================================================================
- * CRC-32C
- * ============================================================================================ */
-
-static uint32_t crc32c_table[8][256];
-static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
-static int crc32c_have_hw;
-
-static void crc32c_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc32c_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc32c_table[t][i] =
-                (crc32c_table[t - 1][i] >> 8) ^ crc32c_table[0][crc32c_table[t - 1][i] & 0xff];
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    crc32c_have_hw = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-/* Slicing-by-8 over the reflected polynomial; the portable path and the reference in tests. */
-uint32_t wal__crc32c_sw(uint32_t crc, const void *data, size_t len)
-{
-    pthread_once(&crc32c_once, crc32c_init);
-    const uint8_t *p = data;
-    uint32_t c = ~crc;
-    while (len >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24);
-        c = crc32c_table[7][lo & 0xff] ^ crc32c_table[6][(lo >> 8) & 0xff] ^
-            crc32c_table[5][(lo >> 16) & 0xff] ^ crc32c_table[4][lo >> 24] ^
-            crc32c_table[3][p[4]] ^ crc32c_table[2][p[5]] ^ crc32c_table[1][p[6]] ^
-            crc32c_table[0][p[7]];
-        p += 8;
-        len -= 8;
-    }
-    while (len--)
-        c = (c >> 8) ^ crc32c_table[0][(c ^ *p++) & 0xff];
-    return ~c;
-}
-
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *data,
-                                                              size_t len)
-{
-    const uint8_t *p = data;
-    uint64_t c = (uint32_t)~crc;
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = _mm_crc32_u64(c, w);
-        p += 8;
-        len -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (len--)
-        c32 = _mm_crc32_u8(c32, *p++);
-    return ~c32;
-}
-#endif
-
-uint32_t wal_crc32c(uint32_t crc, const void *data, size_t len)
-{
-    pthread_once(&crc32c_once, crc32c_init);
-#if defined(__x86_64__)
-    if (crc32c_have_hw)
-        return crc32c_hw(crc, data, len);
-#endif
-    return wal__crc32c_sw(crc, data, len);
-}
 
 /* ============================================================================================
  * Small encoding helpers
@@ -226,53 +151,18 @@ static void buf_put_u64le(buf_t *b, uint64_t v)
     buf_append(b, t, 8);
 }
 
-static void buf_put_uvarint(buf_t *b, uint64_t v)
-{
-    uint8_t t[10];
-    size_t n = 0;
-    while (v >= 0x80) {
-        t[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    t[n++] = (uint8_t)v;
-    buf_append(b, t, n);
-}
-
-static void buf_put_svarint(buf_t *b, int64_t v)
-{
-    buf_put_uvarint(b, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
-}
-
 typedef struct {
     const uint8_t *p, *end;
     int err;
 } rd_t;
 
+/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
 static uint64_t rd_uvarint(rd_t *r)
 {
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (r->p >= r->end) {
-            r->err = -1;
-            return 0;
-        }
-        uint8_t c = *r->p++;
-        if (shift == 63 && c > 1) {
-            r->err = -1; /* overflows 64 bits */
-            return 0;
-        }
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-    r->err = -1;
-    return 0;
-}
-
-static int64_t rd_svarint(rd_t *r)
-{
-    uint64_t u = rd_uvarint(r);
-    return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
+        r->err = -1;
+    return v;
 }
 
 static uint64_t rd_u64le(rd_t *r)
@@ -310,13 +200,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ============================================================================================
  * Record framing
  * ============================================================================================ */
@@ -341,8 +224,8 @@ static int rec_finish(buf_t *b, size_t off, uint8_t type)
     h[1] = 0;
     put_u16le(h + 2, 0);
     put_u32le(h + 4, (uint32_t)plen);
-    uint32_t crc = wal_crc32c(0, h, 8);
-    crc = wal_crc32c(crc, h + WAL_REC_HEADER_BYTES, plen);
+    uint32_t crc = crc32c(h, 8);
+    crc = crc32c_update(crc, h + WAL_REC_HEADER_BYTES, plen);
     put_u32le(h + 8, crc);
     return WAL_OK;
 }
@@ -356,16 +239,16 @@ static int encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t *nr
         buf_append(b, "\0\0\0\0", 4);
         uint32_t count = 0;
         while (i < n && (count == 0 || b->len - count_at < WAL_SERIES_RECORD_SOFT_BYTES)) {
-            buf_put_uvarint(b, s[i].id);
-            buf_put_uvarint(b, s[i].labels.n);
+            varint_put(b, s[i].id);
+            varint_put(b, s[i].labels.n);
             for (size_t k = 0; k < s[i].labels.n; k++) {
                 const label_t *l = &s[i].labels.v[k];
                 if (!l->name || !l->value)
                     return WAL_ERR_ARG;
                 size_t nl = strlen(l->name), vl = strlen(l->value);
-                buf_put_uvarint(b, nl);
+                varint_put(b, nl);
                 buf_append(b, l->name, nl);
-                buf_put_uvarint(b, vl);
+                varint_put(b, vl);
                 buf_append(b, l->value, vl);
             }
             count++;
@@ -397,11 +280,11 @@ static void encode_samples(buf_t *b, const wal_sample_t *s, size_t n, uint64_t *
             uint64_t vb;
             memcpy(&vb, &x->v, 8);
             if (k == 0) {
-                buf_put_uvarint(b, x->series_id);
-                buf_put_svarint(b, x->t_ms);
+                varint_put(b, x->series_id);
+                varint_put_signed(b, x->t_ms);
             } else {
-                buf_put_svarint(b, (int64_t)(x->series_id - pid));
-                buf_put_svarint(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
+                varint_put_signed(b, (int64_t)(x->series_id - pid));
+                varint_put_signed(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
             }
             buf_put_u64le(b, vb);
             pid = x->series_id;
@@ -496,7 +379,7 @@ static void seg_header(uint8_t h[WAL_SEG_HEADER_BYTES], uint32_t no)
     put_u16le(h + 4, WAL_SEG_VERSION);
     put_u16le(h + 6, 0);
     put_u32le(h + 8, no);
-    put_u32le(h + 12, wal_crc32c(0, h, 12));
+    put_u32le(h + 12, crc32c(h, 12));
 }
 
 static int fsync_dir(int dirfd) { return fsync(dirfd) == 0 ? 0 : -errno; }
@@ -605,10 +488,10 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
 {
     if (w->dirty) {
         /* the group-commit thread only ever fsyncs the current segment: make this one durable now */
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += mono_ns() - t0;
+        res->fsync_ns += clock_mono_ns() - t0;
         if (fr != 0) {
             res->fsync_failed = true;
             seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
@@ -681,10 +564,10 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         }
     }
     if (rc == WAL_OK && sync && w->dirty) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += mono_ns() - t0;
+        res->fsync_ns += clock_mono_ns() - t0;
         if (fr == 0) {
             w->dirty = false;
             res->fsynced = true;
@@ -746,11 +629,7 @@ static void *wal_bg_main(void *arg)
     wal_t *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->closing) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)w->opts.fsync_interval_ms * 1000000u;
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
+        struct timespec ts = clock_deadline_ms(CLOCK_MONOTONIC, (int64_t)w->opts.fsync_interval_ms);
         int r = 0;
         while (!w->closing && r != ETIMEDOUT)
             r = pthread_cond_timedwait(&w->bg_cv, &w->mu, &ts);
@@ -1151,10 +1030,10 @@ static int replay_samples(replay_t *r, const uint8_t *p, size_t len)
     for (uint32_t i = 0; i < count; i++) {
         if (i == 0) {
             id = rd_uvarint(&rd);
-            t = rd_svarint(&rd);
+            t = varint_unzigzag(rd_uvarint(&rd));
         } else {
-            id += (uint64_t)rd_svarint(&rd);
-            t = (int64_t)((uint64_t)t + (uint64_t)rd_svarint(&rd));
+            id += (uint64_t)varint_unzigzag(rd_uvarint(&rd));
+            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&rd)));
         }
         uint64_t vb = rd_u64le(&rd);
         if (rd.err)
@@ -1290,8 +1169,8 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, uint64_t fsize, seg_
             *why = "short record payload";
             return 0;
         }
-        uint32_t crc = wal_crc32c(0, rh, 8);
-        crc = wal_crc32c(crc, r->payload.data, len);
+        uint32_t crc = crc32c(rh, 8);
+        crc = crc32c_update(crc, r->payload.data, len);
         if (crc != get_u32le(rh + 8)) {
             *why = "record checksum mismatch";
             return 0;

@@ -185,10 +185,4 @@ typedef struct {
 int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud,
                wal_replay_stats_t *stats, char *err, size_t errlen);
 
-/* ---- shared helpers ------------------------------------------------------------------------ */
-
-/* CRC-32C (Castagnoli, reflected 0x82F63B78), as used by iSCSI/ext4. Start with crc = 0; feed
- * pieces by passing the previous result. Uses SSE4.2 when the CPU has it. */
-uint32_t wal_crc32c(uint32_t crc, const void *data, size_t len);
-
 #endif

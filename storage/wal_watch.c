@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
+#include "internal/util/varint.h"
 
 #define WW_SEG_HEADER 16
 #define WW_REC_HEADER 12
@@ -188,7 +190,7 @@ int wal_watch_next(wal_watch_t *w, uint8_t *type, const uint8_t **payload, size_
             ssize_t r = read_at(w->fd, h, sizeof(h), 0);
             if (r < 0)
                 return WAL_WATCH_ERR_IO;
-            if (r < WW_SEG_HEADER || memcmp(h, "SLWL", 4) != 0 || wal_crc32c(0, h, 12) != get_u32(h + 12)) {
+            if (r < WW_SEG_HEADER || memcmp(h, "SLWL", 4) != 0 || crc32c(h, 12) != get_u32(h + 12)) {
                 if (advance(w, later, WW_TORN))
                     continue;
                 return WAL_WATCH_EOF;
@@ -222,7 +224,7 @@ int wal_watch_next(wal_watch_t *w, uint8_t *type, const uint8_t **payload, size_
             if (pr < 0)
                 return WAL_WATCH_ERR_IO;
             bad = (size_t)pr < plen ||
-                  wal_crc32c(wal_crc32c(0, rh, 8), w->payload, plen) != get_u32(rh + 8);
+                  crc32c_update(crc32c(rh, 8), w->payload, plen) != get_u32(rh + 8);
         }
         if (bad) {
             if (advance(w, later, WW_TORN))
@@ -247,27 +249,13 @@ typedef struct {
     int err;
 } rd_t;
 
+/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
 static uint64_t rd_uvarint(rd_t *r)
 {
     uint64_t v = 0;
-    for (int shift = 0; shift < 70; shift += 7) {
-        if (r->p >= r->end || (shift == 63 && *r->p > 1)) {
-            r->err = -1;
-            return 0;
-        }
-        uint8_t c = *r->p++;
-        v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return v;
-    }
-    r->err = -1;
-    return 0;
-}
-
-static int64_t rd_svarint(rd_t *r)
-{
-    uint64_t u = rd_uvarint(r);
-    return (int64_t)((u >> 1) ^ (~(u & 1) + 1));
+    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
+        r->err = -1;
+    return v;
 }
 
 static uint64_t rd_fixed(rd_t *r, int n)
@@ -357,10 +345,10 @@ int wal_watch_decode_samples(const uint8_t *p, size_t len,
     for (uint32_t i = 0; i < count; i++) {
         if (i == 0) {
             id = rd_uvarint(&r);
-            t = rd_svarint(&r);
+            t = varint_unzigzag(rd_uvarint(&r));
         } else {
-            id += (uint64_t)rd_svarint(&r);
-            t = (int64_t)((uint64_t)t + (uint64_t)rd_svarint(&r));
+            id += (uint64_t)varint_unzigzag(rd_uvarint(&r));
+            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&r)));
         }
         uint64_t bits = rd_fixed(&r, 8);
         if (r.err)

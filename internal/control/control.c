@@ -16,6 +16,7 @@
 #include <pcre2.h>
 
 #include "internal/util/parse.h"
+#include "internal/util/utf8.h"
 
 static const char *const control_mode_names[CONTROL_NMODES] = {"running", "paused", "rate_limited", "draining"};
 
@@ -143,40 +144,6 @@ bool control_state_check(const control_state_t *s)
 
 /* --- validation ----------------------------------------------------------------------------------- */
 
-/* Length of the UTF-8 sequence at p (1..4), or 0 when invalid. */
-static size_t control_utf8_len(const unsigned char *p, size_t left)
-{
-    unsigned char c = p[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80)
-        return 1;
-    if ((c & 0xE0) == 0xC0) {
-        n = 2;
-        cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-        n = 3;
-        cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-        n = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n > left)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    /* overlong forms, surrogates, beyond U+10FFFF */
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 /* Checks one user-supplied string: length, UTF-8, no control characters. */
 static int control_text_valid(const char *field, const char *s, size_t len, size_t max, bool allow_empty,
                               char *err, size_t errlen)
@@ -195,7 +162,7 @@ static int control_text_valid(const char *field, const char *s, size_t len, size
             snprintf(err, errlen, "%s contains a control character at byte %zu", field, i);
             return -1;
         }
-        size_t n = control_utf8_len(p + i, len - i);
+        size_t n = utf8_decode(s + i, len - i, NULL);
         if (n == 0) {
             snprintf(err, errlen, "%s is not valid UTF-8 (byte %zu)", field, i);
             return -1;

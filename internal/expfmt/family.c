@@ -26,6 +26,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "internal/util/utf8.h"
+
 /* ------------------------------------------------------------------ content type, type names */
 
 static bool ci_eq(const char *a, size_t an, const char *b)
@@ -357,68 +359,7 @@ double expfmt_go_uint64_trunc(double v)
     return (double)u;
 }
 
-/* ------------------------------------------------------------------------ UTF-8, quoting */
-
-/* Decodes one UTF-8 sequence at s[0:n]; returns its length or 0 when invalid (Go's rules:
- * no overlongs, no surrogates, max U+10FFFF). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    unsigned c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    size_t len;
-    uint32_t min, v;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2, min = 0x80, v = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3, min = 0x800, v = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4, min = 0x10000, v = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
-
-bool expfmt__utf8_valid(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        /* ASCII runs dominate label values: skip 8 bytes at a time. */
-        while (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, p + i, 8);
-            if (w & UINT64_C(0x8080808080808080))
-                break;
-            i += 8;
-        }
-        if (i >= n)
-            break;
-        if (p[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        size_t l = utf8_decode(p + i, n - i, &cp);
-        if (!l)
-            return false;
-        i += l;
-    }
-    return true;
-}
+/* ------------------------------------------------------------------------ quoting */
 
 /* Go's unicode.IsPrint, approximated: the control ranges and the odd invisible code points
  * that matter in practice. */
@@ -457,19 +398,8 @@ static void quote_rune(qbuf_t *q, uint32_t r, char quote, const unsigned char *r
     if (go_isprint(r)) {
         if (raw) {
             qput(q, (const char *)raw, rawlen);
-        } else { /* encode r as UTF-8 */
-            size_t l = 0;
-            if (r < 0x80) {
-                tmp[l++] = (char)r;
-            } else if (r < 0x800) {
-                tmp[l++] = (char)(0xc0 | (r >> 6));
-                tmp[l++] = (char)(0x80 | (r & 0x3f));
-            } else {
-                tmp[l++] = (char)(0xe0 | (r >> 12));
-                tmp[l++] = (char)(0x80 | ((r >> 6) & 0x3f));
-                tmp[l++] = (char)(0x80 | (r & 0x3f));
-            }
-            qput(q, tmp, l);
+        } else {
+            qput(q, tmp, utf8_encode(tmp, r));
         }
         return;
     }
@@ -504,7 +434,7 @@ size_t expfmt_go_quote(char *out, size_t outlen, const char *s, size_t n)
     qput(&q, "\"", 1);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t l = utf8_decode(p + i, n - i, &cp);
+        size_t l = utf8_decode(s + i, n - i, &cp);
         if (!l) {
             char tmp[8];
             snprintf(tmp, sizeof(tmp), "\\x%02x", p[i]);

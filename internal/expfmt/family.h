@@ -146,7 +146,6 @@ double expfmt_go_uint64_trunc(double v);
 int expfmt__parse_float(const char *s, size_t n, double *out);
 /* strconv.ParseInt(s, 10, 64). Returns 0 or -1. */
 int expfmt__parse_int64(const char *s, size_t n, int64_t *out);
-bool expfmt__utf8_valid(const char *s, size_t n);
 /* Go's %q of a single byte taken as a rune ('a', '\n', '\x00', 'ÿ'). */
 void expfmt__go_quote_rune(char *out, size_t outlen, unsigned char c);
 

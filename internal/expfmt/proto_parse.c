@@ -38,6 +38,8 @@
 
 #include "internal/proto/metrics.pb-c.h"
 #include "internal/util/buf.h"
+#include "internal/util/utf8.h"
+#include "internal/util/varint.h"
 
 #define DEF_MAX_LABELS 256
 #define DEF_MAX_NAME 1024
@@ -88,13 +90,8 @@ static bool valid_name(const char *s, bool metric)
 
 size_t expfmt_proto_put_delimited(uint8_t *out, size_t cap, const uint8_t *msg, size_t n)
 {
-    uint8_t hdr[10];
-    size_t h = 0;
-    uint64_t v = n;
-    do {
-        hdr[h++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        v >>= 7;
-    } while (v);
+    uint8_t hdr[VARINT_MAX];
+    size_t h = varint_encode(hdr, n);
     if (h + n > cap)
         return 0;
     memcpy(out, hdr, h);
@@ -105,19 +102,16 @@ size_t expfmt_proto_put_delimited(uint8_t *out, size_t cap, const uint8_t *msg, 
 /* Reads the record length at body[*off]. 0 ok, else an error already written. */
 static int read_len(pp_t *pp, const uint8_t *body, size_t len, size_t *off, uint64_t *n)
 {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < 5; i++) {
-        if (*off + i >= len)
-            return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: truncated length)", pp->record);
-        uint8_t b = body[*off + i];
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *off += i + 1;
-            *n = v;
-            return 0;
-        }
+    const uint8_t *p = body + *off;
+    switch (varint_get_max(&p, body + len, 5, n)) { /* a varint32, as Go's pbutil.ReadDelimited */
+    case VARINT_OK:
+        *off = (size_t)(p - body);
+        return 0;
+    case VARINT_ETRUNC:
+        return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: truncated length)", pp->record);
+    default:
+        return pp_fail(pp, EXPFMT_EPARSE, "invalid varint32 encountered");
     }
-    return pp_fail(pp, EXPFMT_EPARSE, "invalid varint32 encountered");
 }
 
 /* ------------------------------------------------------------------------ flattening */
@@ -144,7 +138,7 @@ static int check_labels(pp_t *pp, const pb_family_t *mf, const pb_metric_t *m, s
              strcmp(ln, "le") == 0))
             return pp_fail(pp, EXPFMT_EPARSE, "collected metric \"%s\" must not have an explicit \"%s\" label",
                            mf->name, ln);
-        if (!expfmt__utf8_valid(lv, lvn)) {
+        if (!utf8_valid(lv, lvn)) {
             char q[320];
             expfmt_go_quote(q, sizeof(q), lv, lvn);
             return pp_fail(pp, EXPFMT_EPARSE,

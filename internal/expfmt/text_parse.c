@@ -62,6 +62,7 @@
 #include <xxhash.h>
 
 #include "internal/util/buf.h"
+#include "internal/util/utf8.h"
 
 #define DEF_MAX_LABELS 256
 #define DEF_MAX_NAME 1024
@@ -632,7 +633,7 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
         bool raw = (size_t)(p - vq - 1) == vlen; /* no escapes */
         if (vlen > tp->max_value)
             return tp_fail(tp, EXPFMT_ELIMIT, "label value longer than %zu bytes", tp->max_value);
-        if (!ascii && !expfmt__utf8_valid(val, vlen)) {
+        if (!ascii && !utf8_valid(val, vlen)) {
             QUOTE(q, val, vlen);
             return tp_fail(tp, EXPFMT_EPARSE, "invalid label value %s", q);
         }

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
-#include <time.h>
 
 #include "internal/promql/engine_int.h"
+#include "internal/util/clock.h"
 
 #define DEFAULT_LOOKBACK_MS (5 * 60 * 1000)
 #define DEFAULT_MAX_SAMPLES 50000000
@@ -68,18 +68,11 @@ _Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...)
     longjmp(c->jb, 1);
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void check_interrupt(pq_ctx_t *c)
 {
     if (c->cancel && *c->cancel)
         pq_errorf(c, PROMQL_ERR_CANCELED, "query was canceled in expression evaluation");
-    if (c->deadline_ns && now_ns() > c->deadline_ns)
+    if (c->deadline_ns && clock_mono_ns() > c->deadline_ns)
         pq_errorf(c, PROMQL_ERR_TIMEOUT, "query timed out in expression evaluation");
 }
 
@@ -1159,7 +1152,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     c->max_samples = o->max_samples > 0 ? o->max_samples : DEFAULT_MAX_SAMPLES;
     c->cancel = o->cancel;
     if (o->timeout_ms > 0)
-        c->deadline_ns = now_ns() + o->timeout_ms * 1000000;
+        c->deadline_ns = clock_mono_ns() + o->timeout_ms * 1000000;
     c->sel = arena_calloc(da, (size_t)(ast->nselectors ? ast->nselectors : 1), sizeof(pq_seldata_t));
 
     if (setjmp(c->jb)) {

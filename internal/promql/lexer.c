@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "internal/util/utf8.h"
+
 typedef struct {
     const char *word;
     promql_tok_kind_t kind;
@@ -270,32 +272,6 @@ static int hexval(int c)
     return -1;
 }
 
-static size_t put_utf8(char *o, unsigned long cp)
-{
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        cp = 0xFFFD;
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 char *promql__unquote(arena_t *a, const char *s, size_t n, char *err, size_t errlen)
 {
     if (n < 2 || s[0] != s[n - 1]) {
@@ -345,16 +321,16 @@ char *promql__unquote(arena_t *a, const char *s, size_t n, char *err, size_t err
         case 'u':
         case 'U': {
             int nd = c == 'u' ? 4 : 8;
-            unsigned long cp = 0;
+            uint32_t cp = 0;
             for (int d = 1; d <= nd; d++) {
                 int h = i + d < n - 1 ? hexval(s[i + d]) : -1;
                 if (h < 0) {
                     snprintf(err, errlen, "invalid syntax");
                     return NULL;
                 }
-                cp = cp * 16 + (unsigned long)h;
+                cp = cp * 16 + (uint32_t)h;
             }
-            k += put_utf8(o + k, cp);
+            k += utf8_encode(o + k, cp);
             i += (size_t)nd;
             break;
         }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "internal/rules/rulefile.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 
 #define RN_BATCH 64
@@ -143,18 +144,11 @@ static int rn_parse_url(const char *url, rn_am_t *am, char *err, size_t errlen)
     return 0;
 }
 
-static int64_t rn_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for fd to become ready for `events` until deadline. 0 ready, -1 timeout/error. */
 static int rn_wait(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - rn_now_ms();
+        int64_t left = deadline - clock_mono_ms();
         if (left <= 0)
             return -1;
         struct pollfd p = {.fd = fd, .events = events};
@@ -169,7 +163,7 @@ static int rn_wait(int fd, short events, int64_t deadline)
 /* One POST; returns the HTTP status, or -1 with err. */
 static int rn_post(const rn_am_t *am, const char *body, size_t len, int64_t timeout_ms, char *err, size_t errlen)
 {
-    int64_t deadline = rn_now_ms() + timeout_ms;
+    int64_t deadline = clock_mono_ms() + timeout_ms;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     int rc = getaddrinfo(am->host, am->port, &hints, &ai);
     if (rc != 0) {
@@ -302,14 +296,7 @@ static void *rn_thread_main(void *arg)
                     /* sleep, but wake early on stop */
                     pthread_mutex_lock(&n->mu);
                     if (!n->stop) {
-                        struct timespec dl;
-                        clock_gettime(CLOCK_REALTIME, &dl);
-                        dl.tv_sec += backoff / 1000;
-                        dl.tv_nsec += (backoff % 1000) * 1000000L;
-                        if (dl.tv_nsec >= 1000000000L) {
-                            dl.tv_sec++;
-                            dl.tv_nsec -= 1000000000L;
-                        }
+                        struct timespec dl = clock_deadline_ms(CLOCK_REALTIME, backoff);
                         pthread_cond_timedwait(&n->cv, &n->mu, &dl);
                     }
                     bool stopping = n->stop;

@@ -23,6 +23,7 @@
 #include "internal/promql/engine.h"
 #include "internal/rules/rulefile.h"
 #include "internal/rules/template.h"
+#include "internal/util/clock.h"
 #include "internal/util/log.h"
 
 #define RL_RESOLVED_RETENTION_MS (15 * 60 * 1000)
@@ -101,20 +102,6 @@ struct rules_manager {
 };
 
 /* --- small helpers ------------------------------------------------------------------------------- */
-
-static int64_t rl_wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static double rl_mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void rules_format_time(int64_t ms, buf_t *out)
 {
@@ -783,20 +770,20 @@ static void rl_restore_for_state(rules_manager_t *m, rl_group_t *g, int64_t now_
 
 static void rl_eval_group(rules_manager_t *m, rl_group_t *g, int64_t ts)
 {
-    double t0 = rl_mono_s();
-    int64_t wall = rl_wall_ns() / 1000000;
+    double t0 = clock_mono_s();
+    int64_t wall = clock_wall_ns() / 1000000;
     for (size_t i = 0; i < g->nrules; i++) {
         rl_rule_t *r = &g->rules[i];
-        double r0 = rl_mono_s();
+        double r0 = clock_mono_s();
         bool failed = false;
         if (r->def->kind == RULES_RECORD)
             rl_eval_recording(m, g, r, ts, &failed);
         else
             rl_eval_alerting(m, g, r, ts, &failed);
-        double dt = rl_mono_s() - r0;
+        double dt = clock_mono_s() - r0;
         pthread_mutex_lock(&m->mu);
         r->eval_seconds = dt;
-        r->last_eval_wall_ms = rl_wall_ns() / 1000000;
+        r->last_eval_wall_ms = clock_wall_ns() / 1000000;
         m->evaluations++;
         m->eval_seconds_sum += dt;
         if (failed) {
@@ -807,12 +794,12 @@ static void rl_eval_group(rules_manager_t *m, rl_group_t *g, int64_t ts)
         pthread_mutex_unlock(&m->mu);
     }
     pthread_mutex_lock(&m->mu);
-    g->last_eval_seconds = rl_mono_s() - t0;
+    g->last_eval_seconds = clock_mono_s() - t0;
     g->last_eval_wall_ms = wall;
     g->iterations++;
     g->evals++;
     if (g->should_restore && g->evals >= 2) {
-        rl_restore_for_state(m, g, rl_wall_ns() / 1000000);
+        rl_restore_for_state(m, g, clock_wall_ns() / 1000000);
         g->should_restore = false;
     }
     pthread_mutex_unlock(&m->mu);
@@ -871,7 +858,7 @@ int rules_manager_load(rules_manager_t *m, const char *const *patterns, size_t n
         m->npatterns = np ? n : 0;
     }
     m->reloads++;
-    m->last_reload_ms = rl_wall_ns() / 1000000;
+    m->last_reload_ms = clock_wall_ns() / 1000000;
     if (nerr) {
         m->reload_failures++;
         m->last_reload_ok = false;
@@ -885,7 +872,7 @@ int rules_manager_load(rules_manager_t *m, const char *const *patterns, size_t n
     rl_group_t *ng = calloc(nf.ngroups ? nf.ngroups : 1, sizeof(*ng));
     if (!ng)
         abort();
-    int64_t now_ns = rl_wall_ns();
+    int64_t now_ns = clock_wall_ns();
     bool *kept_old = calloc(m->ngroups ? m->ngroups : 1, sizeof(*kept_old));
     for (size_t gi = 0; gi < nf.ngroups; gi++) {
         const rules_group_def_t *d = &nf.groups[gi];
@@ -1008,7 +995,7 @@ static void *rl_thread_main(void *arg)
         for (size_t i = 0; i < m->ngroups; i++)
             if (m->groups[i].nrules && (!next || m->groups[i].next_ns < next->next_ns))
                 next = &m->groups[i];
-        int64_t now = rl_wall_ns();
+        int64_t now = clock_wall_ns();
         if (!next || next->next_ns > now) {
             struct timespec dl;
             int64_t until = next ? next->next_ns : now + 1000000000LL;

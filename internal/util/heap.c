@@ -3,8 +3,8 @@
 
 #include <malloc.h>
 #include <stdatomic.h>
-#include <time.h>
 
+#include "internal/util/clock.h"
 #include "internal/util/metrics.h"
 
 static _Atomic uint64_t heap_trims;
@@ -12,16 +12,9 @@ static _Atomic uint64_t heap_trimmed_bytes;
 static _Atomic uint64_t heap_trim_ns;
 static _Atomic uint64_t heap_in_use; /* at the last trim */
 
-static uint64_t heap_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int64_t heap_trim(void)
 {
-    uint64_t t0 = heap_now_ns();
+    uint64_t t0 = clock_mono_ns();
     long long before = metrics_process_rss_bytes();
     malloc_trim(0);
     long long after = metrics_process_rss_bytes();
@@ -30,7 +23,7 @@ int64_t heap_trim(void)
     int64_t freed = before > after ? (int64_t)(before - after) : 0;
     atomic_fetch_add(&heap_trims, 1);
     atomic_fetch_add(&heap_trimmed_bytes, (uint64_t)freed);
-    atomic_fetch_add(&heap_trim_ns, heap_now_ns() - t0);
+    atomic_fetch_add(&heap_trim_ns, clock_mono_ns() - t0);
     return freed;
 }
 

@@ -9,6 +9,7 @@
 
 #include "internal/expfmt/family.h"
 #include "internal/expfmt/text_parse.h"
+#include "internal/util/utf8.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -30,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < r.nfamilies; i++) {
             const expfmt_family_t *f = &r.families[i];
             FUZZ_CHECK(f->name && f->nsamples > 0);
-            FUZZ_CHECK(expfmt__utf8_valid(f->name, strlen(f->name)));
+            FUZZ_CHECK(utf8_valid(f->name, strlen(f->name)));
             for (size_t j = 0; j < f->nsamples; j++) {
                 const expfmt_sample_t *s = &f->samples[j];
                 FUZZ_CHECK(s->name && s->name[0]);

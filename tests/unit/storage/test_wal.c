@@ -20,10 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "storage/wal.h"
-
-uint32_t wal__crc32c_sw(uint32_t crc, const void *data, size_t len);
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -284,27 +283,6 @@ static void check_records(const evs_t *e, int n)
         }
     }
     assert_int_equal(j, e->n);
-}
-
-/* ---- CRC ------------------------------------------------------------------------------------ */
-
-static void test_crc32c(void **state)
-{
-    /* the standard check value of CRC-32C */
-    assert_int_equal(wal_crc32c(0, "123456789", 9), 0xE3069283u);
-    assert_int_equal(wal__crc32c_sw(0, "123456789", 9), 0xE3069283u);
-    assert_int_equal(wal_crc32c(0, "", 0), 0);
-    uint8_t buf[1000];
-    for (size_t i = 0; i < sizeof buf; i++)
-        buf[i] = (uint8_t)(i * 131 + 7);
-    for (size_t off = 0; off < 9; off++) {
-        for (size_t len = 0; len + off <= sizeof buf; len += 37) {
-            uint32_t a = wal_crc32c(0, buf + off, len);
-            assert_int_equal(a, wal__crc32c_sw(0, buf + off, len));
-            size_t half = len / 3;
-            assert_int_equal(a, wal_crc32c(wal_crc32c(0, buf + off, half), buf + off + half, len - half));
-        }
-    }
 }
 
 /* ---- round trip ------------------------------------------------------------------------------ */
@@ -826,7 +804,7 @@ static void append_raw(const char *path, uint8_t type, uint32_t len_field, const
     uint8_t h[12] = {type, 0, 0, 0};
     for (int i = 0; i < 4; i++)
         h[4 + i] = (uint8_t)(len_field >> (8 * i));
-    uint32_t crc = wal_crc32c(wal_crc32c(0, h, 8), payload, plen);
+    uint32_t crc = crc32c_update(crc32c(h, 8), payload, plen);
     for (int i = 0; i < 4; i++)
         h[8 + i] = (uint8_t)(crc >> (8 * i));
     FILE *f = fopen(path, "ab");
@@ -1108,7 +1086,6 @@ static void test_cut_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_crc32c),
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_concurrent_interval),
         cmocka_unit_test(test_concurrent_always),
