@@ -70,7 +70,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "api/httpc.h"
+#include "internal/net/httpc.h"
 #include "api/proto/remote.pb-c.h"
 #include "api/proto/types.pb-c.h"
 #include "internal/util/arena.h"
