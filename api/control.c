@@ -24,6 +24,8 @@
  * op's worker, which frees it in ctl_op_done. If the client goes away meanwhile, the request's
  * close callback (same worker) clears op->req so the reply is skipped.
  *
+ * The per-worker lists, the SSE framing and the shutdown fan-out come from api/sse.
+ *
  * SSE: `id:` is the global event id from the audit log; `Last-Event-ID` (or ?last_event_id=)
  * resumes: the subscriber is registered first (live events are held back), then the missed
  * events are read from the log by the control thread, sent, and the held-back ones with a larger
@@ -52,6 +54,7 @@
 #include <time.h>
 
 #include "api/router.h"
+#include "api/sse.h"
 #include "internal/control/control.h"
 #include "internal/control/store.h"
 #include "internal/util/clock.h"
@@ -73,7 +76,7 @@ typedef struct ctl_poll {
     api_req_t *req;
     char *job;
     struct event *timer;
-    struct ctl_poll *prev, *next;
+    api_sse_link_t link; /* on ctl.workers[worker].polls */
     int worker;
 } ctl_poll_t;
 
@@ -94,13 +97,13 @@ typedef struct ctl_sub {
     uint64_t last_id;
     bool replaying;
     ctl_held_t *held, *held_tail; /* live events that arrived during the replay */
-    struct ctl_sub *prev, *next;
+    api_sse_link_t link;          /* on ctl.workers[worker].subs */
     int worker;
 } ctl_sub_t;
 
 typedef struct {
-    ctl_poll_t *polls;
-    ctl_sub_t *subs;
+    api_sse_list_t polls; /* of ctl_poll_t */
+    api_sse_list_t subs;  /* of ctl_sub_t */
     struct event *heartbeat;
     bool closing;
 } ctl_worker_t;
@@ -160,10 +163,6 @@ static struct {
     bool stop;
     bool stopping; /* shutdown hook ran: no more fan-out */
     _Atomic bool live; /* a request has been served: workers exist */
-    /* shutdown barrier */
-    pthread_mutex_t bmu;
-    pthread_cond_t bcv;
-    int barrier;
     /* metrics */
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
@@ -589,16 +588,7 @@ static void ctl_op_closed(api_req_t *req, void *ud)
 
 /* --- SSE subscribers (worker thread) ---------------------------------------------------------------- */
 
-static void ctl_sub_unlink(ctl_worker_t *w, ctl_sub_t *s)
-{
-    if (s->prev)
-        s->prev->next = s->next;
-    else if (w->subs == s)
-        w->subs = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
-}
+static void ctl_sub_unlink(ctl_worker_t *w, ctl_sub_t *s) { api_sse_list_remove(&w->subs, &s->link); }
 
 static void ctl_sub_free(ctl_sub_t *s)
 {
@@ -637,12 +627,7 @@ static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev
         ctl_sub_end(w, s);
         return -1;
     }
-    buf_t b = BUF_INIT;
-    buf_printf(&b, "id: %llu\nevent: change\ndata: ", (unsigned long long)ev->id);
-    buf_append(&b, ev->json, ev->json_len);
-    buf_puts(&b, "\n\n");
-    api_reply_stream_chunk(s->req, b.data, b.len, NULL, NULL);
-    buf_free(&b);
+    api_sse_send(s->req, ev->id, "change", ev->json, ev->json_len);
     s->last_id = ev->id;
     return 0;
 }
@@ -659,8 +644,9 @@ static void ctl_sub_closed(api_req_t *req, void *ud)
 static void ctl_heartbeat(evutil_socket_t fd, short what, void *arg)
 {
     ctl_worker_t *w = arg;
-    for (ctl_sub_t *s = w->subs, *next; s; s = next) {
-        next = s->next;
+    for (api_sse_link_t *l = w->subs.head, *next; l; l = next) {
+        next = l->next;
+        ctl_sub_t *s = API_SSE_OF(l, ctl_sub_t, link);
         if (s->replaying || !s->req)
             continue;
         if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
@@ -668,23 +654,13 @@ static void ctl_heartbeat(evutil_socket_t fd, short what, void *arg)
             ctl_sub_end(w, s);
             continue;
         }
-        static const char ka[] = ": keepalive\n\n";
-        api_reply_stream_chunk(s->req, ka, sizeof(ka) - 1, NULL, NULL);
+        api_sse_keepalive(s->req);
     }
 }
 
 /* --- long-polls (worker thread) ------------------------------------------------------------------------ */
 
-static void ctl_poll_unlink(ctl_worker_t *w, ctl_poll_t *p)
-{
-    if (p->prev)
-        p->prev->next = p->next;
-    else if (w->polls == p)
-        w->polls = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    p->prev = p->next = NULL;
-}
+static void ctl_poll_unlink(ctl_worker_t *w, ctl_poll_t *p) { api_sse_list_remove(&w->polls, &p->link); }
 
 static void ctl_poll_free(ctl_poll_t *p)
 {
@@ -730,15 +706,17 @@ static void ctl_deliver(void *arg)
     const control_event_t *ev = sh->ev;
     ctl_worker_t *w = &ctl.workers[d->worker];
     free(d);
-    for (ctl_poll_t *p = w->polls, *next; p; p = next) {
-        next = p->next;
+    for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
+        next = l->next;
+        ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
         if (strcmp(p->job, ev->job) == 0) {
             atomic_fetch_add(&ctl.polls_answered, 1);
             ctl_poll_answer(p, ev->json, ev->json_len, ev->version, 200);
         }
     }
-    for (ctl_sub_t *s = w->subs, *next; s; s = next) {
-        next = s->next;
+    for (api_sse_link_t *l = w->subs.head, *next; l; l = next) {
+        next = l->next;
+        ctl_sub_t *s = API_SSE_OF(l, ctl_sub_t, link);
         if (s->job && strcmp(s->job, ev->job) != 0)
             continue;
         if (s->replaying) {
@@ -904,10 +882,7 @@ static void ctl_h_get(api_req_t *req, const char *job)
     }
     p->req = req;
     p->worker = req->worker;
-    p->next = w->polls;
-    if (w->polls)
-        w->polls->prev = p;
-    w->polls = p;
+    api_sse_list_push(&w->polls, &p->link);
     struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
     evtimer_add(p->timer, &tv);
     api_req_park(req, ctl_poll_closed, p);
@@ -1068,20 +1043,13 @@ static void ctl_h_stream(api_req_t *req, void *ud)
         ctl_reply_error(req, 400, "bad_data", "job", "%s", err);
         return;
     }
-    const char *lei = api_req_header(req, "Last-Event-ID");
-    if (!lei)
-        lei = api_req_param(req, "last_event_id");
     uint64_t after = 0;
-    bool resume = false;
-    if (lei && *lei) {
-        int64_t v;
-        if (parse_int64(lei, &v) != 0 || v < 0) {
-            ctl_reply_error(req, 400, "bad_data", "Last-Event-ID", "Last-Event-ID must be a non-negative integer");
-            return;
-        }
-        after = (uint64_t)v;
-        resume = true;
+    int lei = api_sse_last_event_id(req, &after);
+    if (lei < 0) {
+        ctl_reply_error(req, 400, "bad_data", "Last-Event-ID", "Last-Event-ID must be a non-negative integer");
+        return;
     }
+    bool resume = lei > 0;
     if (atomic_fetch_add(&ctl.subscribers, 1) >= CTL_MAX_SUBSCRIBERS) {
         atomic_fetch_sub(&ctl.subscribers, 1);
         ctl_reply_error(req, 503, "unavailable", NULL, "too many stream subscribers (limit %d)", CTL_MAX_SUBSCRIBERS);
@@ -1110,16 +1078,9 @@ static void ctl_h_stream(api_req_t *req, void *ud)
     s->worker = req->worker;
     /* Without a resume point the stream starts now: nothing older is sent. */
     s->last_id = resume ? after : control_store_last_event_id(ctl.store);
-    s->next = w->subs;
-    if (w->subs)
-        w->subs->prev = s;
-    w->subs = s;
-    api_reply_header(req, "Cache-Control", "no-cache");
-    api_reply_header(req, "X-Accel-Buffering", "no");
-    api_reply_stream_start(req, 200, "text/event-stream", ctl_sub_closed, s);
+    api_sse_list_push(&w->subs, &s->link);
     /* the reconnect delay a browser EventSource should use, and a first byte for proxies */
-    static const char hello[] = "retry: 1000\n: sluice control stream\n\n";
-    api_reply_stream_chunk(req, hello, sizeof(hello) - 1, NULL, NULL);
+    api_sse_start(req, 1000, "sluice control stream", ctl_sub_closed, s);
     if (resume) {
         s->replaying = true;
         op->kind = CTL_OP_REPLAY;
@@ -1213,41 +1174,26 @@ static void ctl_metrics(void *ud, buf_t *out)
                (unsigned long long)atomic_load(&ctl.dropped), (unsigned long long)atomic_load(&ctl.expired));
 }
 
-static void ctl_barrier_done(evutil_socket_t fd, short what, void *arg)
-{
-    pthread_mutex_lock(&ctl.bmu);
-    ctl.barrier--;
-    pthread_cond_broadcast(&ctl.bcv);
-    pthread_mutex_unlock(&ctl.bmu);
-}
-
 /* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends
  * streams, and from now on answers new polls at once. */
-static void ctl_worker_close(void *arg)
+static void ctl_worker_close(void *ud, int worker)
 {
-    ctl_worker_t *w = arg;
+    ctl_worker_t *w = &ctl.workers[worker];
     w->closing = true;
-    while (w->polls) {
-        ctl_poll_t *p = w->polls;
+    while (w->polls.head) {
+        ctl_poll_t *p = API_SSE_OF(w->polls.head, ctl_poll_t, link);
         buf_t b = BUF_INIT;
         uint64_t v = control_store_get_json(ctl.store, p->job, &b);
         api_reply_header(p->req, "Connection", "close");
         ctl_poll_answer(p, NULL, 0, v, 304);
         buf_free(&b);
     }
-    while (w->subs)
-        ctl_sub_end(w, w->subs);
+    while (w->subs.head)
+        ctl_sub_end(w, API_SSE_OF(w->subs.head, ctl_sub_t, link));
     if (w->heartbeat) {
         event_free(w->heartbeat);
         w->heartbeat = NULL;
     }
-    /* The answers above are queued in bufferevents and written on a later turn of this loop; the
-     * server breaks the loops as soon as nothing is in flight, which would close the connections
-     * with the answers unsent. So the hook is released only after a short pause on this loop. */
-    struct timeval flush = {0, 20 * 1000};
-    int idx = (int)(w - ctl.workers);
-    if (event_base_once(api_server_worker_base(ctl.srv, idx), -1, EV_TIMEOUT, ctl_barrier_done, NULL, &flush) != 0)
-        ctl_barrier_done(-1, 0, NULL);
 }
 
 static void ctl_on_shutdown(void *ud)
@@ -1257,18 +1203,9 @@ static void ctl_on_shutdown(void *ud)
     pthread_mutex_unlock(&ctl.mu);
     if (!atomic_load(&ctl.live))
         return; /* never served a request: nothing parked, and the workers may be idle */
-    pthread_mutex_lock(&ctl.bmu);
-    ctl.barrier = 0;
-    for (int i = 0; i < ctl.nworkers; i++)
-        if (api_server_run_on(ctl.srv, i, ctl_worker_close, &ctl.workers[i]) == 0)
-            ctl.barrier++;
-    /* Wait until every worker has run it: deliveries queued before it have run too (FIFO), so no
-     * fan-out is left in a loop that is about to stop. Bounded, in case a worker is wedged. */
-    struct timespec dl = clock_deadline_ms(CLOCK_REALTIME, 5000);
-    while (ctl.barrier > 0)
-        if (pthread_cond_timedwait(&ctl.bcv, &ctl.bmu, &dl) == ETIMEDOUT)
-            break;
-    pthread_mutex_unlock(&ctl.bmu);
+    /* Returns once every worker has run it: deliveries queued before it have run too (FIFO), so
+     * no fan-out is left in a loop that is about to stop. */
+    api_sse_close_workers(ctl.srv, ctl_worker_close, NULL);
 }
 
 int api_control_register(const api_control_options_t *opt, char *err, size_t errlen)
@@ -1279,8 +1216,6 @@ int api_control_register(const api_control_options_t *opt, char *err, size_t err
     ctl.read_auth = opt->read_auth;
     pthread_mutex_init(&ctl.mu, NULL);
     pthread_cond_init(&ctl.cv, NULL);
-    pthread_mutex_init(&ctl.bmu, NULL);
-    pthread_cond_init(&ctl.bcv, NULL);
     if (opt->token_file && opt->token_file[0]) {
         int n = api_control_load_tokens(opt->token_file, &ctl.tok_names, &ctl.tok_values, err, errlen);
         if (n < 0)

@@ -25,13 +25,14 @@
  * Cost: two selects (metric-name alternation + job_name, then the lag regex + job_name) over
  * [start - FLOW_LOOKBEHIND_S, end], each sample decoded once, O(series * samples + tasks * n).
  *
- * Streams: each subscriber is a struct on its worker's list with a timer that fires a quarter
- * second after every wall-clock second. The first event carries the whole window; each later
- * one carries only the seconds that can have changed since the previous event — from the
- * previous complete_until + 1 (or the previous end + 1 if that is older) to now — and the client
- * overwrites those seconds. A subscriber whose unsent output exceeds FLOW_SSE_SKIP_BYTES skips a
- * tick (the next patch simply covers more seconds); beyond FLOW_SSE_MAX_PENDING it is dropped.
- * At shutdown a hook ends every stream on its own worker.
+ * Streams (framing, worker lists and the shutdown fan-out from api/sse): each subscriber is a
+ * struct on its worker's list with a timer that fires a quarter second after every wall-clock
+ * second. The first event carries the whole window; each later one carries only the seconds
+ * that can have changed since the previous event — from the previous complete_until + 1 (or the
+ * previous end + 1 if that is older) to now — and the client overwrites those seconds. A
+ * subscriber whose unsent output exceeds FLOW_SSE_SKIP_BYTES skips a tick (the next patch simply
+ * covers more seconds); beyond FLOW_SSE_MAX_PENDING it is dropped. At shutdown a hook ends every
+ * stream on its own worker (api_sse_close_workers).
  */
 #include "api/flow.h"
 
@@ -39,7 +40,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +47,7 @@
 #include <time.h>
 
 #include "api/router.h"
+#include "api/sse.h"
 #include "internal/control/control.h"
 #include "internal/labels/matcher.h"
 #include "internal/util/clock.h"
@@ -449,7 +450,7 @@ void api_flow_result_json_open(const api_flow_result_t *r, const char *job, buf_
 typedef struct flow_sub flow_sub_t;
 
 typedef struct {
-    flow_sub_t *subs;
+    api_sse_list_t subs; /* of flow_sub_t */
     bool closing;
 } flow_worker_t;
 
@@ -458,9 +459,6 @@ struct api_flow {
     int nworkers;
     flow_worker_t *workers;
     _Atomic int subscribers;
-    pthread_mutex_t bmu;
-    pthread_cond_t bcv;
-    int barrier;
 };
 
 struct flow_sub {
@@ -472,7 +470,7 @@ struct flow_sub {
     int64_t prev_complete; /* its complete_until, -1 = none */
     struct event *timer;
     int worker;
-    flow_sub_t *prev, *next;
+    api_sse_link_t link; /* on workers[worker].subs */
 };
 
 static int64_t flow_now_ms(const api_flow_t *f)
@@ -568,17 +566,6 @@ static void flow_h_get(api_req_t *req, void *ud)
     buf_free(&b);
 }
 
-static void flow_sub_unlink(flow_worker_t *w, flow_sub_t *s)
-{
-    if (s->prev)
-        s->prev->next = s->next;
-    else if (w->subs == s)
-        w->subs = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
-}
-
 static void flow_sub_free(flow_sub_t *s)
 {
     if (s->timer)
@@ -591,7 +578,7 @@ static void flow_sub_free(flow_sub_t *s)
 /* Ends the stream from our side (shutdown, or a reader too slow). */
 static void flow_sub_end(flow_sub_t *s)
 {
-    flow_sub_unlink(&s->f->workers[s->worker], s);
+    api_sse_list_remove(&s->f->workers[s->worker].subs, &s->link);
     api_reply_stream_end(s->req);
     flow_sub_free(s);
 }
@@ -599,7 +586,7 @@ static void flow_sub_end(flow_sub_t *s)
 static void flow_sub_closed(api_req_t *req, void *ud)
 {
     flow_sub_t *s = ud;
-    flow_sub_unlink(&s->f->workers[s->worker], s);
+    api_sse_list_remove(&s->f->workers[s->worker].subs, &s->link);
     flow_sub_free(s);
 }
 
@@ -628,15 +615,12 @@ static int flow_sub_send(flow_sub_t *s, bool first)
     buf_t b = BUF_INIT;
     char err[256];
     int64_t complete = -1;
-    buf_puts(&b, first ? "retry: 2000\nevent: flow\ndata: " : "event: flow\ndata: ");
     int rc = flow_render(s->f, s->job, from, end_s, now_ms, &b, &complete, err, sizeof(err));
     if (rc != 0) {
         buf_reset(&b);
-        buf_puts(&b, "event: error\ndata: ");
         buf_put_json_string(&b, err, strlen(err));
     }
-    buf_puts(&b, "\n\n");
-    rc = api_reply_stream_chunk(s->req, b.data, b.len, NULL, NULL);
+    rc = api_sse_send(s->req, 0, rc == 0 ? "flow" : "error", b.data, b.len);
     buf_free(&b);
     if (rc != 0)
         return 0; /* the client is gone: the close callback frees the subscriber */
@@ -697,66 +681,27 @@ static void flow_h_stream(api_req_t *req, void *ud)
     s->window_s = window_s;
     s->prev_complete = -1;
     s->worker = req->worker;
-    flow_worker_t *w = &f->workers[req->worker];
-    s->next = w->subs;
-    if (w->subs)
-        w->subs->prev = s;
-    w->subs = s;
-    api_reply_header(req, "Cache-Control", "no-store");
-    api_reply_header(req, "X-Accel-Buffering", "no");
-    api_reply_stream_start(req, 200, "text/event-stream; charset=utf-8", flow_sub_closed, s);
+    api_sse_list_push(&f->workers[req->worker].subs, &s->link);
+    api_sse_start(req, 2000, NULL, flow_sub_closed, s);
     flow_sub_send(s, true);
     flow_sub_arm(s);
 }
 
 /* --- lifecycle ------------------------------------------------------------------------------------------ */
 
-static void flow_worker_close(flow_worker_t *w)
+/* Runs on each worker at shutdown: ends its streams, refuses new ones. */
+static void flow_worker_close(void *ud, int worker)
 {
+    flow_worker_t *w = &((api_flow_t *)ud)->workers[worker];
     w->closing = true;
-    while (w->subs)
-        flow_sub_end(w->subs);
-}
-
-typedef struct {
-    api_flow_t *f;
-    int worker;
-} flow_close_arg_t;
-
-static void flow_worker_close_run(void *arg)
-{
-    flow_close_arg_t *a = arg;
-    api_flow_t *f = a->f;
-    flow_worker_close(&f->workers[a->worker]);
-    free(a);
-    pthread_mutex_lock(&f->bmu);
-    f->barrier--;
-    pthread_cond_broadcast(&f->bcv);
-    pthread_mutex_unlock(&f->bmu);
+    while (w->subs.head)
+        flow_sub_end(API_SSE_OF(w->subs.head, flow_sub_t, link));
 }
 
 static void flow_on_shutdown(void *ud)
 {
     api_flow_t *f = ud;
-    pthread_mutex_lock(&f->bmu);
-    f->barrier = 0;
-    for (int i = 0; i < f->nworkers; i++) {
-        flow_close_arg_t *a = malloc(sizeof(*a));
-        if (!a)
-            continue;
-        a->f = f;
-        a->worker = i;
-        if (api_server_run_on(f->opt.srv, i, flow_worker_close_run, a) == 0)
-            f->barrier++;
-        else
-            free(a);
-    }
-    /* Bounded, in case a worker is wedged: then its streams die with the process. */
-    struct timespec dl = clock_deadline_ms(CLOCK_REALTIME, 5000);
-    while (f->barrier > 0)
-        if (pthread_cond_timedwait(&f->bcv, &f->bmu, &dl) != 0)
-            break;
-    pthread_mutex_unlock(&f->bmu);
+    api_sse_close_workers(f->opt.srv, flow_worker_close, f);
 }
 
 api_flow_t *api_flow_new(const api_flow_options_t *opt)
@@ -773,8 +718,6 @@ api_flow_t *api_flow_new(const api_flow_options_t *opt)
             return NULL;
         }
     }
-    pthread_mutex_init(&f->bmu, NULL);
-    pthread_cond_init(&f->bcv, NULL);
     return f;
 }
 
@@ -790,8 +733,6 @@ void api_flow_free(api_flow_t *f)
 {
     if (!f)
         return;
-    pthread_mutex_destroy(&f->bmu);
-    pthread_cond_destroy(&f->bcv);
     free(f->workers);
     free(f);
 }

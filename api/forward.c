@@ -70,12 +70,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "api/httpc.h"
+#include "internal/net/httpc.h"
 #include "internal/proto/remote.pb-c.h"
 #include "internal/proto/types.pb-c.h"
 #include "internal/util/arena.h"
 #include "internal/util/clock.h"
 #include "internal/util/log.h"
+#include "storage/wal_record.h"
 #include "storage/wal_watch.h"
 
 #define FW_MAX_RESPONSE_BODY 1024
@@ -681,6 +682,8 @@ static void *reader_main(void *arg)
     }
     size_t limit = (size_t)f->o.shards * f->o.max_samples_per_send;
     round_t r = {.t = t, .min_t = INT64_MAX};
+    wal_record_decoder_t dec;
+    wal_record_decoder_init(&dec);
     uint32_t skipped_seen = 0;
     while (!atomic_load(&f->stopping)) {
         uint8_t type;
@@ -697,9 +700,9 @@ static void *reader_main(void *arg)
         if (rc == WAL_WATCH_RECORD) {
             int drc = 0;
             if (type == WAL_REC_SERIES)
-                drc = wal_watch_decode_series(p, len, learn_series, t);
+                drc = wal_record_decode_series(&dec, p, len, learn_series, t);
             else if (type == WAL_REC_SAMPLES && !pos_before(at, skip_before))
-                drc = wal_watch_decode_samples(p, len, deal_samples, &r);
+                drc = wal_record_decode_samples(&dec, p, len, deal_samples, &r);
             if (drc != 0)
                 log_error("forward", "undecodable WAL record skipped", LF_S("remote_name", t->name),
                           LF_I("segment", at.segment), LF_I("offset", (int64_t)at.offset));
@@ -730,6 +733,7 @@ static void *reader_main(void *arg)
             fw_sleep(f, f->o.poll_interval_ms);
     }
     wal_watch_close(w);
+    wal_record_decoder_free(&dec);
     return NULL;
 }
 

@@ -1,6 +1,7 @@
 /*
  * wal — write-ahead log: numbered segment files of CRC-framed records, group commit, replay with
- * repair. The API and its contract with the head (checkpoint order, duplicates) are in wal.h.
+ * repair. The API and its contract with the head (checkpoint order, duplicates) are in wal.h; the
+ * byte format is in wal_record.h.
  *
  * ---- Files ------------------------------------------------------------------------------------
  *
@@ -11,35 +12,12 @@
  * a segment is only ever appended to by the process that created it, and a repaired tail is never
  * written after.
  *
- * ---- Segment header (16 bytes, little-endian) ----------------------------------------------------
+ * ---- Bytes ------------------------------------------------------------------------------------
  *
- *   offset  size  field
- *   0       4     magic "SLWL"
- *   4       2     format version = 1
- *   6       2     reserved, 0
- *   8       4     segment number (equals the number in the file name)
- *   12      4     CRC-32C of bytes 0..11
- *
- * ---- Record (12-byte header + payload, little-endian) --------------------------------------------
- *
- *   offset  size  field
- *   0       1     type: 1 series, 2 samples, 3 blob (0 never written: zero-filled space is invalid)
- *   1       1     flags, 0 (room for e.g. compression)
- *   2       2     reserved, 0
- *   4       4     payload length L, 0 < L <= WAL_MAX_RECORD_BYTES (64 MiB)
- *   8       4     CRC-32C of header bytes 0..7 followed by the L payload bytes
- *   12      L     payload
- *
- * Payloads (uvarint = LEB128 unsigned; svarint = zigzag then uvarint; f64 = IEEE bits, LE):
- *
- *   SERIES   u32 count, then count times:
- *              uvarint id, uvarint nlabels, nlabels times (uvarint len, name bytes,
- *                                                         uvarint len, value bytes)
- *   SAMPLES  u32 count (>= 1), then the first sample:  uvarint id, svarint t_ms, f64 v
- *              and each next one, relative to the previous: svarint (id - prev_id) (mod 2^64),
- *              svarint (t_ms - prev_t) (mod 2^64), f64 v
- *            (a push stamps all its samples with the same second: t deltas are one 0 byte)
- *   BLOB     u8 tag, then the caller's bytes
+ * Every segment starts with a 16-byte header (magic, version, its own number, CRC-32C) followed by
+ * records: a 12-byte frame (type, flags, length, CRC-32C of header and payload) and the payload.
+ * The byte tables of both, of the SERIES / SAMPLES / BLOB payloads, the encoders, the frame reader
+ * and the decoders are in storage/wal_record.h and .c, shared with storage/wal_watch.c.
  *
  * Records of an unknown type with a good CRC are skipped (counted in replay stats), so a newer
  * version's new record kinds do not stop an older replay. A good CRC with a payload that does not
@@ -105,89 +83,13 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
-#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
-#include "internal/util/varint.h"
+#include "storage/wal_record.h"
 
-#define WAL_SEG_MAGIC "SLWL"
-#define WAL_SEG_VERSION 1
-#define WAL_SEG_HEADER_BYTES 16
-#define WAL_REC_HEADER_BYTES 12
-/* Split sample batches so one record stays modest (replay allocates one record at a time). */
-#define WAL_SAMPLES_PER_RECORD 65536
-/* Start a new series record once the current payload passes this. */
-#define WAL_SERIES_RECORD_SOFT_BYTES (1u << 20)
-/* Smallest encoded sample: 1-byte id, 1-byte t, 8-byte value. */
-#define WAL_MIN_SAMPLE_BYTES 10
 
 /* ============================================================================================
- * Small encoding helpers
+ * Small helpers
  * ============================================================================================ */
-
-static void put_u16le(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint16_t get_u16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static void buf_put_u64le(buf_t *b, uint64_t v)
-{
-    uint8_t t[8];
-    for (int i = 0; i < 8; i++)
-        t[i] = (uint8_t)(v >> (8 * i));
-    buf_append(b, t, 8);
-}
-
-typedef struct {
-    const uint8_t *p, *end;
-    int err;
-} rd_t;
-
-/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
-static uint64_t rd_uvarint(rd_t *r)
-{
-    uint64_t v = 0;
-    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
-        r->err = -1;
-    return v;
-}
-
-static uint64_t rd_u64le(rd_t *r)
-{
-    if (r->end - r->p < 8) {
-        r->err = -1;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += 8;
-    return v;
-}
-
-static uint32_t rd_u32le(rd_t *r)
-{
-    if (r->end - r->p < 4) {
-        r->err = -1;
-        return 0;
-    }
-    uint32_t v = get_u32le(r->p);
-    r->p += 4;
-    return v;
-}
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -198,105 +100,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-}
-
-/* ============================================================================================
- * Record framing
- * ============================================================================================ */
-
-/* Starts a record in b: reserves the header; returns its offset for rec_finish. */
-static size_t rec_begin(buf_t *b)
-{
-    size_t off = b->len;
-    uint8_t zero[WAL_REC_HEADER_BYTES] = {0};
-    buf_append(b, zero, sizeof zero);
-    return off;
-}
-
-/* Fills in the header of the record started at off. Returns 0 or WAL_ERR_TOO_LARGE. */
-static int rec_finish(buf_t *b, size_t off, uint8_t type)
-{
-    size_t plen = b->len - off - WAL_REC_HEADER_BYTES;
-    if (plen == 0 || plen > WAL_MAX_RECORD_BYTES)
-        return WAL_ERR_TOO_LARGE;
-    uint8_t *h = (uint8_t *)b->data + off;
-    h[0] = type;
-    h[1] = 0;
-    put_u16le(h + 2, 0);
-    put_u32le(h + 4, (uint32_t)plen);
-    uint32_t crc = crc32c(h, 8);
-    crc = crc32c_update(crc, h + WAL_REC_HEADER_BYTES, plen);
-    put_u32le(h + 8, crc);
-    return WAL_OK;
-}
-
-static int encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t *nrec)
-{
-    size_t i = 0;
-    while (i < n) {
-        size_t off = rec_begin(b);
-        size_t count_at = b->len;
-        buf_append(b, "\0\0\0\0", 4);
-        uint32_t count = 0;
-        while (i < n && (count == 0 || b->len - count_at < WAL_SERIES_RECORD_SOFT_BYTES)) {
-            varint_put(b, s[i].id);
-            varint_put(b, s[i].labels.n);
-            for (size_t k = 0; k < s[i].labels.n; k++) {
-                const label_t *l = &s[i].labels.v[k];
-                if (!l->name || !l->value)
-                    return WAL_ERR_ARG;
-                size_t nl = strlen(l->name), vl = strlen(l->value);
-                varint_put(b, nl);
-                buf_append(b, l->name, nl);
-                varint_put(b, vl);
-                buf_append(b, l->value, vl);
-            }
-            count++;
-            i++;
-        }
-        put_u32le((uint8_t *)b->data + count_at, count);
-        int rc = rec_finish(b, off, WAL_REC_SERIES);
-        if (rc != WAL_OK)
-            return rc;
-        (*nrec)++;
-    }
-    return WAL_OK;
-}
-
-static void encode_samples(buf_t *b, const wal_sample_t *s, size_t n, uint64_t *nrec)
-{
-    size_t i = 0;
-    while (i < n) {
-        size_t cnt = n - i < WAL_SAMPLES_PER_RECORD ? n - i : WAL_SAMPLES_PER_RECORD;
-        buf_reserve(b, WAL_REC_HEADER_BYTES + 4 + cnt * 28);
-        size_t off = rec_begin(b);
-        uint8_t c4[4];
-        put_u32le(c4, (uint32_t)cnt);
-        buf_append(b, c4, 4);
-        uint64_t pid = 0;
-        int64_t pt = 0;
-        for (size_t k = 0; k < cnt; k++) {
-            const wal_sample_t *x = &s[i + k];
-            uint64_t vb;
-            memcpy(&vb, &x->v, 8);
-            if (k == 0) {
-                varint_put(b, x->series_id);
-                varint_put_signed(b, x->t_ms);
-            } else {
-                varint_put_signed(b, (int64_t)(x->series_id - pid));
-                varint_put_signed(b, (int64_t)((uint64_t)x->t_ms - (uint64_t)pt));
-            }
-            buf_put_u64le(b, vb);
-            pid = x->series_id;
-            pt = x->t_ms;
-        }
-        /* 65536 samples * 28 bytes < 64 MiB: cannot be too large */
-        int rc = rec_finish(b, off, WAL_REC_SAMPLES);
-        assert(rc == WAL_OK);
-        (void)rc;
-        (*nrec)++;
-        i += cnt;
-    }
 }
 
 /* ============================================================================================
@@ -373,15 +176,6 @@ static int seg_list(const char *dir, uint32_t **segs, size_t *n, uint32_t *max_a
     return 0;
 }
 
-static void seg_header(uint8_t h[WAL_SEG_HEADER_BYTES], uint32_t no)
-{
-    memcpy(h, WAL_SEG_MAGIC, 4);
-    put_u16le(h + 4, WAL_SEG_VERSION);
-    put_u16le(h + 6, 0);
-    put_u32le(h + 8, no);
-    put_u32le(h + 12, crc32c(h, 12));
-}
-
 static int fsync_dir(int dirfd) { return fsync(dirfd) == 0 ? 0 : -errno; }
 
 static int pwrite_all(int fd, const void *p, size_t n, off_t off)
@@ -412,7 +206,7 @@ static int seg_create(int dirfd, uint32_t no)
     if (fd < 0)
         return -errno;
     uint8_t h[WAL_SEG_HEADER_BYTES];
-    seg_header(h, no);
+    wal_record_seg_header(h, no);
     int rc = pwrite_all(fd, h, sizeof h, 0);
     if (rc == 0 && fsync(fd) != 0)
         rc = -errno;
@@ -488,10 +282,10 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
 {
     if (w->dirty) {
         /* the group-commit thread only ever fsyncs the current segment: make this one durable now */
-        uint64_t t0 = clock_mono_ns();
+        int64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += clock_mono_ns() - t0;
+        res->fsync_ns += (uint64_t)(clock_mono_ns() - t0);
         if (fr != 0) {
             res->fsync_failed = true;
             seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
@@ -564,10 +358,10 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         }
     }
     if (rc == WAL_OK && sync && w->dirty) {
-        uint64_t t0 = clock_mono_ns();
+        int64_t t0 = clock_mono_ns();
         int fr = fsync(w->fd);
         int e = errno;
-        res->fsync_ns += clock_mono_ns() - t0;
+        res->fsync_ns += (uint64_t)(clock_mono_ns() - t0);
         if (fr == 0) {
             w->dirty = false;
             res->fsynced = true;
@@ -807,7 +601,7 @@ int wal_log_series(wal_t *w, const wal_series_t *series, size_t n, char *err, si
         return WAL_OK;
     buf_t enc = BUF_INIT;
     uint64_t nrec = 0;
-    int rc = encode_series(&enc, series, n, &nrec);
+    int rc = wal_record_encode_series(&enc, series, n, &nrec);
     if (rc == WAL_OK)
         rc = wal_submit(w, &enc, nrec, err, errlen);
     else if (rc == WAL_ERR_TOO_LARGE)
@@ -824,7 +618,7 @@ int wal_log_samples(wal_t *w, const wal_sample_t *samples, size_t n, char *err, 
         return WAL_OK;
     buf_t enc = BUF_INIT;
     uint64_t nrec = 0;
-    encode_samples(&enc, samples, n, &nrec);
+    wal_record_encode_samples(&enc, samples, n, &nrec);
     int rc = wal_submit(w, &enc, nrec, err, errlen);
     buf_free(&enc);
     return rc;
@@ -841,13 +635,8 @@ int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err
         seterr(err, errlen, "wal: out of memory");
         return WAL_ERR_NOMEM;
     }
-    size_t off = rec_begin(&enc);
-    buf_append(&enc, &type, 1);
-    if (len)
-        buf_append(&enc, data, len);
-    int rc = rec_finish(&enc, off, WAL_REC_BLOB);
-    assert(rc == WAL_OK);
-    rc = wal_submit(w, &enc, 1, err, errlen);
+    wal_record_encode_blob(&enc, type, data, len);
+    int rc = wal_submit(w, &enc, 1, err, errlen);
     buf_free(&enc);
     return rc;
 }
@@ -938,154 +727,49 @@ typedef struct {
     void *ud;
     wal_replay_stats_t *st;
     buf_t payload;
-    buf_t scratch;       /* decoded label strings */
-    label_t *labels;     /* decoded label array */
-    size_t labels_cap;
-    wal_sample_t *samples;
-    size_t samples_cap;
+    wal_record_decoder_t dec;
 } replay_t;
+
+static int replay_on_series(void *ud, uint64_t id, const labels_t *ls)
+{
+    replay_t *r = ud;
+    r->st->series++;
+    return r->cb->on_series ? r->cb->on_series(r->ud, id, ls) : 0;
+}
+
+static int replay_on_samples(void *ud, const wal_sample_t *s, size_t n)
+{
+    replay_t *r = ud;
+    r->st->samples += n;
+    return r->cb->on_samples ? r->cb->on_samples(r->ud, s, n) : 0;
+}
 
 /* Decodes and delivers one good-CRC record. Returns 0, 1 (payload does not decode: treat as
  * corruption), WAL_ERR_ABORTED or WAL_ERR_NOMEM. The whole record is validated before the first
  * callback, so a bad record delivers nothing. */
-static int replay_series(replay_t *r, const uint8_t *p, size_t len)
+static int replay_record(replay_t *r, const wal_record_t *rec)
 {
-    rd_t rd = {p, p + len, 0};
-    uint32_t count = rd_u32le(&rd);
-    if (rd.err || count == 0 || count > len / 2)
-        return 1;
-    /* pass 1: validate, size the scratch */
-    size_t max_labels = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        rd_uvarint(&rd);
-        uint64_t nl = rd_uvarint(&rd);
-        if (rd.err || nl > len)
-            return 1;
-        if (nl > max_labels)
-            max_labels = nl;
-        for (uint64_t k = 0; k < 2 * nl; k++) {
-            uint64_t sl = rd_uvarint(&rd);
-            if (rd.err || sl > (uint64_t)(rd.end - rd.p))
-                return 1;
-            if (memchr(rd.p, 0, sl))
-                return 1; /* labels are C strings */
-            rd.p += sl;
-        }
-    }
-    if (rd.p != rd.end)
-        return 1;
-    if (max_labels > r->labels_cap) {
-        label_t *nl = realloc(r->labels, max_labels * sizeof *nl);
-        if (!nl)
-            return WAL_ERR_NOMEM;
-        r->labels = nl;
-        r->labels_cap = max_labels;
-    }
-    /* pass 2: deliver */
-    rd = (rd_t){p + 4, p + len, 0};
-    for (uint32_t i = 0; i < count; i++) {
-        uint64_t id = rd_uvarint(&rd);
-        uint64_t nl = rd_uvarint(&rd);
-        buf_reset(&r->scratch);
-        if (buf_try_reserve(&r->scratch, len + 2 * nl) != 0)
-            return WAL_ERR_NOMEM;
-        for (uint64_t k = 0; k < nl; k++) {
-            size_t sl = (size_t)rd_uvarint(&rd);
-            size_t name_at = r->scratch.len;
-            buf_append(&r->scratch, rd.p, sl);
-            buf_putc(&r->scratch, 0);
-            rd.p += sl;
-            sl = (size_t)rd_uvarint(&rd);
-            size_t val_at = r->scratch.len;
-            buf_append(&r->scratch, rd.p, sl);
-            buf_putc(&r->scratch, 0);
-            rd.p += sl;
-            /* scratch never reallocates here (reserved above), so pointers stay valid */
-            r->labels[k].name = r->scratch.data + name_at;
-            r->labels[k].value = r->scratch.data + val_at;
-        }
-        labels_t ls = {r->labels, (size_t)nl};
-        r->st->series++;
-        if (r->cb->on_series && r->cb->on_series(r->ud, id, &ls) != 0)
-            return WAL_ERR_ABORTED;
-    }
-    return 0;
-}
-
-static int replay_samples(replay_t *r, const uint8_t *p, size_t len)
-{
-    rd_t rd = {p, p + len, 0};
-    uint32_t count = rd_u32le(&rd);
-    if (rd.err || count == 0 || count > len / WAL_MIN_SAMPLE_BYTES)
-        return 1;
-    if (count > r->samples_cap) {
-        wal_sample_t *ns = realloc(r->samples, (size_t)count * sizeof *ns);
-        if (!ns)
-            return WAL_ERR_NOMEM;
-        r->samples = ns;
-        r->samples_cap = count;
-    }
-    uint64_t id = 0;
-    int64_t t = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        if (i == 0) {
-            id = rd_uvarint(&rd);
-            t = varint_unzigzag(rd_uvarint(&rd));
-        } else {
-            id += (uint64_t)varint_unzigzag(rd_uvarint(&rd));
-            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&rd)));
-        }
-        uint64_t vb = rd_u64le(&rd);
-        if (rd.err)
-            return 1;
-        r->samples[i].series_id = id;
-        r->samples[i].t_ms = t;
-        memcpy(&r->samples[i].v, &vb, 8);
-    }
-    if (rd.p != rd.end)
-        return 1;
-    r->st->samples += count;
-    if (r->cb->on_samples && r->cb->on_samples(r->ud, r->samples, count) != 0)
-        return WAL_ERR_ABORTED;
-    return 0;
-}
-
-static int replay_record(replay_t *r, uint8_t type, const uint8_t *p, size_t len)
-{
-    switch (type) {
+    int rc;
+    switch (rec->type) {
     case WAL_REC_SERIES:
-        return replay_series(r, p, len);
+        rc = wal_record_decode_series(&r->dec, rec->payload, rec->len, replay_on_series, r);
+        break;
     case WAL_REC_SAMPLES:
-        return replay_samples(r, p, len);
+        rc = wal_record_decode_samples(&r->dec, rec->payload, rec->len, replay_on_samples, r);
+        break;
     case WAL_REC_BLOB:
-        if (len < 1)
+        if (rec->len < 1)
             return 1;
         r->st->blobs++;
-        if (r->cb->on_blob && r->cb->on_blob(r->ud, p[0], p + 1, len - 1) != 0)
-            return WAL_ERR_ABORTED;
-        return 0;
+        rc = r->cb->on_blob && r->cb->on_blob(r->ud, rec->payload[0], rec->payload + 1, rec->len - 1) != 0
+                 ? WAL_ERR_ABORTED
+                 : WAL_OK;
+        break;
     default:
         r->st->skipped++;
         return 0;
     }
-}
-
-static int pread_full(int fd, void *p, size_t n, uint64_t off, size_t *got)
-{
-    char *c = p;
-    *got = 0;
-    while (*got < n) {
-        ssize_t r = pread(fd, c + *got, n - *got, (off_t)(off + *got));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        *got += (size_t)r;
-    }
-    return 0;
+    return rc == WAL_ERR_CORRUPT ? 1 : rc;
 }
 
 typedef enum { SEG_OK, SEG_BAD_HEADER, SEG_TORN_HEADER, SEG_BAD_RECORD } seg_outcome_t;
@@ -1094,88 +778,39 @@ typedef enum { SEG_OK, SEG_BAD_HEADER, SEG_TORN_HEADER, SEG_BAD_RECORD } seg_out
  * Replays one segment file. On SEG_BAD_RECORD, *bad_off is where the first bad record starts and
  * *why says what was wrong. Returns 0 with *out set, or a negative WAL_ERR_*.
  */
-static int replay_segment(replay_t *r, int fd, uint32_t no, uint64_t fsize, seg_outcome_t *out,
-                          uint64_t *bad_off, const char **why, char *err, size_t errlen)
+static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, uint64_t *bad_off,
+                          const char **why, char *err, size_t errlen)
 {
-    uint8_t h[WAL_SEG_HEADER_BYTES];
-    size_t got;
-    int e = pread_full(fd, h, sizeof h, 0, &got);
-    if (e) {
-        seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
-        return WAL_ERR_IO;
+    char msg[256];
+    *bad_off = 0;
+    int hr = wal_record_read_seg_header(fd, no, why, msg, sizeof msg);
+    if (hr < 0) {
+        seterr(err, errlen, "wal: %s", msg);
+        return hr;
     }
-    if (got < sizeof h) {
-        *out = SEG_TORN_HEADER;
-        *why = "short segment header";
-        *bad_off = 0;
-        return 0;
-    }
-    uint8_t expect[WAL_SEG_HEADER_BYTES];
-    seg_header(expect, no);
-    if (memcmp(h, expect, sizeof h) != 0) {
-        static const uint8_t zero[WAL_SEG_HEADER_BYTES];
-        *out = memcmp(h, zero, sizeof h) == 0 ? SEG_TORN_HEADER : SEG_BAD_HEADER;
-        *why = get_u16le(h + 4) != WAL_SEG_VERSION && memcmp(h, WAL_SEG_MAGIC, 4) == 0
-                   ? "unsupported segment version"
-                   : "bad segment header";
-        *bad_off = 0;
+    if (hr != WAL_RECORD_OK) {
+        *out = hr == WAL_RECORD_TORN ? SEG_TORN_HEADER : SEG_BAD_HEADER;
         return 0;
     }
     uint64_t off = WAL_SEG_HEADER_BYTES;
     for (;;) {
-        if (off == fsize) {
+        wal_record_t rec;
+        int rr = wal_record_read(fd, off, &r->payload, &rec, why, msg, sizeof msg);
+        if (r->payload.cap > r->st->buffer_bytes)
+            r->st->buffer_bytes = r->payload.cap;
+        if (rr < 0) {
+            seterr(err, errlen, "wal: segment %08" PRIu32 ": %s", no, msg);
+            return rr;
+        }
+        if (rr == WAL_RECORD_END) {
             *out = SEG_OK;
             return 0;
         }
         *bad_off = off;
         *out = SEG_BAD_RECORD;
-        uint8_t rh[WAL_REC_HEADER_BYTES];
-        e = pread_full(fd, rh, sizeof rh, off, &got);
-        if (e) {
-            seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
-            return WAL_ERR_IO;
-        }
-        if (got < sizeof rh) {
-            *why = "short record header";
+        if (rr != WAL_RECORD_OK)
             return 0;
-        }
-        uint32_t len = get_u32le(rh + 4);
-        if (rh[0] == 0 || rh[1] != 0 || get_u16le(rh + 2) != 0) {
-            *why = "bad record header";
-            return 0;
-        }
-        if (len == 0 || len > WAL_MAX_RECORD_BYTES) {
-            *why = "bad record length";
-            return 0;
-        }
-        /* never trust a length past the end of the file: no allocation beyond what is there */
-        if ((uint64_t)len > fsize - off - WAL_REC_HEADER_BYTES) {
-            *why = "short record payload";
-            return 0;
-        }
-        buf_reset(&r->payload);
-        if (buf_try_reserve(&r->payload, len) != 0) {
-            seterr(err, errlen, "wal: out of memory for a %" PRIu32 "-byte record", len);
-            return WAL_ERR_NOMEM;
-        }
-        if (r->payload.cap > r->st->buffer_bytes)
-            r->st->buffer_bytes = r->payload.cap;
-        e = pread_full(fd, r->payload.data, len, off + WAL_REC_HEADER_BYTES, &got);
-        if (e) {
-            seterr(err, errlen, "wal: read segment %08" PRIu32 ": %s", no, strerror(-e));
-            return WAL_ERR_IO;
-        }
-        if (got < len) {
-            *why = "short record payload";
-            return 0;
-        }
-        uint32_t crc = crc32c(rh, 8);
-        crc = crc32c_update(crc, r->payload.data, len);
-        if (crc != get_u32le(rh + 8)) {
-            *why = "record checksum mismatch";
-            return 0;
-        }
-        int rr = replay_record(r, rh[0], (const uint8_t *)r->payload.data, len);
+        rr = replay_record(r, &rec);
         if (rr < 0) {
             if (rr == WAL_ERR_ABORTED)
                 seterr(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32
@@ -1189,7 +824,7 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, uint64_t fsize, seg_
             return 0;
         }
         r->st->records++;
-        off += WAL_REC_HEADER_BYTES + len;
+        off += WAL_REC_HEADER_BYTES + rec.len;
     }
 }
 
@@ -1202,6 +837,7 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
     memset(stats, 0, sizeof *stats);
     static const wal_replay_cb_t none = {0};
     replay_t r = {.cb = cb ? cb : &none, .ud = ud, .st = stats};
+    wal_record_decoder_init(&r.dec);
 
     uint32_t *segs, max_any;
     size_t n;
@@ -1250,7 +886,7 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
         seg_outcome_t outcome = SEG_OK;
         uint64_t bad_off = 0;
         const char *why = "";
-        rc = replay_segment(&r, fd, no, fsize, &outcome, &bad_off, &why, err, errlen);
+        rc = replay_segment(&r, fd, no, &outcome, &bad_off, &why, err, errlen);
         stats->segments++;
         stats->last_segment = no;
         if (rc != WAL_OK || outcome == SEG_OK) {
@@ -1326,8 +962,6 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
     close(dirfd);
     free(segs);
     buf_free(&r.payload);
-    buf_free(&r.scratch);
-    free(r.labels);
-    free(r.samples);
+    wal_record_decoder_free(&r.dec);
     return rc;
 }

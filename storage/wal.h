@@ -1,6 +1,7 @@
 /*
  * wal — the write-ahead log: every accepted series and sample is in here before the reply.
- * The byte layout and the recovery state machine are specified at the top of wal.c.
+ * The byte layout is specified in wal_record.h (shared with the read-only tail, wal_watch.h), the
+ * recovery state machine at the top of wal.c.
  *
  * A WAL is a directory of numbered segment files (00000001.wal, 00000002.wal, ...). Records are
  * appended to the newest segment; a segment is closed (fsync'd) and a new one started when it
@@ -63,7 +64,7 @@ typedef enum {
     WAL_FSYNC_ALWAYS,       /* write(2) + fsync before returning (group commit) */
 } wal_fsync_mode_t;
 
-/* Record types as stored (see the table in wal.c). Values are part of the on-disk format. */
+/* Record types as stored (see the tables in wal_record.h). Values are part of the on-disk format. */
 enum {
     WAL_REC_SERIES = 1,
     WAL_REC_SAMPLES = 2,

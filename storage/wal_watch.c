@@ -1,5 +1,7 @@
 /*
- * wal_watch — follows the WAL read-only (contract in wal_watch.h; byte layout in wal.c).
+ * wal_watch — follows the WAL read-only (contract in wal_watch.h). Headers and records are read
+ * with storage/wal_record (the same frame reader replay uses); this file decides only what a bad
+ * or missing piece means for a reader that races the writer.
  *
  * Reader state machine (one step per wal_watch_next call, looping until a record or EOF):
  *
@@ -26,26 +28,16 @@
 #include <unistd.h>
 
 #include "internal/util/buf.h"
-#include "internal/util/crc32c.h"
 #include "internal/util/log.h"
-#include "internal/util/varint.h"
-
-#define WW_SEG_HEADER 16
-#define WW_REC_HEADER 12
+#include "storage/wal_record.h"
 
 struct wal_watch {
     char *dir;
     wal_pos_t pos;
-    int fd; /* -1 = segment pos.segment not open */
-    uint8_t *payload;
-    size_t payload_cap;
+    int fd;         /* -1 = segment pos.segment not open */
+    buf_t payload;  /* the last record's payload (wal_record_read reuses it) */
     wal_watch_stats_t stats;
 };
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 /* ---- directory ------------------------------------------------------------------------------- */
 
@@ -105,31 +97,13 @@ void wal_watch_close(wal_watch_t *w)
         return;
     if (w->fd >= 0)
         close(w->fd);
-    free(w->payload);
+    buf_free(&w->payload);
     free(w->dir);
     free(w);
 }
 
 wal_pos_t wal_watch_pos(const wal_watch_t *w) { return w->pos; }
 void wal_watch_get_stats(const wal_watch_t *w, wal_watch_stats_t *out) { *out = w->stats; }
-
-/* Reads exactly n bytes at off; returns bytes read (< n at end of file) or -1. */
-static ssize_t read_at(int fd, void *p, size_t n, uint64_t off)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, (uint8_t *)p + got, n - got, (off_t)(off + got));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
 
 enum { WW_END, WW_MISSING, WW_TORN };
 
@@ -185,188 +159,40 @@ int wal_watch_next(wal_watch_t *w, uint8_t *type, const uint8_t **payload, size_
         }
         /* Whether this segment is final must be known before the read (see the top). */
         uint32_t later = wal_watch_next_segment(w->dir, w->pos.segment);
-        if (w->pos.offset < WW_SEG_HEADER) {
-            uint8_t h[WW_SEG_HEADER];
-            ssize_t r = read_at(w->fd, h, sizeof(h), 0);
-            if (r < 0)
+        const char *why = "";
+        char err[256];
+        if (w->pos.offset < WAL_SEG_HEADER_BYTES) {
+            int hr = wal_record_read_seg_header(w->fd, w->pos.segment, &why, err, sizeof(err));
+            if (hr < 0)
                 return WAL_WATCH_ERR_IO;
-            if (r < WW_SEG_HEADER || memcmp(h, "SLWL", 4) != 0 || crc32c(h, 12) != get_u32(h + 12)) {
+            if (hr != WAL_RECORD_OK) {
                 if (advance(w, later, WW_TORN))
                     continue;
                 return WAL_WATCH_EOF;
             }
-            w->pos.offset = WW_SEG_HEADER;
+            w->pos.offset = WAL_SEG_HEADER_BYTES;
         }
-        uint8_t rh[WW_REC_HEADER];
-        ssize_t r = read_at(w->fd, rh, sizeof(rh), w->pos.offset);
-        if (r < 0)
-            return WAL_WATCH_ERR_IO;
-        if (r == 0) {
+        wal_record_t rec;
+        int rr = wal_record_read(w->fd, w->pos.offset, &w->payload, &rec, &why, err, sizeof(err));
+        if (rr < 0)
+            return rr == WAL_ERR_NOMEM ? WAL_WATCH_ERR_NOMEM : WAL_WATCH_ERR_IO;
+        if (rr == WAL_RECORD_END) {
             if (advance(w, later, WW_END))
                 continue;
             return WAL_WATCH_EOF;
         }
-        uint32_t plen = get_u32(rh + 4);
-        int bad = r < WW_REC_HEADER || rh[0] == 0 || rh[1] != 0 || rh[2] != 0 || rh[3] != 0 || plen == 0 ||
-                  plen > WAL_MAX_RECORD_BYTES;
-        if (!bad) {
-            if (plen > w->payload_cap) {
-                size_t cap = w->payload_cap ? w->payload_cap : 4096;
-                while (cap < plen)
-                    cap *= 2;
-                uint8_t *np = realloc(w->payload, cap);
-                if (!np)
-                    return WAL_WATCH_ERR_NOMEM;
-                w->payload = np;
-                w->payload_cap = cap;
-            }
-            ssize_t pr = read_at(w->fd, w->payload, plen, w->pos.offset + WW_REC_HEADER);
-            if (pr < 0)
-                return WAL_WATCH_ERR_IO;
-            bad = (size_t)pr < plen ||
-                  crc32c_update(crc32c(rh, 8), w->payload, plen) != get_u32(rh + 8);
-        }
-        if (bad) {
+        if (rr != WAL_RECORD_OK) {
             if (advance(w, later, WW_TORN))
                 continue;
             return WAL_WATCH_EOF; /* being written: look again later */
         }
-        *type = rh[0];
-        *payload = w->payload;
-        *len = plen;
+        *type = rec.type;
+        *payload = rec.payload;
+        *len = rec.len;
         *at = w->pos;
-        w->pos.offset += WW_REC_HEADER + (uint64_t)plen;
+        w->pos.offset += WAL_REC_HEADER_BYTES + (uint64_t)rec.len;
         w->stats.records++;
-        w->stats.bytes += WW_REC_HEADER + (uint64_t)plen;
+        w->stats.bytes += WAL_REC_HEADER_BYTES + (uint64_t)rec.len;
         return WAL_WATCH_RECORD;
     }
-}
-
-/* ---- payload decoding ------------------------------------------------------------------------ */
-
-typedef struct {
-    const uint8_t *p, *end;
-    int err;
-} rd_t;
-
-/* The varint at r->p, or 0 with r->err set when it is truncated or overflows. */
-static uint64_t rd_uvarint(rd_t *r)
-{
-    uint64_t v = 0;
-    if (varint_get(&r->p, r->end, &v) != VARINT_OK)
-        r->err = -1;
-    return v;
-}
-
-static uint64_t rd_fixed(rd_t *r, int n)
-{
-    if (r->end - r->p < n) {
-        r->err = -1;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
-    r->p += n;
-    return v;
-}
-
-int wal_watch_decode_series(const uint8_t *p, size_t len,
-                            int (*fn)(void *ud, uint64_t id, const labels_t *ls), void *ud)
-{
-    rd_t r = {p, p + len, 0};
-    uint32_t count = (uint32_t)rd_fixed(&r, 4);
-    buf_t strs = BUF_INIT;
-    label_t *lv = NULL;
-    size_t lcap = 0;
-    size_t *offs = NULL;
-    int rc = 0;
-    for (uint32_t i = 0; i < count && !r.err && rc == 0; i++) {
-        uint64_t id = rd_uvarint(&r);
-        uint64_t nl = rd_uvarint(&r);
-        if (r.err || nl > (uint64_t)(r.end - r.p)) {
-            r.err = -1;
-            break;
-        }
-        if (nl > lcap) {
-            lcap = nl;
-            label_t *nv = realloc(lv, lcap * sizeof(*lv));
-            size_t *no = realloc(offs, lcap * 2 * sizeof(*offs));
-            if (nv)
-                lv = nv;
-            if (no)
-                offs = no;
-            if (!nv || !no) {
-                rc = -1;
-                break;
-            }
-        }
-        buf_reset(&strs);
-        for (uint64_t k = 0; k < nl * 2 && !r.err; k++) {
-            uint64_t sl = rd_uvarint(&r);
-            if (r.err || sl > (uint64_t)(r.end - r.p)) {
-                r.err = -1;
-                break;
-            }
-            offs[k] = strs.len;
-            buf_append(&strs, r.p, (size_t)sl);
-            buf_putc(&strs, 0);
-            r.p += sl;
-        }
-        if (r.err)
-            break;
-        for (uint64_t k = 0; k < nl; k++) {
-            lv[k].name = strs.data + offs[2 * k];
-            lv[k].value = strs.data + offs[2 * k + 1];
-        }
-        labels_t ls = {lv, (size_t)nl};
-        rc = fn(ud, id, &ls);
-    }
-    buf_free(&strs);
-    free(lv);
-    free(offs);
-    if (rc)
-        return rc;
-    return r.err ? -1 : 0;
-}
-
-int wal_watch_decode_samples(const uint8_t *p, size_t len,
-                             int (*fn)(void *ud, const wal_sample_t *s, size_t n), void *ud)
-{
-    enum { CHUNK = 1024 };
-    wal_sample_t chunk[CHUNK];
-    rd_t r = {p, p + len, 0};
-    uint32_t count = (uint32_t)rd_fixed(&r, 4);
-    if (r.err || count == 0)
-        return -1;
-    uint64_t id = 0;
-    int64_t t = 0;
-    size_t n = 0;
-    for (uint32_t i = 0; i < count; i++) {
-        if (i == 0) {
-            id = rd_uvarint(&r);
-            t = varint_unzigzag(rd_uvarint(&r));
-        } else {
-            id += (uint64_t)varint_unzigzag(rd_uvarint(&r));
-            t = (int64_t)((uint64_t)t + (uint64_t)varint_unzigzag(rd_uvarint(&r)));
-        }
-        uint64_t bits = rd_fixed(&r, 8);
-        if (r.err)
-            return -1;
-        chunk[n].series_id = id;
-        chunk[n].t_ms = t;
-        memcpy(&chunk[n].v, &bits, 8);
-        if (++n == CHUNK) {
-            int rc = fn(ud, chunk, n);
-            if (rc)
-                return rc;
-            n = 0;
-        }
-    }
-    if (n) {
-        int rc = fn(ud, chunk, n);
-        if (rc)
-            return rc;
-    }
-    return 0;
 }

@@ -5,8 +5,9 @@
  *
  * Unlike wal_replay it never repairs or renames anything and never blocks: wal_watch_next
  * returns the next complete record, or WAL_WATCH_EOF when the newest segment has nothing more
- * yet (the caller polls again later). The record layout is the one specified at the top of
- * storage/wal.c; this file only reads it.
+ * yet (the caller polls again later). Records are framed and checked by storage/wal_record (byte
+ * tables in wal_record.h), the same code replay uses; payloads are decoded with its
+ * wal_record_decode_series / wal_record_decode_samples.
  *
  * Positions: a wal_pos_t (segment number, byte offset in that segment) names the start of a
  * record; offset 0 means "the segment's beginning, before its header". A position saved by the
@@ -73,16 +74,5 @@ void wal_watch_get_stats(const wal_watch_t *w, wal_watch_stats_t *out);
 uint32_t wal_watch_last_segment(const char *dir);
 /* The lowest segment number > after in dir (0 if none). */
 uint32_t wal_watch_next_segment(const char *dir, uint32_t after);
-
-/* ---- payload decoding (the SERIES and SAMPLES layouts of wal.c) ------------------------------- */
-
-/* Calls fn for each series of a SERIES payload; labels point into a scratch array valid only during
- * the call. Returns 0, -1 on a malformed payload, or fn's nonzero result. */
-int wal_watch_decode_series(const uint8_t *p, size_t len,
-                            int (*fn)(void *ud, uint64_t id, const labels_t *ls), void *ud);
-/* Calls fn with the decoded samples of a SAMPLES payload in chunks (samples valid during the call
- * only). Returns 0, -1 on a malformed payload, or fn's nonzero result. */
-int wal_watch_decode_samples(const uint8_t *p, size_t len,
-                             int (*fn)(void *ud, const wal_sample_t *s, size_t n), void *ud);
 
 #endif

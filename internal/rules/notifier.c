@@ -4,34 +4,31 @@
  * Queue: a ring of rendered alert JSON objects (one malloc'd string each), guarded by mu. The
  * sender thread sleeps on cv until the queue is non-empty or stop is set, takes up to
  * RN_BATCH alerts, joins them into one JSON array and posts it to every Alertmanager, with
- * retries, outside the lock.
+ * retries, outside the lock. Each Alertmanager has its own httpc connection, which only the
+ * sender thread touches.
  */
 #include "internal/rules/notifier.h"
 
-#include <errno.h>
-#include <netdb.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "internal/net/httpc.h"
 #include "internal/rules/rulefile.h"
 #include "internal/util/clock.h"
 #include "internal/util/log.h"
 
 #define RN_BATCH 64
+/* How much of an Alertmanager's error answer is kept for the log line. */
+#define RN_MAX_RESPONSE_BODY 512
 
 typedef struct {
-    char *host;
-    char *port;
-    char *path; /* prefix + /api/v2/alerts */
-    char *url;  /* as configured, for metrics and logs */
+    httpc_conn_t *conn; /* to <url>/api/v2/alerts */
+    char *url;          /* as configured, for metrics and logs */
     _Atomic uint64_t sent, errors;
 } rn_am_t;
 
@@ -101,150 +98,61 @@ void rules_notifier_alert_json(const rules_alert_note_t *a, const labels_t *ext,
     buf_putc(out, '}');
 }
 
-/* --- HTTP --------------------------------------------------------------------------------------------- */
+/* --- Alertmanager endpoints --------------------------------------------------------------------- */
 
-static int rn_parse_url(const char *url, rn_am_t *am, char *err, size_t errlen)
+/* The configured base URL, trailing '/' dropped, + "/api/v2/alerts"; one kept-alive connection
+ * (internal/net/httpc), used only by the sender thread. */
+static int rn_am_init(rn_am_t *am, const char *url, char *err, size_t errlen)
 {
-    if (strncmp(url, "http://", 7) != 0) {
-        snprintf(err, errlen, "alertmanager URL %s: only http:// is supported", url);
+    size_t ul = strlen(url);
+    while (ul > 0 && url[ul - 1] == '/')
+        ul--;
+    buf_t full = BUF_INIT;
+    buf_append(&full, url, ul);
+    buf_puts(&full, "/api/v2/alerts");
+    httpc_url_t u;
+    char uerr[256];
+    int rc = httpc_url_parse(full.data, &u, uerr, sizeof(uerr));
+    buf_free(&full);
+    if (rc != 0) {
+        snprintf(err, errlen, "alertmanager URL %s: %s", url, uerr);
         return -1;
     }
-    const char *h = url + 7;
-    const char *slash = strchr(h, '/');
-    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
-    char hostport[256];
-    if (hl == 0 || hl >= sizeof(hostport)) {
-        snprintf(err, errlen, "alertmanager URL %s: missing or too long host", url);
-        return -1;
-    }
-    memcpy(hostport, h, hl);
-    hostport[hl] = 0;
-    char *colon = strrchr(hostport, ':');
-    if (hostport[0] == '[') {
-        char *rb = strchr(hostport, ']');
-        colon = rb && rb[1] == ':' ? rb + 1 : NULL;
-        if (rb)
-            *rb = 0;
-        am->host = strdup(hostport + 1);
-    } else {
-        if (colon)
-            *colon = 0;
-        am->host = strdup(hostport);
-    }
-    am->port = strdup(colon ? colon + 1 : "80");
-    const char *prefix = slash ? slash : "";
-    size_t pl = strlen(prefix);
-    while (pl > 0 && prefix[pl - 1] == '/')
-        pl--;
-    buf_t p = BUF_INIT;
-    buf_append(&p, prefix, pl);
-    buf_puts(&p, "/api/v2/alerts");
-    am->path = buf_steal(&p, NULL);
+    am->conn = httpc_conn_new(&u);
     am->url = strdup(url);
+    if (!am->conn || !am->url) {
+        httpc_conn_free(am->conn);
+        free(am->url);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     return 0;
 }
 
-/* Waits for fd to become ready for `events` until deadline. 0 ready, -1 timeout/error. */
-static int rn_wait(int fd, short events, int64_t deadline)
+static void rn_am_free(rn_am_t *am)
 {
-    for (;;) {
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0)
-            return -1;
-        struct pollfd p = {.fd = fd, .events = events};
-        int rc = poll(&p, 1, (int)left);
-        if (rc > 0)
-            return 0;
-        if (rc < 0 && errno != EINTR)
-            return -1;
-    }
+    httpc_conn_free(am->conn);
+    free(am->url);
 }
 
-/* One POST; returns the HTTP status, or -1 with err. */
-static int rn_post(const rn_am_t *am, const char *body, size_t len, int64_t timeout_ms, char *err, size_t errlen)
+/* One POST of a JSON array of alerts. Returns 0 for a 2xx answer, or -1 with err (network error,
+ * timeout, or the status and the start of Alertmanager's reason). */
+static int rn_post(rn_am_t *am, const buf_t *body, int64_t timeout_ms, char *err, size_t errlen)
 {
-    int64_t deadline = clock_mono_ms() + timeout_ms;
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int rc = getaddrinfo(am->host, am->port, &hints, &ai);
-    if (rc != 0) {
-        snprintf(err, errlen, "resolve %s: %s", am->host, gai_strerror(rc));
-        return -1;
+    httpc_response_t resp;
+    httpc_response_init(&resp);
+    int rc = httpc_post(am->conn, "Content-Type: application/json\r\n", body->data, body->len, timeout_ms,
+                        RN_MAX_RESPONSE_BODY, &resp, err, errlen);
+    if (rc == 0 && (resp.status < 200 || resp.status > 299)) {
+        for (size_t i = 0; i < resp.body.len; i++)
+            if ((unsigned char)resp.body.data[i] < 0x20)
+                resp.body.data[i] = ' ';
+        snprintf(err, errlen, "bad response status %d%s%s", resp.status, resp.body.len ? ": " : "",
+                 resp.body.len ? resp.body.data : "");
+        rc = -1;
     }
-    int fd = -1;
-    for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
-        fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, p->ai_protocol);
-        if (fd < 0)
-            continue;
-        if (connect(fd, p->ai_addr, p->ai_addrlen) != 0 && errno != EINPROGRESS) {
-            snprintf(err, errlen, "connect: %s", strerror(errno));
-            close(fd);
-            fd = -1;
-            continue;
-        }
-        int soerr = 0;
-        socklen_t sl = sizeof(soerr);
-        if (rn_wait(fd, POLLOUT, deadline) != 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr) {
-            snprintf(err, errlen, "connect: %s", soerr ? strerror(soerr) : "timeout");
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd < 0)
-        return -1;
-    buf_t req = BUF_INIT;
-    buf_printf(&req,
-               "POST %s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: sluice\r\nContent-Type: application/json\r\n"
-               "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-               am->path, am->host, am->port, len);
-    buf_append(&req, body, len);
-    size_t off = 0;
-    int status = -1;
-    while (off < req.len) {
-        if (rn_wait(fd, POLLOUT, deadline) != 0) {
-            snprintf(err, errlen, "write: timeout");
-            goto out;
-        }
-        ssize_t w = send(fd, req.data + off, req.len - off, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                continue;
-            snprintf(err, errlen, "write: %s", strerror(errno));
-            goto out;
-        }
-        off += (size_t)w;
-    }
-    char resp[512];
-    size_t got = 0;
-    while (got < sizeof(resp) - 1) {
-        if (rn_wait(fd, POLLIN, deadline) != 0) {
-            snprintf(err, errlen, "read: timeout");
-            goto out;
-        }
-        ssize_t r = recv(fd, resp + got, sizeof(resp) - 1 - got, 0);
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EINTR)
-                continue;
-            snprintf(err, errlen, "read: %s", strerror(errno));
-            goto out;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-        resp[got] = 0;
-        if (strstr(resp, "\r\n"))
-            break;
-    }
-    resp[got] = 0;
-    int maj, min, code;
-    if (sscanf(resp, "HTTP/%d.%d %d", &maj, &min, &code) == 3)
-        status = code;
-    else
-        snprintf(err, errlen, "bad response");
-out:
-    buf_free(&req);
-    close(fd);
-    return status;
+    httpc_response_free(&resp);
+    return rc;
 }
 
 /* --- queue and sender ------------------------------------------------------------------------------ */
@@ -280,16 +188,13 @@ static void *rn_thread_main(void *arg)
             int64_t backoff = n->backoff_ms;
             int tries = last ? 1 : 1 + (n->max_retries > 0 ? n->max_retries : 0);
             for (int t = 0; t < tries; t++) {
-                char err[256] = "";
-                int st = rn_post(am, body.data, body.len, n->timeout_ms, err, sizeof(err));
-                if (st >= 200 && st < 300) {
+                char err[768] = "";
+                if (rn_post(am, &body, n->timeout_ms, err, sizeof(err)) == 0) {
                     atomic_fetch_add(&am->sent, take);
                     any_ok = true;
                     break;
                 }
                 atomic_fetch_add(&am->errors, 1);
-                if (st > 0)
-                    snprintf(err, sizeof(err), "bad response status %d", st);
                 log_warn("notifier", "error sending alerts to Alertmanager", LF_S("alertmanager", am->url),
                          LF_I("count", (int64_t)take), LF_I("attempt", t + 1), LF_S("err", err));
                 if (t + 1 < tries) {
@@ -334,7 +239,7 @@ rules_notifier_t *rules_notifier_new(const rules_notifier_options_t *o, char *er
         goto fail;
     }
     for (size_t i = 0; i < o->nurls; i++) {
-        if (rn_parse_url(o->urls[i], &n->ams[n->nams], err, errlen) != 0)
+        if (rn_am_init(&n->ams[n->nams], o->urls[i], err, errlen) != 0)
             goto fail;
         n->nams++;
     }
@@ -350,12 +255,8 @@ rules_notifier_t *rules_notifier_new(const rules_notifier_options_t *o, char *er
     }
     return n;
 fail:
-    for (size_t i = 0; i < n->nams; i++) {
-        free(n->ams[i].host);
-        free(n->ams[i].port);
-        free(n->ams[i].path);
-        free(n->ams[i].url);
-    }
+    for (size_t i = 0; i < n->nams; i++)
+        rn_am_free(&n->ams[i]);
     rules_labels_free(&n->ext);
     free(n->ams);
     free(n->ring);
@@ -397,12 +298,8 @@ void rules_notifier_free(rules_notifier_t *n)
     pthread_join(n->thread, NULL);
     for (size_t i = 0; i < n->len; i++)
         free(n->ring[(n->head + i) % n->cap]);
-    for (size_t i = 0; i < n->nams; i++) {
-        free(n->ams[i].host);
-        free(n->ams[i].port);
-        free(n->ams[i].path);
-        free(n->ams[i].url);
-    }
+    for (size_t i = 0; i < n->nams; i++)
+        rn_am_free(&n->ams[i]);
     free(n->ams);
     free(n->ring);
     rules_labels_free(&n->ext);

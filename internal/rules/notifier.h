@@ -11,8 +11,9 @@
  *   (backoff, 2x, 4x, ... at most max_retries times, each post bounded by timeout); a batch that
  *   no Alertmanager took is counted as dropped.
  * - External labels are added to every alert's labels (an alert's own label wins).
- * - The HTTP client is a minimal blocking HTTP/1.1 one for http:// URLs (Connection: close);
- *   any 2xx answer is success.
+ * - HTTP goes through internal/net/httpc (http:// URLs only): one kept-alive connection per
+ *   Alertmanager, reopened when the peer closed it; any 2xx answer is success, and for any other
+ *   the status and the start of Alertmanager's reason are logged.
  */
 #ifndef SLUICE_RULES_NOTIFIER_H
 #define SLUICE_RULES_NOTIFIER_H

@@ -1,6 +1,6 @@
-/* Unit tests for api/forward.c's pure pieces (spec parsing, backoff, status classes) and
- * api/httpc.c's URL parsing and base64. The sender end to end is tested against real receivers in
- * tests/integration/test_forward*.py. */
+/* Unit tests for api/forward.c's pure pieces (spec parsing, backoff, status classes). Its HTTP
+ * client is tested in tests/unit/internal/net/test_httpc.c; the sender end to end against real
+ * receivers in tests/integration/test_forward*.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "api/forward.h"
-#include "api/httpc.h"
 
 static void test_parse_spec(void **state)
 {
@@ -57,51 +56,12 @@ static void test_classify(void **state)
     assert_int_equal(api_forward__classify(302, false), -1);
 }
 
-static void test_url_parse(void **state)
-{
-    (void)state;
-    httpc_url_t u;
-    char err[256];
-    assert_int_equal(httpc_url_parse("http://vm.example:8480/insert/0/prometheus/api/v1/write?x=1", &u, err, sizeof(err)), 0);
-    assert_string_equal(u.host, "vm.example");
-    assert_string_equal(u.port, "8480");
-    assert_string_equal(u.path, "/insert/0/prometheus/api/v1/write?x=1");
-    assert_string_equal(u.hostport, "vm.example:8480");
-    assert_int_equal(httpc_url_parse("http://h", &u, err, sizeof(err)), 0);
-    assert_string_equal(u.port, "80");
-    assert_string_equal(u.path, "/");
-    assert_int_equal(httpc_url_parse("http://[::1]:9090/api/v1/write", &u, err, sizeof(err)), 0);
-    assert_string_equal(u.host, "::1");
-    assert_string_equal(u.port, "9090");
-    assert_int_equal(httpc_url_parse("https://h/w", &u, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "https"));
-    assert_int_equal(httpc_url_parse("ftp://h/w", &u, err, sizeof(err)), -1);
-    assert_int_equal(httpc_url_parse("http://h:x/w", &u, err, sizeof(err)), -1);
-    assert_int_equal(httpc_url_parse("http:///w", &u, err, sizeof(err)), -1);
-}
-
-static void test_base64(void **state)
-{
-    (void)state;
-    const char *in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar", "u:s3cret"};
-    const char *out[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy", "dTpzM2NyZXQ="};
-    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
-        buf_t b = BUF_INIT;
-        buf_puts(&b, "");
-        httpc_base64(&b, in[i], strlen(in[i]));
-        assert_string_equal(b.data, out[i]);
-        buf_free(&b);
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_spec),
         cmocka_unit_test(test_backoff_doubles_and_caps),
         cmocka_unit_test(test_classify),
-        cmocka_unit_test(test_url_parse),
-        cmocka_unit_test(test_base64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,12 @@
 /*
- * httpc — blocking HTTP/1.1 client with one kept-alive connection per httpc_conn_t (contract in
- * httpc.h). Non-blocking sockets + poll() give every call one deadline.
+ * httpc — blocking HTTP/1.1 client with one kept-alive connection per httpc_conn_t (contract and
+ * callers in httpc.h). Non-blocking sockets + poll() give every call one deadline.
  *
  * Response reading: status line and headers (at most 64 KiB), then the body framed by
  * Content-Length, by chunked transfer coding, or by the connection's end. The connection is
  * kept when the response was fully read and the peer did not say "Connection: close".
  */
-#include "api/httpc.h"
+#include "internal/net/httpc.h"
 
 #include <errno.h>
 #include <netdb.h>

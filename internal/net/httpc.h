@@ -1,17 +1,25 @@
 /*
- * httpc — a small blocking HTTP/1.1 client for sluice's outgoing protocol calls: remote write to
- * a distributed TSDB (api/forward) and remote read from it (api/remote_fallback).
+ * httpc — the one small blocking HTTP/1.1 client sluice uses for its outgoing calls:
+ *
+ *   api/forward            remote write to a distributed TSDB (auth headers, Retry-After, 4xx body)
+ *   internal/rules/notifier  alert notifications to Alertmanager (JSON body, any 2xx is success)
+ *
+ * It sits below api/ so that internal/ modules can use it (internal/ never includes api/).
  *
  * One httpc_conn_t is one keep-alive connection to one host, used by one thread at a time. A
  * request on a kept connection that the peer has closed meanwhile is retried once on a fresh
  * connection (only when no byte of a response had arrived, so a request is never duplicated by
  * the client itself beyond what a dropped connection already implies).
  *
+ * What a caller controls per request: extra headers (auth, Content-Type, ...), the body, one
+ * timeout that bounds connect, send and receive together, and how much of the response body is
+ * kept (the rest is read and dropped, so a chatty peer costs no memory and the connection stays
+ * usable). What it gets back: the status, Retry-After, Content-Type and the kept body.
+ *
  * Plain http:// only: TLS is out of scope (docs/deploy.md shows a local TLS-terminating sidecar).
- * Every call is bounded by its timeout (connect, send and receive together).
  */
-#ifndef SLUICE_API_HTTPC_H
-#define SLUICE_API_HTTPC_H
+#ifndef SLUICE_NET_HTTPC_H
+#define SLUICE_NET_HTTPC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,9 +52,11 @@ typedef struct {
 void httpc_response_init(httpc_response_t *r);
 void httpc_response_free(httpc_response_t *r);
 
-/* POSTs body to the connection's URL path. headers: extra "Name: value\r\n" lines (may be NULL).
- * Returns 0 with resp filled (any status), or -1 with a message for a network error or timeout
- * (the connection is closed then). */
+/* POSTs body to the connection's URL path. headers: extra "Name: value\r\n" lines (may be NULL;
+ * Host, User-Agent and Content-Length are always sent). timeout_ms <= 0 means 30 s. resp (from
+ * httpc_response_init, owned by the caller) is overwritten; it keeps at most max_body bytes of the
+ * body, NUL-terminated when any were kept. Returns 0 with resp filled (any status), or -1 with a
+ * message in err for a network error or timeout (the connection is closed then). */
 int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
                size_t max_body, httpc_response_t *resp, char *err, size_t errlen);
 
