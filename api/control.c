@@ -76,8 +76,9 @@ typedef struct ctl_poll {
     api_req_t *req;
     char *job;
     struct event *timer;
-    api_sse_link_t link; /* on ctl.workers[worker].polls */
+    api_sse_link_t link; /* on ctl->workers[worker].polls */
     int worker;
+    api_control_t *ctl;
 } ctl_poll_t;
 
 /* One event shared by every worker it is delivered to. */
@@ -97,8 +98,9 @@ typedef struct ctl_sub {
     uint64_t last_id;
     bool replaying;
     ctl_held_t *held, *held_tail; /* live events that arrived during the replay */
-    api_sse_link_t link;          /* on ctl.workers[worker].subs */
+    api_sse_link_t link;          /* on ctl->workers[worker].subs */
     int worker;
+    api_control_t *ctl;
 } ctl_sub_t;
 
 typedef struct {
@@ -106,6 +108,7 @@ typedef struct {
     api_sse_list_t subs;  /* of ctl_sub_t */
     struct event *heartbeat;
     bool closing;
+    api_control_t *ctl;
 } ctl_worker_t;
 
 typedef enum { CTL_OP_APPLY, CTL_OP_HISTORY, CTL_OP_REPLAY } ctl_op_kind_t;
@@ -143,10 +146,15 @@ typedef struct ctl_op {
     buf_t body;
     char etag[32];
     ctl_sync_t *sync; /* api_control_apply: signal it instead of replying */
+    api_control_t *ctl; /* set by ctl_submit */
     struct ctl_op *next;
 } ctl_op_t;
 
-static struct {
+/* The handle main.c makes. srv, store, workers, the tokens and read_auth are set by
+ * api_control_new and not changed until shutdown; workers[w] belongs to worker w; the op queue,
+ * stop and stopping are guarded by mu. Polls, subscribers, workers, ops and deliveries carry a
+ * pointer back to it for the callbacks that get only them. */
+struct api_control {
     api_server_t *srv;
     control_store_t *store;
     int nworkers;
@@ -166,7 +174,7 @@ static struct {
     /* metrics */
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
-} ctl;
+};
 
 /* --- small helpers ------------------------------------------------------------------------------ */
 
@@ -304,11 +312,11 @@ fail:
 
 /* Compares every byte of every token regardless of where a difference is, so the time taken does
  * not say how much of a guess was right. Returns the index of the matching token or -1. */
-static int ctl_token_match(const char *presented, size_t plen)
+static int ctl_token_match(const api_control_t *ctl, const char *presented, size_t plen)
 {
     int found = -1;
-    for (int i = 0; i < ctl.ntokens; i++) {
-        const char *t = ctl.tok_values[i];
+    for (int i = 0; i < ctl->ntokens; i++) {
+        const char *t = ctl->tok_values[i];
         size_t tlen = strlen(t);
         unsigned diff = (unsigned)(tlen ^ plen);
         for (size_t k = 0; k < plen; k++)
@@ -335,14 +343,14 @@ static bool ctl_peer_is_local(api_req_t *req, char *peer, size_t cap)
 
 /* Checks the caller may do this; on refusal replies 401/403 and returns -1. who receives the name
  * recorded as updated_by. */
-static int ctl_auth(api_req_t *req, bool mutation, char *who, size_t wholen)
+static int ctl_auth(api_control_t *ctl, api_req_t *req, bool mutation, char *who, size_t wholen)
 {
-    atomic_store(&ctl.live, true);
-    if (!mutation && !ctl.read_auth) {
+    atomic_store(&ctl->live, true);
+    if (!mutation && !ctl->read_auth) {
         snprintf(who, wholen, "anonymous");
         return 0;
     }
-    if (ctl.have_tokens) {
+    if (ctl->have_tokens) {
         const char *h = api_req_header(req, "Authorization");
         if (!h || strncasecmp(h, "Bearer ", 7) != 0) {
             api_reply_header(req, "WWW-Authenticate", "Bearer realm=\"sluice control\"");
@@ -353,13 +361,13 @@ static int ctl_auth(api_req_t *req, bool mutation, char *who, size_t wholen)
         const char *tok = h + 7;
         while (*tok == ' ')
             tok++;
-        int i = ctl_token_match(tok, strlen(tok));
+        int i = ctl_token_match(ctl, tok, strlen(tok));
         if (i < 0) {
             api_reply_header(req, "WWW-Authenticate", "Bearer realm=\"sluice control\", error=\"invalid_token\"");
             ctl_reply_error(req, 401, "unauthorized", NULL, "invalid bearer token");
             return -1;
         }
-        snprintf(who, wholen, "%s", ctl.tok_names[i]);
+        snprintf(who, wholen, "%s", ctl->tok_names[i]);
         return 0;
     }
     char peer[64];
@@ -379,6 +387,7 @@ static int ctl_auth(api_req_t *req, bool mutation, char *who, size_t wholen)
 static void ctl_deliver(void *arg);
 
 typedef struct {
+    api_control_t *ctl;
     ctl_shared_t *sh;
     int worker;
 } ctl_delivery_t;
@@ -392,14 +401,14 @@ static void ctl_shared_release(ctl_shared_t *sh)
 }
 
 /* Fans one committed change out to every worker. Takes ownership of ev. Control thread only. */
-static void ctl_broadcast(control_event_t *ev)
+static void ctl_broadcast(api_control_t *ctl, control_event_t *ev)
 {
-    pthread_mutex_lock(&ctl.mu);
-    bool stopping = ctl.stopping;
-    pthread_mutex_unlock(&ctl.mu);
+    pthread_mutex_lock(&ctl->mu);
+    bool stopping = ctl->stopping;
+    pthread_mutex_unlock(&ctl->mu);
     /* Before the first request nothing can be parked (and the workers may not exist yet); the
      * request that sets `live` reads the store after setting it, so it sees this change. */
-    if (stopping || !atomic_load(&ctl.live) || ctl.nworkers == 0) {
+    if (stopping || !atomic_load(&ctl->live) || ctl->nworkers == 0) {
         control_event_free(ev);
         return;
     }
@@ -409,14 +418,15 @@ static void ctl_broadcast(control_event_t *ev)
         return;
     }
     sh->ev = ev;
-    atomic_init(&sh->refs, ctl.nworkers);
-    for (int w = 0; w < ctl.nworkers; w++) {
+    atomic_init(&sh->refs, ctl->nworkers);
+    for (int w = 0; w < ctl->nworkers; w++) {
         ctl_delivery_t *d = malloc(sizeof(*d));
         if (d) {
+            d->ctl = ctl;
             d->sh = sh;
             d->worker = w;
         }
-        if (!d || api_server_run_on(ctl.srv, w, ctl_deliver, d) != 0) {
+        if (!d || api_server_run_on(ctl->srv, w, ctl_deliver, d) != 0) {
             free(d);
             ctl_shared_release(sh);
         }
@@ -441,8 +451,9 @@ static void ctl_collect_event(control_event_t *ev, void *ud)
 
 static void ctl_expired_event(control_event_t *ev, void *ud)
 {
-    atomic_fetch_add(&ctl.expired, 1);
-    ctl_broadcast(ev);
+    api_control_t *ctl = ud;
+    atomic_fetch_add(&ctl->expired, 1);
+    ctl_broadcast(ctl, ev);
 }
 
 static void ctl_op_done(void *arg);
@@ -450,11 +461,12 @@ static void ctl_op_free(ctl_op_t *op);
 
 static void ctl_run_op(ctl_op_t *op)
 {
+    api_control_t *ctl = op->ctl;
     char err[256];
     switch (op->kind) {
     case CTL_OP_APPLY: {
         control_event_t *ev = NULL;
-        int rc = control_store_apply(ctl.store, op->job, &op->chg, clock_wall_ms(), op->who, &ev, err, sizeof(err));
+        int rc = control_store_apply(ctl->store, op->job, &op->chg, clock_wall_ms(), op->who, &ev, err, sizeof(err));
         if (rc == CONTROL_STORE_OK) {
             op->code = 200;
             buf_append(&op->body, ev->json, ev->json_len);
@@ -462,7 +474,7 @@ static void ctl_run_op(ctl_op_t *op)
             log_info("control", "flow control changed", LF_S("job", op->job), LF_S("by", op->who),
                      LF_S("mode", control_mode_name(op->chg.spec.mode)), LF_I("version", (int64_t)ev->version),
                      LF_S("reason", op->reason ? op->reason : ""));
-            ctl_broadcast(ev);
+            ctl_broadcast(ctl, ev);
         } else if (rc == CONTROL_STORE_CONFLICT) {
             op->code = 409;
             buf_printf(&op->body,
@@ -479,7 +491,7 @@ static void ctl_run_op(ctl_op_t *op)
         break;
     }
     case CTL_OP_HISTORY:
-        if (control_store_history_json(ctl.store, op->job, op->before, op->limit, &op->body, err, sizeof(err)) == 0) {
+        if (control_store_history_json(ctl->store, op->job, op->before, op->limit, &op->body, err, sizeof(err)) == 0) {
             op->code = 200;
         } else {
             op->code = 503;
@@ -490,7 +502,7 @@ static void ctl_run_op(ctl_op_t *op)
         }
         break;
     case CTL_OP_REPLAY:
-        if (control_store_events_since(ctl.store, op->after_id, op->job, CTL_REPLAY_LIMIT, ctl_collect_event, op, err,
+        if (control_store_events_since(ctl->store, op->after_id, op->job, CTL_REPLAY_LIMIT, ctl_collect_event, op, err,
                                        sizeof(err)) < 0)
             log_error("control", "cannot read the audit log for an SSE resume", LF_S("err", err));
         break;
@@ -511,60 +523,61 @@ static void ctl_run_op(ctl_op_t *op)
         ctl_op_free(op);
         return;
     }
-    if (api_server_run_on(ctl.srv, op->worker, ctl_op_done, op) != 0)
+    if (api_server_run_on(ctl->srv, op->worker, ctl_op_done, op) != 0)
         log_error("control", "cannot hand a reply back to its worker");
 }
 
 static void *ctl_thread_main(void *arg)
 {
-    (void)arg;
+    api_control_t *ctl = arg;
     char err[256];
-    pthread_mutex_lock(&ctl.mu);
+    pthread_mutex_lock(&ctl->mu);
     for (;;) {
-        while (!ctl.head && !ctl.stop) {
-            int64_t next = control_store_next_expiry(ctl.store);
+        while (!ctl->head && !ctl->stop) {
+            int64_t next = control_store_next_expiry(ctl->store);
             if (next == 0) {
-                pthread_cond_wait(&ctl.cv, &ctl.mu);
+                pthread_cond_wait(&ctl->cv, &ctl->mu);
                 continue;
             }
             if (next <= clock_wall_ms())
                 break;
             struct timespec ts = {.tv_sec = next / 1000, .tv_nsec = (next % 1000) * 1000000};
-            pthread_cond_timedwait(&ctl.cv, &ctl.mu, &ts);
+            pthread_cond_timedwait(&ctl->cv, &ctl->mu, &ts);
         }
-        if (ctl.stop && !ctl.head)
+        if (ctl->stop && !ctl->head)
             break;
-        ctl_op_t *op = ctl.head;
+        ctl_op_t *op = ctl->head;
         if (op) {
-            ctl.head = op->next;
-            if (!ctl.head)
-                ctl.tail = NULL;
+            ctl->head = op->next;
+            if (!ctl->head)
+                ctl->tail = NULL;
         }
-        pthread_mutex_unlock(&ctl.mu);
+        pthread_mutex_unlock(&ctl->mu);
         if (op)
             ctl_run_op(op);
-        if (control_store_expire_due(ctl.store, clock_wall_ms(), ctl_expired_event, NULL, err, sizeof(err)) < 0) {
+        if (control_store_expire_due(ctl->store, clock_wall_ms(), ctl_expired_event, ctl, err, sizeof(err)) < 0) {
             log_error("control", "cannot revert an expired change; retrying in 1s", LF_S("err", err));
             struct timespec one = {1, 0};
             nanosleep(&one, NULL);
         }
-        pthread_mutex_lock(&ctl.mu);
+        pthread_mutex_lock(&ctl->mu);
     }
-    pthread_mutex_unlock(&ctl.mu);
+    pthread_mutex_unlock(&ctl->mu);
     return NULL;
 }
 
-static void ctl_submit(ctl_op_t *op)
+static void ctl_submit(api_control_t *ctl, ctl_op_t *op)
 {
-    pthread_mutex_lock(&ctl.mu);
+    op->ctl = ctl;
+    pthread_mutex_lock(&ctl->mu);
     op->next = NULL;
-    if (ctl.tail)
-        ctl.tail->next = op;
+    if (ctl->tail)
+        ctl->tail->next = op;
     else
-        ctl.head = op;
-    ctl.tail = op;
-    pthread_cond_signal(&ctl.cv);
-    pthread_mutex_unlock(&ctl.mu);
+        ctl->head = op;
+    ctl->tail = op;
+    pthread_cond_signal(&ctl->cv);
+    pthread_mutex_unlock(&ctl->mu);
 }
 
 static void ctl_op_free(ctl_op_t *op)
@@ -598,9 +611,9 @@ static void ctl_sub_free(ctl_sub_t *s)
         ctl_shared_release(h->sh);
         free(h);
     }
+    atomic_fetch_sub(&s->ctl->subscribers, 1);
     free(s->job);
     free(s);
-    atomic_fetch_sub(&ctl.subscribers, 1);
 }
 
 /* Ends a subscriber's stream and forgets it. */
@@ -622,7 +635,7 @@ static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev
     if (ev->id <= s->last_id)
         return 0;
     if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
-        atomic_fetch_add(&ctl.dropped, 1);
+        atomic_fetch_add(&s->ctl->dropped, 1);
         log_warn("control", "dropping a slow SSE subscriber", LF_I("pending_bytes", (int64_t)api_reply_stream_pending(s->req)));
         ctl_sub_end(w, s);
         return -1;
@@ -635,7 +648,7 @@ static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev
 static void ctl_sub_closed(api_req_t *req, void *ud)
 {
     ctl_sub_t *s = ud;
-    ctl_sub_unlink(&ctl.workers[s->worker], s);
+    ctl_sub_unlink(&s->ctl->workers[s->worker], s);
     s->req = NULL;
     if (!s->replaying)
         ctl_sub_free(s);
@@ -650,7 +663,7 @@ static void ctl_heartbeat(evutil_socket_t fd, short what, void *arg)
         if (s->replaying || !s->req)
             continue;
         if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
-            atomic_fetch_add(&ctl.dropped, 1);
+            atomic_fetch_add(&w->ctl->dropped, 1);
             ctl_sub_end(w, s);
             continue;
         }
@@ -666,22 +679,22 @@ static void ctl_poll_free(ctl_poll_t *p)
 {
     if (p->timer)
         event_free(p->timer);
+    atomic_fetch_sub(&p->ctl->parked, 1);
     free(p->job);
     free(p);
-    atomic_fetch_sub(&ctl.parked, 1);
 }
 
 static void ctl_poll_closed(api_req_t *req, void *ud)
 {
     ctl_poll_t *p = ud;
-    ctl_poll_unlink(&ctl.workers[p->worker], p);
+    ctl_poll_unlink(&p->ctl->workers[p->worker], p);
     ctl_poll_free(p);
 }
 
 /* Answers a parked poll with the job's current state (or 304 when unchanged). */
 static void ctl_poll_answer(ctl_poll_t *p, const char *json, size_t len, uint64_t version, int code)
 {
-    ctl_worker_t *w = &ctl.workers[p->worker];
+    ctl_worker_t *w = &p->ctl->workers[p->worker];
     api_req_t *req = p->req;
     ctl_poll_unlink(w, p);
     ctl_poll_free(p);
@@ -691,9 +704,10 @@ static void ctl_poll_answer(ctl_poll_t *p, const char *json, size_t len, uint64_
 static void ctl_poll_timeout(evutil_socket_t fd, short what, void *arg)
 {
     ctl_poll_t *p = arg;
+    api_control_t *ctl = p->ctl;
     buf_t b = BUF_INIT;
-    uint64_t v = control_store_get_json(ctl.store, p->job, &b);
-    atomic_fetch_add(&ctl.polls_timed_out, 1);
+    uint64_t v = control_store_get_json(ctl->store, p->job, &b);
+    atomic_fetch_add(&ctl->polls_timed_out, 1);
     ctl_poll_answer(p, NULL, 0, v, 304);
     buf_free(&b);
 }
@@ -704,13 +718,14 @@ static void ctl_deliver(void *arg)
     ctl_delivery_t *d = arg;
     ctl_shared_t *sh = d->sh;
     const control_event_t *ev = sh->ev;
-    ctl_worker_t *w = &ctl.workers[d->worker];
+    api_control_t *ctl = d->ctl;
+    ctl_worker_t *w = &ctl->workers[d->worker];
     free(d);
     for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
         next = l->next;
         ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
         if (strcmp(p->job, ev->job) == 0) {
-            atomic_fetch_add(&ctl.polls_answered, 1);
+            atomic_fetch_add(&ctl->polls_answered, 1);
             ctl_poll_answer(p, ev->json, ev->json_len, ev->version, 200);
         }
     }
@@ -750,7 +765,7 @@ static void ctl_op_done(void *arg)
             ctl_op_free(op);
             return;
         }
-        ctl_worker_t *w = &ctl.workers[s->worker];
+        ctl_worker_t *w = &s->ctl->workers[s->worker];
         int dropped = 0;
         for (size_t i = 0; i < op->nevents && !dropped; i++)
             dropped = ctl_sub_send(w, s, op->events[i]);
@@ -780,12 +795,13 @@ static void ctl_op_done(void *arg)
 
 static void ctl_h_list(api_req_t *req, void *ud)
 {
+    api_control_t *ctl = ud;
     char who[160];
-    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, false, who, sizeof(who)) != 0)
         return;
     buf_t b = BUF_INIT;
     buf_puts(&b, "{\"jobs\":");
-    control_store_list_json(ctl.store, &b);
+    control_store_list_json(ctl->store, &b);
     buf_putc(&b, '}');
     api_reply_header(req, "Cache-Control", "no-cache");
     api_reply(req, 200, "application/json", b.data, b.len);
@@ -816,10 +832,10 @@ static int ctl_parse_etag(const char *s, uint64_t *out)
     return 0;
 }
 
-static void ctl_h_get(api_req_t *req, const char *job)
+static void ctl_h_get(api_control_t *ctl, api_req_t *req, const char *job)
 {
     char who[160];
-    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, false, who, sizeof(who)) != 0)
         return;
     const char *vs = api_req_param(req, "version");
     const char *ws = api_req_param(req, "wait");
@@ -850,8 +866,8 @@ static void ctl_h_get(api_req_t *req, const char *job)
         }
     }
     buf_t b = BUF_INIT;
-    uint64_t cur = control_store_get_json(ctl.store, job, &b);
-    ctl_worker_t *w = &ctl.workers[req->worker];
+    uint64_t cur = control_store_get_json(ctl->store, job, &b);
+    ctl_worker_t *w = &ctl->workers[req->worker];
     if (!have_client || cur != client || wait_ms == 0 || w->closing) {
         /* A client ahead of us (cur < client) gets the state at once: it must resync. */
         ctl_reply_state(req, have_client && cur == client ? 304 : 200, b.data, b.len, cur);
@@ -859,8 +875,8 @@ static void ctl_h_get(api_req_t *req, const char *job)
         return;
     }
     buf_free(&b);
-    if (atomic_fetch_add(&ctl.parked, 1) >= CTL_MAX_PARKED) {
-        atomic_fetch_sub(&ctl.parked, 1);
+    if (atomic_fetch_add(&ctl->parked, 1) >= CTL_MAX_PARKED) {
+        atomic_fetch_sub(&ctl->parked, 1);
         api_reply_header(req, "Retry-After", "1");
         ctl_reply_error(req, 503, "unavailable", "wait", "too many parked long-polls (limit %d); retry or use the SSE stream",
                         CTL_MAX_PARKED);
@@ -876,22 +892,23 @@ static void ctl_h_get(api_req_t *req, const char *job)
             free(p->job);
             free(p);
         }
-        atomic_fetch_sub(&ctl.parked, 1);
+        atomic_fetch_sub(&ctl->parked, 1);
         ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
         return;
     }
     p->req = req;
     p->worker = req->worker;
+    p->ctl = ctl;
     api_sse_list_push(&w->polls, &p->link);
     struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
     evtimer_add(p->timer, &tv);
     api_req_park(req, ctl_poll_closed, p);
 }
 
-static void ctl_h_history(api_req_t *req, const char *job)
+static void ctl_h_history(api_control_t *ctl, api_req_t *req, const char *job)
 {
     char who[160];
-    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, false, who, sizeof(who)) != 0)
         return;
     int64_t limit = 50, before = 0;
     const char *ls = api_req_param(req, "limit");
@@ -916,13 +933,13 @@ static void ctl_h_history(api_req_t *req, const char *job)
     op->before = (uint64_t)before;
     op->limit = (int)limit;
     api_req_park(req, ctl_op_closed, op);
-    ctl_submit(op);
+    ctl_submit(ctl, op);
 }
 
-static void ctl_h_change(api_req_t *req, const char *job, control_req_kind_t kind)
+static void ctl_h_change(api_control_t *ctl, api_req_t *req, const char *job, control_req_kind_t kind)
 {
     char who[160];
-    if (ctl_auth(req, true, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, true, who, sizeof(who)) != 0)
         return;
     size_t len;
     const uint8_t *body = api_req_body(req, &len);
@@ -959,13 +976,14 @@ static void ctl_h_change(api_req_t *req, const char *job, control_req_kind_t kin
     op->req = req;
     op->worker = req->worker;
     api_req_park(req, ctl_op_closed, op);
-    ctl_submit(op);
+    ctl_submit(ctl, op);
 }
 
 /* /api/v1/control/jobs/{job}[/{action}] — the job is taken from the raw path and decoded here,
  * so a job name may contain an encoded '/'. */
 static void ctl_h_job(api_req_t *req, void *ud)
 {
+    api_control_t *ctl = ud;
     static const char prefix[] = "/api/v1/control/jobs/";
     const char *rest = req->raw_path + sizeof(prefix) - 1;
     const char *slash = strchr(rest, '/');
@@ -989,9 +1007,9 @@ static void ctl_h_job(api_req_t *req, void *ud)
     int m = req->method;
     if (!*action) {
         if (m == API_GET || m == API_HEAD)
-            ctl_h_get(req, job);
+            ctl_h_get(ctl, req, job);
         else if (m == API_PUT)
-            ctl_h_change(req, job, CONTROL_REQ_PUT);
+            ctl_h_change(ctl, req, job, CONTROL_REQ_PUT);
         else {
             api_reply_header(req, "Allow", "GET, HEAD, PUT");
             ctl_reply_error(req, 405, "method_not_allowed", NULL, "use GET or PUT on a job");
@@ -1012,7 +1030,7 @@ static void ctl_h_job(api_req_t *req, void *ud)
                 ctl_reply_error(req, 405, "method_not_allowed", NULL, "use POST for %s", action);
                 return;
             }
-            ctl_h_change(req, job, actions[i].kind);
+            ctl_h_change(ctl, req, job, actions[i].kind);
             return;
         }
     if (strcmp(action, "history") == 0) {
@@ -1021,7 +1039,7 @@ static void ctl_h_job(api_req_t *req, void *ud)
             ctl_reply_error(req, 405, "method_not_allowed", NULL, "use GET for history");
             return;
         }
-        ctl_h_history(req, job);
+        ctl_h_history(ctl, req, job);
         return;
     }
     ctl_reply_error(req, 404, "not_found", NULL,
@@ -1030,10 +1048,11 @@ static void ctl_h_job(api_req_t *req, void *ud)
 
 static void ctl_h_stream(api_req_t *req, void *ud)
 {
+    api_control_t *ctl = ud;
     char who[160], err[256];
-    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, false, who, sizeof(who)) != 0)
         return;
-    ctl_worker_t *w = &ctl.workers[req->worker];
+    ctl_worker_t *w = &ctl->workers[req->worker];
     if (w->closing) {
         ctl_reply_error(req, 503, "unavailable", NULL, "shutting down");
         return;
@@ -1050,8 +1069,8 @@ static void ctl_h_stream(api_req_t *req, void *ud)
         return;
     }
     bool resume = lei > 0;
-    if (atomic_fetch_add(&ctl.subscribers, 1) >= CTL_MAX_SUBSCRIBERS) {
-        atomic_fetch_sub(&ctl.subscribers, 1);
+    if (atomic_fetch_add(&ctl->subscribers, 1) >= CTL_MAX_SUBSCRIBERS) {
+        atomic_fetch_sub(&ctl->subscribers, 1);
         ctl_reply_error(req, 503, "unavailable", NULL, "too many stream subscribers (limit %d)", CTL_MAX_SUBSCRIBERS);
         return;
     }
@@ -1064,7 +1083,7 @@ static void ctl_h_stream(api_req_t *req, void *ud)
         if (op)
             free(op->job);
         free(op);
-        atomic_fetch_sub(&ctl.subscribers, 1);
+        atomic_fetch_sub(&ctl->subscribers, 1);
         ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
         return;
     }
@@ -1076,8 +1095,9 @@ static void ctl_h_stream(api_req_t *req, void *ud)
     }
     s->req = req;
     s->worker = req->worker;
+    s->ctl = ctl;
     /* Without a resume point the stream starts now: nothing older is sent. */
-    s->last_id = resume ? after : control_store_last_event_id(ctl.store);
+    s->last_id = resume ? after : control_store_last_event_id(ctl->store);
     api_sse_list_push(&w->subs, &s->link);
     /* the reconnect delay a browser EventSource should use, and a first byte for proxies */
     api_sse_start(req, 1000, "sluice control stream", ctl_sub_closed, s);
@@ -1087,15 +1107,16 @@ static void ctl_h_stream(api_req_t *req, void *ud)
         op->worker = req->worker;
         op->sub = s;
         op->after_id = after;
-        ctl_submit(op);
+        ctl_submit(ctl, op);
     }
 }
 
 /* TIS's HttpSource rate-controller poll (PROTOCOLS.md §10). */
 static void ctl_h_tis(api_req_t *req, void *ud)
 {
+    api_control_t *ctl = ud;
     char who[160], err[256];
-    if (ctl_auth(req, false, who, sizeof(who)) != 0)
+    if (ctl_auth(ctl, req, false, who, sizeof(who)) != 0)
         return;
     static const char fail_fmt[] = "{\"success\":false,\"errormsg\":[%s],\"msg\":[],\"bizresult\":null}";
     const char *action = api_req_param(req, "action");
@@ -1127,7 +1148,7 @@ static void ctl_h_tis(api_req_t *req, void *ud)
         goto out;
     }
     control_state_t s;
-    if (control_store_get(ctl.store, pipeline, &s) != 0) {
+    if (control_store_get(ctl->store, pipeline, &s) != 0) {
         ctl_reply_error(req, 503, "unavailable", NULL, "out of memory");
         goto out;
     }
@@ -1153,7 +1174,8 @@ out:
 
 static void ctl_metrics(void *ud, buf_t *out)
 {
-    control_store_write_metrics(ctl.store, out);
+    api_control_t *ctl = ud;
+    control_store_write_metrics(ctl->store, out);
     buf_printf(out,
                "# HELP sluice_control_long_polls_parked Long-polls waiting for a flow-control change.\n"
                "# TYPE sluice_control_long_polls_parked gauge\nsluice_control_long_polls_parked %lld\n"
@@ -1169,21 +1191,22 @@ static void ctl_metrics(void *ud, buf_t *out)
                "# TYPE sluice_control_stream_dropped_total counter\nsluice_control_stream_dropped_total %llu\n"
                "# HELP sluice_control_expirations_total Temporary changes reverted when their time ran out.\n"
                "# TYPE sluice_control_expirations_total counter\nsluice_control_expirations_total %llu\n",
-               (long long)atomic_load(&ctl.parked), (unsigned long long)atomic_load(&ctl.polls_answered),
-               (unsigned long long)atomic_load(&ctl.polls_timed_out), (long long)atomic_load(&ctl.subscribers),
-               (unsigned long long)atomic_load(&ctl.dropped), (unsigned long long)atomic_load(&ctl.expired));
+               (long long)atomic_load(&ctl->parked), (unsigned long long)atomic_load(&ctl->polls_answered),
+               (unsigned long long)atomic_load(&ctl->polls_timed_out), (long long)atomic_load(&ctl->subscribers),
+               (unsigned long long)atomic_load(&ctl->dropped), (unsigned long long)atomic_load(&ctl->expired));
 }
 
 /* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends
  * streams, and from now on answers new polls at once. */
 static void ctl_worker_close(void *ud, int worker)
 {
-    ctl_worker_t *w = &ctl.workers[worker];
+    api_control_t *ctl = ud;
+    ctl_worker_t *w = &ctl->workers[worker];
     w->closing = true;
     while (w->polls.head) {
         ctl_poll_t *p = API_SSE_OF(w->polls.head, ctl_poll_t, link);
         buf_t b = BUF_INIT;
-        uint64_t v = control_store_get_json(ctl.store, p->job, &b);
+        uint64_t v = control_store_get_json(ctl->store, p->job, &b);
         api_reply_header(p->req, "Connection", "close");
         ctl_poll_answer(p, NULL, 0, v, 304);
         buf_free(&b);
@@ -1198,116 +1221,139 @@ static void ctl_worker_close(void *ud, int worker)
 
 static void ctl_on_shutdown(void *ud)
 {
-    pthread_mutex_lock(&ctl.mu);
-    ctl.stopping = true;
-    pthread_mutex_unlock(&ctl.mu);
-    if (!atomic_load(&ctl.live))
+    api_control_t *ctl = ud;
+    pthread_mutex_lock(&ctl->mu);
+    ctl->stopping = true;
+    pthread_mutex_unlock(&ctl->mu);
+    if (!atomic_load(&ctl->live))
         return; /* never served a request: nothing parked, and the workers may be idle */
     /* Returns once every worker has run it: deliveries queued before it have run too (FIFO), so
      * no fan-out is left in a loop that is about to stop. */
-    api_sse_close_workers(ctl.srv, ctl_worker_close, NULL);
+    api_sse_close_workers(ctl->srv, ctl_worker_close, ctl);
 }
 
-int api_control_register(const api_control_options_t *opt, char *err, size_t errlen)
+api_control_t *api_control_new(const api_control_options_t *opt, char *err, size_t errlen)
 {
-    assert(!ctl.store);
-    memset(&ctl, 0, sizeof(ctl));
-    ctl.srv = opt->srv;
-    ctl.read_auth = opt->read_auth;
-    pthread_mutex_init(&ctl.mu, NULL);
-    pthread_cond_init(&ctl.cv, NULL);
-    if (opt->token_file && opt->token_file[0]) {
-        int n = api_control_load_tokens(opt->token_file, &ctl.tok_names, &ctl.tok_values, err, errlen);
-        if (n < 0)
-            return -1;
-        ctl.ntokens = n;
-        ctl.have_tokens = true;
+    api_control_t *ctl = calloc(1, sizeof(*ctl));
+    if (!ctl) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
     }
-    ctl.store = control_store_open(opt->storage_path, err, errlen);
-    if (!ctl.store)
+    ctl->srv = opt->srv;
+    ctl->read_auth = opt->read_auth;
+    pthread_mutex_init(&ctl->mu, NULL);
+    pthread_cond_init(&ctl->cv, NULL);
+    if (opt->token_file && opt->token_file[0]) {
+        int n = api_control_load_tokens(opt->token_file, &ctl->tok_names, &ctl->tok_values, err, errlen);
+        if (n < 0)
+            goto fail;
+        ctl->ntokens = n;
+        ctl->have_tokens = true;
+    }
+    ctl->store = control_store_open(opt->storage_path, err, errlen);
+    if (!ctl->store)
         goto fail;
     /* Changes that ran out while sluice was down come back now, before anyone can read them. */
     char xerr[256];
-    int n = control_store_expire_due(ctl.store, clock_wall_ms(), NULL, NULL, xerr, sizeof(xerr));
+    int n = control_store_expire_due(ctl->store, clock_wall_ms(), NULL, NULL, xerr, sizeof(xerr));
     if (n < 0) {
         snprintf(err, errlen, "cannot revert expired flow-control changes: %s", xerr);
         goto fail;
     }
-    atomic_store(&ctl.expired, (uint64_t)n);
-    ctl.nworkers = opt->srv ? api_server_worker_count(opt->srv) : 0;
-    ctl.workers = calloc(ctl.nworkers > 0 ? (size_t)ctl.nworkers : 1, sizeof(*ctl.workers));
-    if (!ctl.workers) {
+    atomic_store(&ctl->expired, (uint64_t)n);
+    ctl->nworkers = opt->srv ? api_server_worker_count(opt->srv) : 0;
+    ctl->workers = calloc(ctl->nworkers > 0 ? (size_t)ctl->nworkers : 1, sizeof(*ctl->workers));
+    if (!ctl->workers) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (pthread_create(&ctl.thread, NULL, ctl_thread_main, NULL) != 0) {
+    for (int w = 0; w < ctl->nworkers; w++)
+        ctl->workers[w].ctl = ctl;
+    if (pthread_create(&ctl->thread, NULL, ctl_thread_main, ctl) != 0) {
         snprintf(err, errlen, "cannot start the control thread: %s", strerror(errno));
         goto fail;
     }
-    ctl.thread_started = true;
-    api_route_add(API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, NULL);
-    api_route_add(API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, NULL);
-    api_route_add(API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, NULL);
-    api_route_add(API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, NULL);
-    metrics_register("control", ctl_metrics, NULL);
-    if (opt->srv)
-        api_server_on_shutdown(opt->srv, ctl_on_shutdown, NULL);
-    log_info("control", "flow control ready", LF_I("jobs", (int64_t)control_store_job_count(ctl.store)),
-             LF_I("expired_at_start", n), LF_B("token_auth", ctl.have_tokens), LF_B("read_auth", ctl.read_auth));
-    return 0;
+    ctl->thread_started = true;
+    log_info("control", "flow control ready", LF_I("jobs", (int64_t)control_store_job_count(ctl->store)),
+             LF_I("expired_at_start", n), LF_B("token_auth", ctl->have_tokens), LF_B("read_auth", ctl->read_auth));
+    return ctl;
 fail:
-    api_control_shutdown();
-    return -1;
+    api_control_free(ctl);
+    return NULL;
+}
+
+void api_control_register_routes(api_control_t *ctl)
+{
+    assert(ctl && ctl->store);
+    api_route_add(API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, ctl);
+    api_route_add(API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, ctl);
+    api_route_add(API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, ctl);
+    api_route_add(API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, ctl);
+    metrics_register("control", ctl_metrics, ctl);
+    if (ctl->srv)
+        api_server_on_shutdown(ctl->srv, ctl_on_shutdown, ctl);
 }
 
 void api_control_state_json(const char *job, buf_t *out, void *ud)
 {
-    (void)ud;
-    if (ctl.store)
-        control_store_get_json(ctl.store, job, out);
+    api_control_t *ctl = ud;
+    if (ctl && ctl->store)
+        control_store_get_json(ctl->store, job, out);
 }
 
-void api_control_shutdown(void)
+void api_control_shutdown(api_control_t *ctl)
 {
-    if (ctl.thread_started) {
-        pthread_mutex_lock(&ctl.mu);
-        ctl.stop = true;
-        pthread_cond_signal(&ctl.cv);
-        pthread_mutex_unlock(&ctl.mu);
-        pthread_join(ctl.thread, NULL);
-        ctl.thread_started = false;
+    if (!ctl)
+        return;
+    if (ctl->thread_started) {
+        pthread_mutex_lock(&ctl->mu);
+        ctl->stop = true;
+        pthread_cond_signal(&ctl->cv);
+        pthread_mutex_unlock(&ctl->mu);
+        pthread_join(ctl->thread, NULL);
+        ctl->thread_started = false;
     }
     /* Ops still queued (the server stopped before they ran) are dropped with their requests. */
-    while (ctl.head) {
-        ctl_op_t *op = ctl.head;
-        ctl.head = op->next;
+    while (ctl->head) {
+        ctl_op_t *op = ctl->head;
+        ctl->head = op->next;
         ctl_op_free(op);
     }
-    ctl.tail = NULL;
-    control_store_close(ctl.store);
-    ctl.store = NULL;
-    free(ctl.workers);
-    ctl.workers = NULL;
-    if (ctl.have_tokens)
-        api_control_free_tokens(ctl.tok_names, ctl.tok_values, ctl.ntokens);
-    ctl.tok_names = ctl.tok_values = NULL;
-    ctl.ntokens = 0;
-    ctl.have_tokens = false;
+    ctl->tail = NULL;
+    control_store_close(ctl->store);
+    ctl->store = NULL;
+    free(ctl->workers);
+    ctl->workers = NULL;
+    if (ctl->have_tokens)
+        api_control_free_tokens(ctl->tok_names, ctl->tok_values, ctl->ntokens);
+    ctl->tok_names = ctl->tok_values = NULL;
+    ctl->ntokens = 0;
+    ctl->have_tokens = false;
+}
+
+void api_control_free(api_control_t *ctl)
+{
+    if (!ctl)
+        return;
+    api_control_shutdown(ctl);
+    pthread_mutex_destroy(&ctl->mu);
+    pthread_cond_destroy(&ctl->cv);
+    free(ctl);
 }
 
 /* --- changes from inside the daemon (the rules' closed loop) ------------------------------------------ */
 
-int api_control_get_state(const char *job, control_state_t *out)
+int api_control_get_state(api_control_t *ctl, const char *job, control_state_t *out)
 {
-    if (!ctl.store)
+    if (!ctl || !ctl->store)
         return -1;
-    return control_store_get(ctl.store, job, out);
+    return control_store_get(ctl->store, job, out);
 }
 
-int api_control_apply(const char *job, const control_change_t *chg, const char *updated_by, uint64_t *version,
-                      char *err, size_t errlen)
+int api_control_apply(api_control_t *ctl, const char *job, const control_change_t *chg, const char *updated_by,
+                      uint64_t *version, char *err, size_t errlen)
 {
-    if (!ctl.thread_started) {
+    if (!ctl || !ctl->thread_started) {
         snprintf(err, errlen, "flow control is not running");
         return -1;
     }
@@ -1341,7 +1387,7 @@ int api_control_apply(const char *job, const control_change_t *chg, const char *
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    ctl_submit(op);
+    ctl_submit(ctl, op);
     pthread_mutex_lock(&sy.mu);
     while (!sy.done)
         pthread_cond_wait(&sy.cv, &sy.mu);

@@ -2,7 +2,8 @@
  * api/control — the flow-control HTTP API: REST reads and changes, long-polls, the SSE stream of
  * changes, the TIS-compatible poll, auth, and the control self-metrics. The model is in
  * internal/control/control.h, persistence in internal/control/store.h; the endpoints are
- * documented in api/openapi.yaml and docs/control.md.
+ * documented in api/openapi.yaml and docs/control.md. One handle, made by main.c, like every API
+ * module.
  */
 #ifndef SLUICE_API_CONTROL_H
 #define SLUICE_API_CONTROL_H
@@ -21,28 +22,35 @@ typedef struct {
     bool read_auth;           /* reads need a token (or loopback) too */
 } api_control_options_t;
 
+typedef struct api_control api_control_t;
+
 /* Opens the control store (reverting changes that expired while sluice was down), loads the token
- * file, registers routes, the metrics collector and a shutdown hook, and starts the control
- * thread (which owns every SQLite write and the expiry clock). Call once, before
- * api_server_start. 0 or -1 + err. */
-int api_control_register(const api_control_options_t *opt, char *err, size_t errlen);
-/* After api_server_stop: stops the control thread and closes the store. Safe if register failed
- * or never ran. */
-void api_control_shutdown(void);
+ * file and starts the control thread (which owns every SQLite write and the expiry clock). Call
+ * once, before api_server_start. NULL + err. opt is copied; its strings are not kept. */
+api_control_t *api_control_new(const api_control_options_t *opt, char *err, size_t errlen);
+/* Registers the routes, the metrics collector and the server's shutdown hook, each with ctl as
+ * its ud: free ctl only after the server is destroyed. */
+void api_control_register_routes(api_control_t *ctl);
+/* After api_server_stop: stops the control thread and closes the store. Idempotent; NULL is
+ * fine. */
+void api_control_shutdown(api_control_t *ctl);
+/* Shuts down if not yet done and frees the handle; after api_server_destroy. NULL is fine. */
+void api_control_free(api_control_t *ctl);
 /* Appends a job's current control state as JSON (the shape GET /api/v1/control/jobs/{job}
- * returns; "running" at version 0 for a job never changed). Thread-safe; appends nothing before
- * api_control_register. The signature fits api_flow_options_t.control_json (ud unused). */
+ * returns; "running" at version 0 for a job never changed). ud is the api_control_t (the
+ * signature fits api_flow_options_t.control_json with control_ud); appends nothing when it is
+ * NULL or shut down. Thread-safe. */
 void api_control_state_json(const char *job, buf_t *out, void *ud);
 
 /* For subsystems inside the daemon (the rules' closed loop). A job's current state (RUNNING at
- * version 0 if never changed): 0 or -1 (not started, OOM). Release with control_state_free. */
-int api_control_get_state(const char *job, control_state_t *out);
+ * version 0 if never changed): 0 or -1 (NULL, shut down, OOM). Release with control_state_free. */
+int api_control_get_state(api_control_t *ctl, const char *job, control_state_t *out);
 /* Applies a change exactly like a REST change (validated, durable, audited with updated_by,
  * fanned out to long-polls and streams) through the control thread, and waits for it. chg is
  * copied. 0 with the job's new version in *version (may be NULL); 1 when chg->check_version did
  * not match the current version; -1 + err. Must not be called after api_control_shutdown. */
-int api_control_apply(const char *job, const control_change_t *chg, const char *updated_by, uint64_t *version,
-                      char *err, size_t errlen);
+int api_control_apply(api_control_t *ctl, const char *job, const control_change_t *chg, const char *updated_by,
+                      uint64_t *version, char *err, size_t errlen);
 
 /* Parses a token file (one `name:token` per line, `#` comments, blank lines ignored). Exposed for
  * tests. Returns the number of tokens, or -1 + err (naming the line). names/tokens are malloc'd

@@ -139,15 +139,13 @@ static void ar_transition(void *ud, const rules_alert_note_t *a, bool firing, in
 
 static int ar_ctl_get(void *ud, const char *job, control_state_t *out)
 {
-    (void)ud;
-    return api_control_get_state(job, out);
+    return api_control_get_state(ud, job, out);
 }
 
 static int ar_ctl_apply(void *ud, const char *job, const control_change_t *chg, const char *by, uint64_t *version,
                         char *err, size_t errlen)
 {
-    (void)ud;
-    return api_control_apply(job, chg, by, version, err, errlen);
+    return api_control_apply(ud, job, chg, by, version, err, errlen);
 }
 
 static void ar_metrics(void *ud, buf_t *out)
@@ -250,7 +248,7 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
     ar->nams = nams;
     if (nams && !ar->notifier)
         goto fail;
-    rules_control_ops_t ops = {.get = ar_ctl_get, .apply = ar_ctl_apply};
+    rules_control_ops_t ops = {.get = ar_ctl_get, .apply = ar_ctl_apply, .ud = o->control};
     ar->config_file = o->config_file ? strdup(o->config_file) : NULL;
     ar->actions = rules_actions_new(o->config_file, o->storage, &ops, err, errlen);
     if (!ar->actions)

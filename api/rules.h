@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 
+#include "api/control.h"
 #include "api/server.h"
 #include "internal/rules/rules.h"
 #include "internal/util/buf.h"
@@ -24,6 +25,7 @@
 typedef struct {
     api_server_t *srv;           /* created (its port known), not necessarily started */
     storage_t *storage;
+    api_control_t *control;        /* the closed loop's actions read and change flow control through it */
     const char *rule_files;        /* patterns, '\n'-separated ("" = none) */
     const char *alertmanager_urls; /* '\n'-separated ("" = no notifications) */
     const char *external_labels;   /* "name=value,name=value" */
@@ -37,7 +39,7 @@ typedef struct {
 typedef struct api_rules api_rules_t;
 
 /* Builds the rule manager, notifier and closed-loop actions and loads the rule files (an invalid
- * file fails start-up, as in Prometheus). Call after api_control_register and before
+ * file fails start-up, as in Prometheus). Call after api_control_new and before
  * api_server_start. NULL + err. */
 api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errlen);
 /* The routes above and the rules' metrics collector. */

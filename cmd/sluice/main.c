@@ -208,6 +208,7 @@ int main(int argc, char **argv)
     api_forward_t *forward = NULL;
     api_remote_t *remote = NULL;
     api_query_t *query = NULL;
+    api_control_t *control = NULL;
     api_status_t *status = NULL;
     api_rules_t *rules = NULL;
     buf_t config_yaml = BUF_INIT;
@@ -286,13 +287,16 @@ int main(int argc, char **argv)
     api_remote_register_routes(remote);
     api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
                                  .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
-    if (api_control_register(&cto, err, sizeof(err)) != 0) {
+    control = api_control_new(&cto, err, sizeof(err));
+    if (!control) {
         log_error("main", "cannot start flow control", LF_S("err", err));
         goto out;
     }
+    api_control_register_routes(control);
     api_rules_options_t ruo = {
-        .srv = srv, .storage = storage, .rule_files = cfg.rules_files, .alertmanager_urls = cfg.alertmanager_urls,
-        .external_labels = cfg.rules_external_labels, .external_url = cfg.external_url, .config_file = cfg.config_file,
+        .srv = srv, .storage = storage, .control = control, .rule_files = cfg.rules_files,
+        .alertmanager_urls = cfg.alertmanager_urls, .external_labels = cfg.rules_external_labels,
+        .external_url = cfg.external_url, .config_file = cfg.config_file,
         .eval_interval_ms = cfg.rules_eval_interval_ms, .resend_delay_ms = cfg.rules_resend_delay_ms,
         .for_grace_ms = cfg.rules_for_grace_ms, .outage_tolerance_ms = cfg.rules_outage_tolerance_ms,
         .lookback_ms = cfg.query_lookback_ms, .query_timeout_ms = cfg.query_timeout_ms,
@@ -304,7 +308,8 @@ int main(int argc, char **argv)
         goto out;
     }
     api_rules_register_routes(rules);
-    api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json};
+    api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json,
+                             .control_ud = control};
     flow = api_flow_new(&fo);
     if (!flow) {
         log_error("main", "out of memory");
@@ -385,11 +390,12 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     api_rules_shutdown(rules);
-    api_control_shutdown(); /* before the workers' loops are freed: the control thread posts to them */
+    api_control_shutdown(control); /* before the workers' loops are freed: the control thread posts to them */
     api_query_free(query); /* after the server stopped: no query is queued any more */
     api_flow_free(flow); /* after the server stopped: its shutdown hook ended the streams */
     api_server_destroy(srv);
     api_rules_free(rules); /* after the server: its routes point at the handles */
+    api_control_free(control);
     api_status_free(status);
     api_push_free(push);
     api_remote_free(remote);
