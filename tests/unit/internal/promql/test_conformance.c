@@ -57,7 +57,7 @@ static void test_conformance(void **state)
     int total = 0, passed = 0;
     bool below = false;
     for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
-        char path[4096];
+        char path[sizeof(suite_dir) + 64];
         snprintf(path, sizeof(path), "%s/%s", suite_dir, suites[i].file);
         promql_script_stats_t st = {0};
         int rc = promql_script_run_file(path, stderr, &st);
