@@ -284,16 +284,25 @@ static const char *sym_str(const index_t *ix, uint32_t id)
 
 /* ---- symbols ------------------------------------------------------------------------------- */
 
+typedef struct {
+    const index_t *ix;
+    const char *s;
+    size_t len;
+} sym_key_t;
+
+static bool sym_eq(uint64_t id, const void *ctx)
+{
+    const sym_key_t *k = ctx;
+    const sym_t *e = sym_entry(k->ix, (uint32_t)id);
+    return e->len == k->len && memcmp(e->s, k->s, k->len) == 0;
+}
+
 /* Looks a string up; caller holds sym_lock (either mode). */
 static uint32_t sym_find_locked(const index_t *ix, const char *s, size_t len, uint64_t h)
 {
-    size_t pos = SIZE_MAX;
-    for (const uint64_t *v; (v = hashmap_next_of(&ix->sym_by_hash, h, &pos));) {
-        sym_t *e = sym_entry(ix, (uint32_t)*v);
-        if (e->len == len && memcmp(e->s, s, len) == 0)
-            return (uint32_t)*v;
-    }
-    return EMPTY32;
+    sym_key_t k = {ix, s, len};
+    const uint64_t *v = hashmap_find(&ix->sym_by_hash, h, sym_eq, &k);
+    return v ? (uint32_t)*v : EMPTY32;
 }
 
 static uint32_t sym_lookup(index_t *ix, const char *s)
@@ -438,6 +447,8 @@ index_t *index_new(size_t payload_size, uint64_t max_series)
         return NULL;
     ix->payload_size = (payload_size + 7) & ~(size_t)7;
     ix->max_series = max_series;
+    hashmap_init(&ix->sym_by_hash, NULL, HASHMAP_HASHED_KEYS);
+    hashmap_init(&ix->nl_by_hash, NULL, HASHMAP_HASHED_KEYS);
     ix->sym_free = EMPTY32;
     pthread_rwlock_init(&ix->sym_lock, NULL);
     pthread_rwlock_init(&ix->names_lock, NULL);
@@ -709,6 +720,12 @@ static void unref_labels(index_t *ix, const uint32_t *syms, size_t nsyms_ok, siz
 
 /* ---- name lists ---------------------------------------------------------------------------- */
 
+static bool namelist_eq(uint64_t v, const void *ctx)
+{
+    const namelist_t *nl = (const namelist_t *)(uintptr_t)v, *cand = ctx;
+    return nl->n == cand->n && memcmp(nl->ids, cand->ids, 4 * (size_t)cand->n) == 0;
+}
+
 /* The shared list for the names at syms[0], syms[2], ... (refcount taken), or NULL on OOM.
  * *existed: the list was there already, so the caller's references on the name symbols are
  * surplus (a new list takes them over). */
@@ -723,16 +740,14 @@ static namelist_t *namelist_acquire(index_t *ix, const uint32_t *syms, size_t n,
     cand->refs = 1;
     cand->hash = XXH3_64bits(cand->ids, 4 * n);
     pthread_mutex_lock(&ix->nl_lock);
-    size_t pos = SIZE_MAX;
-    for (const uint64_t *v; (v = hashmap_next_of(&ix->nl_by_hash, cand->hash, &pos));) {
+    const uint64_t *v = hashmap_find(&ix->nl_by_hash, cand->hash, namelist_eq, cand);
+    if (v) {
         namelist_t *nl = (namelist_t *)(uintptr_t)*v;
-        if (nl->n == n && memcmp(nl->ids, cand->ids, 4 * n) == 0) {
-            nl->refs++;
-            pthread_mutex_unlock(&ix->nl_lock);
-            free(cand);
-            *existed = true;
-            return nl;
-        }
+        nl->refs++;
+        pthread_mutex_unlock(&ix->nl_lock);
+        free(cand);
+        *existed = true;
+        return nl;
     }
     if (hashmap_add(&ix->nl_by_hash, cand->hash, (uint64_t)(uintptr_t)cand) < 0) {
         pthread_mutex_unlock(&ix->nl_lock);

@@ -167,6 +167,7 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
     atomic_init(&s->next_id, 1);
     pthread_rwlock_init(&s->ckpt, NULL);
     pthread_mutex_init(&s->known_lock, NULL);
+    hashmap_init(&s->known, NULL, HASHMAP_HASHED_KEYS);
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
@@ -864,7 +865,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     wal_series_t *wser = NULL;
     size_t nwser = 0, capwser = 0, nws = 0;
     arena_t *a = arena_create(0);
-    hashmap_t seen = HASHMAP_INIT; /* label hashes of the distinct series (a set) */
+    hashmap_t seen = HASHMAP_INIT_HASHED; /* label hashes of the distinct series (a set) */
     int rc = STORAGE_OK;
     if (!refs || !ok || !ws || !a) {
         rc = STORAGE_ERR_NOMEM;

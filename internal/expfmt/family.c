@@ -586,6 +586,21 @@ static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b,
     return true;
 }
 
+typedef struct {
+    const expfmt_result_t *r;
+    const expfmt_sample_t *s;
+    const char *const *ignore;
+    size_t nignore;
+} dup_key_t;
+
+/* v: (family << 32 | sample index) of an earlier sample. */
+static bool dup_eq(uint64_t v, const void *ctx)
+{
+    const dup_key_t *k = ctx;
+    const expfmt_sample_t *o = &k->r->families[v >> 32].samples[(uint32_t)v];
+    return same_series(o, k->s, k->ignore, k->nignore);
+}
+
 int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore,
                             arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err,
                             size_t errlen)
@@ -594,7 +609,7 @@ int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore,
         return 0;
     /* series hash -> (family << 32 | sample index), for every sample seen so far */
     hashmap_t seen;
-    hashmap_init_arena(&seen, a);
+    hashmap_init(&seen, a, HASHMAP_HASHED_KEYS);
     if (hashmap_reserve(&seen, r->nsamples) < 0) {
         if (errlen)
             snprintf(err, errlen, "out of memory checking for duplicate samples");
@@ -605,13 +620,8 @@ int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore,
         for (size_t i = 0; i < F->nsamples; i++) {
             const expfmt_sample_t *s = &F->samples[i];
             uint64_t h = series_hash(s, ignore, nignore);
-            size_t pos = SIZE_MAX;
-            const uint64_t *v;
-            while ((v = hashmap_next_of(&seen, h, &pos))) {
-                size_t of = (size_t)(*v >> 32), oi = (size_t)(uint32_t)*v;
-                if (same_series(&r->families[of].samples[oi], s, ignore, nignore))
-                    break;
-            }
+            dup_key_t k = {r, s, ignore, nignore};
+            const uint64_t *v = hashmap_find(&seen, h, dup_eq, &k);
             if (!v) {
                 (void)hashmap_add(&seen, h, (uint64_t)f << 32 | (uint32_t)i); /* reserved: cannot fail */
                 continue;

@@ -195,6 +195,19 @@ static char *skip_blank(char *p, const char *e)
 
 /* ------------------------------------------------------------------------ families */
 
+typedef struct {
+    const tp_t *tp;
+    const char *name;
+    size_t len;
+} fam_key_t;
+
+static bool fam_eq(uint64_t i, const void *ctx)
+{
+    const fam_key_t *k = ctx;
+    const tfam_t *f = &k->tp->fams[i];
+    return f->namelen == k->len && memcmp(f->name, k->name, k->len) == 0;
+}
+
 /* Family index + 1 of the exact name, or 0. */
 static size_t fam_lookup(tp_t *tp, const char *name, size_t len)
 {
@@ -203,14 +216,9 @@ static size_t fam_lookup(tp_t *tp, const char *name, size_t len)
         if (f->namelen == len && memcmp(f->name, name, len) == 0)
             return tp->cur;
     }
-    size_t pos = SIZE_MAX;
-    uint64_t h = XXH3_64bits(name, len);
-    for (const uint64_t *v; (v = hashmap_next_of(&tp->fam_by_hash, h, &pos));) {
-        tfam_t *f = &tp->fams[*v];
-        if (f->namelen == len && memcmp(f->name, name, len) == 0)
-            return (size_t)*v + 1;
-    }
-    return 0;
+    fam_key_t k = {tp, name, len};
+    const uint64_t *v = hashmap_find(&tp->fam_by_hash, XXH3_64bits(name, len), fam_eq, &k);
+    return v ? (size_t)*v + 1 : 0;
 }
 
 /* `name` must stay valid (it points into the body or the arena). Returns index + 1 or 0. */
@@ -1172,7 +1180,7 @@ int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_lim
     tp.end = body + len;
     tp.om = openmetrics;
     tp.a = a;
-    hashmap_init_arena(&tp.fam_by_hash, a);
+    hashmap_init(&tp.fam_by_hash, a, HASHMAP_HASHED_KEYS);
     tp.err = err;
     tp.errlen = errlen;
     tp.max_samples = lim && lim->max_samples ? lim->max_samples : SIZE_MAX;

@@ -203,7 +203,7 @@ static void hmap_oom(void)
 
 static void hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
 {
-    hashmap_init_arena(m, c->sa);
+    hashmap_init(m, c->sa, HASHMAP_HASHED_KEYS);
     if (hashmap_reserve(m, expect) < 0)
         hmap_oom();
 }

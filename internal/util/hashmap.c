@@ -39,10 +39,11 @@ static void slots_free(hashmap_t *m, hashmap_slot_t *s)
         free(s);
 }
 
-void hashmap_init_arena(hashmap_t *m, arena_t *a)
+void hashmap_init(hashmap_t *m, arena_t *a, int flags)
 {
     memset(m, 0, sizeof(*m));
     m->arena = a;
+    m->hashed = (flags & HASHMAP_HASHED_KEYS) != 0;
 }
 
 void hashmap_free(hashmap_t *m)
@@ -75,7 +76,7 @@ static int rehash(hashmap_t *m, size_t ncap)
     hashmap_slot_t *ns = slots_alloc(m, ncap);
     if (!ns)
         return -1;
-    hashmap_t nm = {ns, ncap, m->n, m->arena};
+    hashmap_t nm = {ns, ncap, m->n, m->arena, m->hashed};
     for (size_t i = 0; i < m->cap; i++)
         if (m->slots[i].val != HASHMAP_NONE)
             ns[free_slot(&nm, m->slots[i].key)] = m->slots[i];

@@ -2,7 +2,8 @@
  * hashmap — the one hash table of sluice: 64-bit keys to 64-bit values, open addressing.
  *
  * The table is an array of `cap` slots (a power of two, or 0 before the first insert), each a
- * {key, val} pair of 16 bytes. A key's home slot is hash_mix64(key) & (cap - 1); an entry sits
+ * {key, val} pair of 16 bytes. A key's home slot is hash_mix64(key) & (cap - 1) (or key & (cap - 1)
+ * in a table created with HASHMAP_HASHED_KEYS, whose keys are hashes already); an entry sits
  * at its home slot or after it, with no empty slot in between (linear probing), so a lookup
  * walks from the home slot until it finds the key or an empty slot:
  *
@@ -28,7 +29,7 @@
  *             hash -> id or pointer and the caller settles collisions by comparing the objects.
  * Do not mix hashmap_put and hashmap_add on one table.
  *
- * Memory comes from malloc, or from an arena (hashmap_init_arena: for tables that live as long
+ * Memory comes from malloc, or from an arena (hashmap_init with an arena: for tables that live as long
  * as one request or one parse; the old array is left in the arena when the table grows and
  * hashmap_free only forgets it). Allocation failure is an error (-1), never an abort; a failed
  * insert leaves the table as it was.
@@ -59,13 +60,22 @@ typedef struct {
     size_t cap;            /* 0 or a power of two */
     size_t n;              /* entries */
     arena_t *arena;        /* NULL: slots come from malloc */
+    bool hashed;           /* HASHMAP_HASHED_KEYS: keys are used as their own hash */
 } hashmap_t;
 
-/* A zeroed hashmap_t is an empty malloc-backed table; HASHMAP_INIT spells it. */
-#define HASHMAP_INIT {NULL, 0, 0, NULL}
+/* A zeroed hashmap_t is an empty malloc-backed table of integer keys; HASHMAP_INIT spells it. */
+#define HASHMAP_INIT {NULL, 0, 0, NULL, false}
+/* The same for a table whose keys are hashes already (HASHMAP_HASHED_KEYS). */
+#define HASHMAP_INIT_HASHED {NULL, 0, 0, NULL, true}
 
-/* An empty table whose arrays come from arena a (which must outlive the table). */
-void hashmap_init_arena(hashmap_t *m, arena_t *a);
+/* hashmap_init flags. HASHMAP_HASHED_KEYS: the keys are outputs of a good hash (XXH3 of a
+ * string or label set), so their low bits are used as they are, without hash_mix64 — a table
+ * keyed by ids, counters or pointers must not set it. */
+#define HASHMAP_HASHED_KEYS 1
+
+/* An empty table. a: the arena its arrays come from (which must outlive the table), or NULL for
+ * malloc. flags: 0 or HASHMAP_HASHED_KEYS. */
+void hashmap_init(hashmap_t *m, arena_t *a, int flags);
 /* Frees the slots (malloc-backed) and leaves an empty table, usable again. */
 void hashmap_free(hashmap_t *m);
 /* Empties the table, keeping its capacity. */
@@ -89,6 +99,8 @@ bool hashmap_del_pair(hashmap_t *m, uint64_t key, uint64_t val);
 
 static inline size_t hashmap__home(const hashmap_t *m, uint64_t key)
 {
+    if (__builtin_expect(m->hashed, 1))
+        return (size_t)key & (m->cap - 1);
     return (size_t)hash_mix64(key) & (m->cap - 1);
 }
 
@@ -132,6 +144,24 @@ static inline uint64_t *hashmap_next_of(const hashmap_t *m, uint64_t key, size_t
             *pos = i;
             return &s->val;
         }
+    }
+}
+
+/* The first value under key for which eq(value, ctx) holds, or NULL: the lookup of a table keyed
+ * by the hash of objects stored elsewhere (eq compares the object a value names with ctx). Inline
+ * with a constant eq, the comparison is inlined too. */
+static inline uint64_t *hashmap_find(const hashmap_t *m, uint64_t key, bool (*eq)(uint64_t val, const void *ctx),
+                                     const void *ctx)
+{
+    if (!m->n)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t i = hashmap__home(m, key);; i = (i + 1) & mask) {
+        hashmap_slot_t *s = &m->slots[i];
+        if (s->val == HASHMAP_NONE)
+            return NULL;
+        if (s->key == key && eq(s->val, ctx))
+            return &s->val;
     }
 }
 

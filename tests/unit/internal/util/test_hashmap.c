@@ -33,7 +33,8 @@ static void check(const hashmap_t *m)
             continue;
         full++;
         size_t mask = m->cap - 1;
-        for (size_t j = hash_mix64(m->slots[i].key) & mask; j != i; j = (j + 1) & mask)
+        uint64_t h = m->hashed ? m->slots[i].key : hash_mix64(m->slots[i].key);
+        for (size_t j = h & mask; j != i; j = (j + 1) & mask)
             assert_true(m->slots[j].val != HASHMAP_NONE);
     }
     assert_int_equal(full, m->n);
@@ -262,6 +263,35 @@ static void test_multimap(void **state)
     hashmap_free(&m);
 }
 
+/* hashmap_find: values name strings in an array; equal hashes are told apart by eq. */
+static const char *const find_words[] = {"alpha", "beta", "gamma", "delta"};
+
+static bool word_eq(uint64_t v, const void *ctx)
+{
+    return strcmp(find_words[v], ctx) == 0;
+}
+
+static void test_find(void **state)
+{
+    hashmap_t m = HASHMAP_INIT_HASHED;
+    assert_null(hashmap_find(&m, 1, word_eq, "alpha"));
+    /* alpha, beta and gamma collide on hash 1; delta has hash 2 */
+    assert_int_equal(hashmap_add(&m, 1, 0), 0);
+    assert_int_equal(hashmap_add(&m, 1, 1), 0);
+    assert_int_equal(hashmap_add(&m, 2, 3), 0);
+    assert_int_equal(hashmap_add(&m, 1, 2), 0);
+    assert_int_equal(*hashmap_find(&m, 1, word_eq, "alpha"), 0);
+    assert_int_equal(*hashmap_find(&m, 1, word_eq, "beta"), 1);
+    assert_int_equal(*hashmap_find(&m, 1, word_eq, "gamma"), 2);
+    assert_int_equal(*hashmap_find(&m, 2, word_eq, "delta"), 3);
+    assert_null(hashmap_find(&m, 1, word_eq, "delta")); /* right word, wrong hash */
+    assert_null(hashmap_find(&m, 3, word_eq, "alpha"));
+    assert_true(hashmap_del_pair(&m, 1, 1));
+    assert_null(hashmap_find(&m, 1, word_eq, "beta"));
+    assert_int_equal(*hashmap_find(&m, 1, word_eq, "gamma"), 2);
+    hashmap_free(&m);
+}
+
 static void test_upsert(void **state)
 {
     hashmap_t m = HASHMAP_INIT;
@@ -282,7 +312,7 @@ static void test_arena(void **state)
 {
     arena_t *a = arena_create(0);
     hashmap_t m;
-    hashmap_init_arena(&m, a);
+    hashmap_init(&m, a, 0);
     for (uint64_t k = 0; k < 5000; k++)
         assert_int_equal(hashmap_put(&m, k, k + 1), 0);
     for (uint64_t k = 0; k < 5000; k++)
@@ -293,7 +323,7 @@ static void test_arena(void **state)
 
     /* a full arena: the insert fails and leaves the table as it was */
     a = arena_create(4096);
-    hashmap_init_arena(&m, a);
+    hashmap_init(&m, a, 0);
     int rc = 0;
     uint64_t k = 0;
     for (; rc == 0; k++)
@@ -305,6 +335,40 @@ static void test_arena(void **state)
     for (uint64_t j = 0; j < k; j++)
         assert_int_equal(*hashmap_get(&m, j), j);
     check(&m);
+    arena_destroy(a);
+}
+
+/* A table of hashed keys: homes are the keys' low bits (so keys alike in them collide), and
+ * every operation works as in a mixed table. */
+static void test_hashed_keys(void **state)
+{
+    hashmap_t m = HASHMAP_INIT_HASHED;
+    assert_int_equal(hashmap_reserve(&m, 16), 0);
+    for (uint64_t k = 0; k < 8; k++) /* all home at slot 5 of 32 */
+        assert_int_equal(hashmap_put(&m, (k << 40) | 5, k), 0);
+    assert_int_equal(m.cap, 32);
+    for (size_t i = 5; i < 13; i++)
+        assert_true((m.slots[i].key & 31) == 5);
+    assert_true(hashmap_del(&m, (UINT64_C(3) << 40) | 5));
+    check(&m);
+    for (uint64_t k = 0; k < 8; k++)
+        if (k != 3)
+            assert_int_equal(*hashmap_get(&m, (k << 40) | 5), k);
+    for (uint64_t k = 0; k < 1000; k++) /* grows, keeping the mode */
+        assert_int_equal(hashmap_put(&m, hash_mix64(k + 100), k), 0);
+    assert_true(m.hashed);
+    for (uint64_t k = 0; k < 1000; k++)
+        assert_int_equal(*hashmap_get(&m, hash_mix64(k + 100)), k);
+    check(&m);
+    hashmap_free(&m);
+
+    arena_t *a = arena_create(0);
+    hashmap_init(&m, a, HASHMAP_HASHED_KEYS);
+    assert_true(m.hashed);
+    assert_int_equal(hashmap_add(&m, 7, 1), 0);
+    assert_int_equal(hashmap_add(&m, 7, 2), 0);
+    assert_true(hashmap_del_pair(&m, 7, 1));
+    assert_int_equal(*hashmap_get(&m, 7), 2);
     arena_destroy(a);
 }
 
@@ -414,8 +478,10 @@ int main(void)
         cmocka_unit_test(test_mix64),        cmocka_unit_test(test_basic),
         cmocka_unit_test(test_extreme_keys), cmocka_unit_test(test_grow),
         cmocka_unit_test(test_collisions),   cmocka_unit_test(test_iteration),
-        cmocka_unit_test(test_multimap),     cmocka_unit_test(test_upsert),
-        cmocka_unit_test(test_arena),        cmocka_unit_test(test_random_map),
+        cmocka_unit_test(test_multimap),     cmocka_unit_test(test_find),
+        cmocka_unit_test(test_upsert),
+        cmocka_unit_test(test_arena),        cmocka_unit_test(test_hashed_keys),
+        cmocka_unit_test(test_random_map),
         cmocka_unit_test(test_random_multimap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
