@@ -23,15 +23,17 @@
  *
  * Two ways to use it:
  *   map       hashmap_put (insert or replace), hashmap_get, hashmap_del: one value per key.
- *   multimap  hashmap_add (insert without looking), hashmap_next_of (every value under a key),
+ *   multimap  hashmap_add (insert without looking), hashmap_find (the value under a key that
+ *             the caller's eq accepts), hashmap_next_of (every value under a key),
  *             hashmap_del_pair (remove one (key, value)). This is the shape of a table keyed by
  *             the hash of something stored elsewhere (a string, a label set): the table holds
  *             hash -> id or pointer and the caller settles collisions by comparing the objects.
+ *             Such keys are hashes already: create the table with HASHMAP_HASHED_KEYS.
  * Do not mix hashmap_put and hashmap_add on one table.
  *
- * Memory comes from malloc, or from an arena (hashmap_init with an arena: for tables that live as long
- * as one request or one parse; the old array is left in the arena when the table grows and
- * hashmap_free only forgets it). Allocation failure is an error (-1), never an abort; a failed
+ * Memory comes from malloc, or from an arena (hashmap_init with an arena: for tables that live
+ * as long as one request or one parse; the old array is left in the arena when the table grows
+ * and hashmap_free only forgets it). Allocation failure is an error (-1), never an abort; a failed
  * insert leaves the table as it was.
  *
  * The struct is public so a table can be embedded and lookups inlined; its fields are read only
@@ -104,9 +106,11 @@ static inline size_t hashmap__home(const hashmap_t *m, uint64_t key)
     return (size_t)hash_mix64(key) & (m->cap - 1);
 }
 
-/* A pointer to key's value (the first one found, in a multimap), or NULL. Valid until the next
- * insert or delete; the value may be changed through it (to anything but HASHMAP_NONE). */
-static inline uint64_t *hashmap_get(const hashmap_t *m, uint64_t key)
+/* The first value under key for which eq(value, ctx) holds, or NULL: the lookup of a table keyed
+ * by the hash of objects stored elsewhere (eq compares the object a value names with ctx). Inline
+ * with a constant eq, the comparison is inlined too. */
+static inline uint64_t *hashmap_find(const hashmap_t *m, uint64_t key, bool (*eq)(uint64_t val, const void *ctx),
+                                     const void *ctx)
 {
     if (!m->n)
         return NULL;
@@ -115,9 +119,22 @@ static inline uint64_t *hashmap_get(const hashmap_t *m, uint64_t key)
         hashmap_slot_t *s = &m->slots[i];
         if (s->val == HASHMAP_NONE)
             return NULL;
-        if (s->key == key)
+        if (s->key == key && eq(s->val, ctx))
             return &s->val;
     }
+}
+
+static inline bool hashmap__any(uint64_t val, const void *ctx)
+{
+    (void)val, (void)ctx;
+    return true;
+}
+
+/* A pointer to key's value (the first one found, in a multimap), or NULL. Valid until the next
+ * insert or delete; the value may be changed through it (to anything but HASHMAP_NONE). */
+static inline uint64_t *hashmap_get(const hashmap_t *m, uint64_t key)
+{
+    return hashmap_find(m, key, hashmap__any, NULL);
 }
 
 /* True if key is in the table. */
@@ -144,24 +161,6 @@ static inline uint64_t *hashmap_next_of(const hashmap_t *m, uint64_t key, size_t
             *pos = i;
             return &s->val;
         }
-    }
-}
-
-/* The first value under key for which eq(value, ctx) holds, or NULL: the lookup of a table keyed
- * by the hash of objects stored elsewhere (eq compares the object a value names with ctx). Inline
- * with a constant eq, the comparison is inlined too. */
-static inline uint64_t *hashmap_find(const hashmap_t *m, uint64_t key, bool (*eq)(uint64_t val, const void *ctx),
-                                     const void *ctx)
-{
-    if (!m->n)
-        return NULL;
-    size_t mask = m->cap - 1;
-    for (size_t i = hashmap__home(m, key);; i = (i + 1) & mask) {
-        hashmap_slot_t *s = &m->slots[i];
-        if (s->val == HASHMAP_NONE)
-            return NULL;
-        if (s->key == key && eq(s->val, ctx))
-            return &s->val;
     }
 }
 
