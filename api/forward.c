@@ -75,6 +75,7 @@
 #include "internal/proto/types.pb-c.h"
 #include "internal/util/arena.h"
 #include "internal/util/clock.h"
+#include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 #include "storage/wal_record.h"
 #include "storage/wal_watch.h"
@@ -90,66 +91,24 @@ typedef struct {
     Prometheus__Label **plabels;
 } fw_series_t;
 
-typedef struct {
-    fw_series_t **v; /* open addressing by id; NULL = empty */
-    size_t cap, n;
-} fw_map_t;
-
-static uint64_t mix64(uint64_t x)
+/* Series by id (hashmap_t: id -> fw_series_t *, owned by the map). */
+static fw_series_t *map_get(const hashmap_t *m, uint64_t id)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
+    uint64_t *v = hashmap_get(m, id);
+    return v ? (fw_series_t *)(uintptr_t)*v : NULL;
 }
 
-static fw_series_t *map_get(const fw_map_t *m, uint64_t id)
+static int map_put(hashmap_t *m, fw_series_t *s)
 {
-    if (!m->cap)
-        return NULL;
-    for (size_t i = mix64(id) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        if (!m->v[i])
-            return NULL;
-        if (m->v[i]->id == id)
-            return m->v[i];
-    }
+    return hashmap_put(m, s->id, (uint64_t)(uintptr_t)s);
 }
 
-static int map_put(fw_map_t *m, fw_series_t *s)
+static void map_free(hashmap_t *m)
 {
-    if ((m->n + 1) * 2 > m->cap) {
-        size_t ncap = m->cap ? m->cap * 2 : 1024;
-        fw_series_t **nv = calloc(ncap, sizeof(*nv));
-        if (!nv)
-            return -1;
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->v[i])
-                continue;
-            size_t j = mix64(m->v[i]->id) & (ncap - 1);
-            while (nv[j])
-                j = (j + 1) & (ncap - 1);
-            nv[j] = m->v[i];
-        }
-        free(m->v);
-        m->v = nv;
-        m->cap = ncap;
-    }
-    size_t i = mix64(s->id) & (m->cap - 1);
-    while (m->v[i])
-        i = (i + 1) & (m->cap - 1);
-    m->v[i] = s;
-    m->n++;
-    return 0;
-}
-
-static void map_free(fw_map_t *m)
-{
-    for (size_t i = 0; i < m->cap; i++)
-        free(m->v[i]);
-    free(m->v);
-    memset(m, 0, sizeof(*m));
+    size_t pos = 0;
+    for (hashmap_slot_t *e; (e = hashmap_next(m, &pos));)
+        free((fw_series_t *)(uintptr_t)e->val);
+    hashmap_free(m);
 }
 
 /* ---- types --------------------------------------------------------------------------------- */
@@ -191,7 +150,7 @@ struct fw_target {
     char *bearer_file;      /* "" = none */
     bool retry_on_429;
 
-    fw_map_t map;
+    hashmap_t map; /* series id -> fw_series_t * */
     arena_t *scratch;
     fw_shard_t *shards;
     pthread_t reader;
@@ -632,7 +591,7 @@ static int deal_samples(void *ud, const wal_sample_t *v, size_t n)
             r->unknown++;
             continue;
         }
-        fw_shard_t *sh = &t->shards[mix64(s->id) % t->fw->o.shards];
+        fw_shard_t *sh = &t->shards[hash_mix64(s->id) % t->fw->o.shards];
         if (sh->n == sh->cap) {
             size_t ncap = sh->cap ? sh->cap * 2 : 1024;
             fw_item_t *ni = realloc(sh->items, ncap * sizeof(*ni));

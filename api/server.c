@@ -30,6 +30,7 @@
 
 #include "api/router.h"
 #include "internal/util/clock.h"
+#include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 
 #define SERVER_MAX_ROUTES 128
@@ -92,9 +93,7 @@ typedef struct server_worker {
     struct evhttp_bound_socket *bound;
     struct event *sweep;
     server_conn_t *conns;
-    /* bufferevent -> conn, open addressing (single-threaded: this worker only) */
-    server_conn_t **map;
-    size_t map_cap, map_used;
+    hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
 } server_worker_t;
 
 struct api_server {
@@ -114,41 +113,10 @@ struct api_server {
     struct server_call *calls; /* posted with api_server_run_on, not yet run */
 };
 
-static size_t map_slot(const server_worker_t *w, const void *bev)
-{
-    uintptr_t h = (uintptr_t)bev;
-    h ^= h >> 17;
-    h *= 0x9E3779B97F4A7C15ULL;
-    return (size_t)(h >> 7) & (w->map_cap - 1);
-}
-
-static void map_rebuild(server_worker_t *w, size_t cap)
-{
-    free(w->map);
-    w->map = calloc(cap, sizeof(*w->map));
-    if (!w->map)
-        abort();
-    w->map_cap = cap;
-    w->map_used = 0;
-    for (server_conn_t *c = w->conns; c; c = c->next) {
-        size_t i = map_slot(w, c->bev);
-        while (w->map[i])
-            i = (i + 1) & (w->map_cap - 1);
-        w->map[i] = c;
-        w->map_used++;
-    }
-}
-
 static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev)
 {
-    if (!w->map_cap)
-        return NULL;
-    for (size_t i = map_slot(w, bev);; i = (i + 1) & (w->map_cap - 1)) {
-        if (!w->map[i])
-            return NULL;
-        if (w->map[i]->bev == bev)
-            return w->map[i];
-    }
+    uint64_t *v = hashmap_get(&w->conn_by_bev, (uintptr_t)bev);
+    return v ? (server_conn_t *)(uintptr_t)*v : NULL;
 }
 
 static void server_conn_set_busy(server_conn_t *c, bool busy)
@@ -174,23 +142,16 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     if (!bev)
         return NULL;
     server_conn_t *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c || hashmap_put(&w->conn_by_bev, (uintptr_t)bev, (uintptr_t)c) < 0) {
+        free(c);
         return bev; /* untracked but served */
+    }
     bufferevent_incref(bev);
     c->bev = bev;
     c->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), server_conn_input, c);
     c->created_ms = clock_mono_ms();
     c->next = w->conns;
     w->conns = c;
-    if ((w->map_used + 1) * 2 > w->map_cap)
-        map_rebuild(w, w->map_cap ? w->map_cap * 2 : 256);
-    else {
-        size_t i = map_slot(w, bev);
-        while (w->map[i])
-            i = (i + 1) & (w->map_cap - 1);
-        w->map[i] = c;
-        w->map_used++;
-    }
     atomic_fetch_add(&server_open_connections, 1);
     atomic_fetch_add(&server_accepted_total, 1);
     return bev;
@@ -210,7 +171,6 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
 {
     server_worker_t *w = arg;
     int64_t now = clock_mono_ms();
-    bool removed = false;
     for (server_conn_t **pp = &w->conns; *pp;) {
         server_conn_t *c = *pp;
         bufferevent_data_cb rcb = NULL, wcb = NULL;
@@ -218,10 +178,10 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
         bufferevent_getcb(c->bev, &rcb, &wcb, &ecb, NULL);
         if (!rcb && !wcb && !ecb) {
             *pp = c->next;
+            hashmap_del(&w->conn_by_bev, (uintptr_t)c->bev);
             server_conn_release(c);
             free(c);
             atomic_fetch_sub(&server_open_connections, 1);
-            removed = true;
             continue;
         }
         if (!c->saw_request && now - c->created_ms > w->srv->opt.read_timeout_ms) {
@@ -234,8 +194,6 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
         }
         pp = &c->next;
     }
-    if (removed)
-        map_rebuild(w, w->map_cap < 256 ? 256 : w->map_cap);
 }
 
 /* --- requests ------------------------------------------------------------------------------------ */
@@ -580,7 +538,7 @@ void api_server_destroy(api_server_t *s)
             free(c);
             atomic_fetch_sub(&server_open_connections, 1);
         }
-        free(w->map);
+        hashmap_free(&w->conn_by_bev);
         if (w->base)
             event_base_free(w->base);
     }

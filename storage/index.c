@@ -55,106 +55,22 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define EMPTY64 UINT64_MAX
+#include "internal/util/hashmap.h"
+
 #define EMPTY32 UINT32_MAX
 #define SYM_PAGE_BITS 12
 #define SYM_PAGE_SIZE (1u << SYM_PAGE_BITS)
 #define SYM_MAX_PAGES 4096 /* 16M distinct strings alive at once */
 
-/* ---- a small u64 -> u64 open-addressing multimap ------------------------------------------- */
+/* ---- tables (util/hashmap) ------------------------------------------------------------------ */
 
-typedef struct {
-    uint64_t key, val;
-} kv_t;
-
-typedef struct {
-    kv_t *t;
-    uint32_t cap, n; /* cap: power of two or 0 */
-} u64map_t;
-
-static uint64_t mix64(uint64_t x)
+/* Frees every value of m (each a malloc'd pointer) and m's slots. */
+static void free_values(hashmap_t *m)
 {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
-static int map_put(u64map_t *m, uint64_t key, uint64_t val);
-
-static int map_grow(u64map_t *m)
-{
-    uint32_t ncap = m->cap ? m->cap * 2 : 16;
-    kv_t *old = m->t;
-    uint32_t ocap = m->cap;
-    kv_t *t = malloc(sizeof(kv_t) * ncap);
-    if (!t)
-        return -1;
-    for (uint32_t i = 0; i < ncap; i++)
-        t[i].val = EMPTY64;
-    m->t = t;
-    m->cap = ncap;
-    m->n = 0;
-    for (uint32_t i = 0; i < ocap; i++)
-        if (old[i].val != EMPTY64)
-            map_put(m, old[i].key, old[i].val);
-    free(old);
-    return 0;
-}
-
-static int map_put(u64map_t *m, uint64_t key, uint64_t val)
-{
-    if ((m->n + 1) * 2 > m->cap && map_grow(m) < 0)
-        return -1;
-    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
-    while (m->t[i].val != EMPTY64)
-        i = (i + 1) & mask;
-    m->t[i].key = key;
-    m->t[i].val = val;
-    m->n++;
-    return 0;
-}
-
-/* First value stored under key, or NULL. */
-static uint64_t *map_get(const u64map_t *m, uint64_t key)
-{
-    if (!m->cap)
-        return NULL;
-    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
-    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask)
-        if (m->t[i].key == key)
-            return &m->t[i].val;
-    return NULL;
-}
-
-/* Removes the entry (key, val); backward-shift deletion keeps probe chains intact. */
-static void map_del(u64map_t *m, uint64_t key, uint64_t val)
-{
-    if (!m->cap)
-        return;
-    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(key) & mask;
-    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask)
-        if (m->t[i].key == key && m->t[i].val == val)
-            break;
-    if (m->t[i].val == EMPTY64)
-        return;
-    uint32_t j = i;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (m->t[j].val == EMPTY64)
-            break;
-        uint32_t k = (uint32_t)mix64(m->t[j].key) & mask;
-        /* Move t[j] back to i unless its home k lies cyclically in (i, j]. */
-        bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
-        if (!home_between) {
-            m->t[i] = m->t[j];
-            i = j;
-        }
-    }
-    m->t[i].val = EMPTY64;
-    m->n--;
+    size_t pos = 0;
+    for (const hashmap_slot_t *e; (e = hashmap_next(m, &pos));)
+        free((void *)(uintptr_t)e->val);
+    hashmap_free(m);
 }
 
 /* ---- sorted uint32 lists ------------------------------------------------------------------- */
@@ -309,9 +225,12 @@ typedef struct {
     index_series_t **slots;
     uint32_t nslots, capslots;
     uint32_t free_head; /* EMPTY32 or a free slot; free slots store the next in slots[] as tagged */
-    uint32_t *byhash;   /* slots by hash, EMPTY32 = empty */
+    /* Slots by hash, EMPTY32 = empty. Not a util/hashmap: a 4-byte entry whose key (the series
+     * hash) is read from the series, where a hashmap slot would take 16 bytes per entry —
+     * about 36 more bytes per series at the table's load. */
+    uint32_t *byhash;
     uint32_t bh_cap, bh_n;
-    u64map_t pairs; /* pair -> postings_t* */
+    hashmap_t pairs; /* pair -> postings_t* */
     uint32_t nseries;
     uint64_t postings_bytes;
 } shard_t;
@@ -332,17 +251,17 @@ struct index {
     _Atomic(sym_t *) sym_pages[SYM_MAX_PAGES];
     uint32_t sym_next;     /* ids below this have been handed out */
     uint32_t sym_free;     /* head of the free-id list, EMPTY32 if none */
-    u64map_t sym_by_hash;  /* xxh3(string) -> id */
+    hashmap_t sym_by_hash; /* xxh3(string) -> id (a multimap: ids of equal hashes) */
     uint64_t sym_bytes;
     _Atomic uint64_t sym_gen; /* bumped when an id is freed (and so may be reused) */
     _Atomic uint64_t pairs_gen; /* bumped when a (name, value) pair appears in the names table */
 
     pthread_rwlock_t names_lock;
-    u64map_t names;      /* name id -> values_t* */
-    u64map_t pair_count; /* (name << 32 | value) -> number of series */
+    hashmap_t names;      /* name id -> values_t* */
+    hashmap_t pair_count; /* (name << 32 | value) -> number of series */
 
     pthread_mutex_t nl_lock;
-    u64map_t nl_by_hash; /* xxh3(name ids) -> namelist_t* */
+    hashmap_t nl_by_hash; /* xxh3(name ids) -> namelist_t* (a multimap) */
     uint64_t nl_bytes;
 };
 
@@ -365,21 +284,25 @@ static const char *sym_str(const index_t *ix, uint32_t id)
 
 /* ---- symbols ------------------------------------------------------------------------------- */
 
+typedef struct {
+    const index_t *ix;
+    const char *s;
+    size_t len;
+} sym_key_t;
+
+static bool sym_eq(uint64_t id, const void *ctx)
+{
+    const sym_key_t *k = ctx;
+    const sym_t *e = sym_entry(k->ix, (uint32_t)id);
+    return e->len == k->len && memcmp(e->s, k->s, k->len) == 0;
+}
+
 /* Looks a string up; caller holds sym_lock (either mode). */
 static uint32_t sym_find_locked(const index_t *ix, const char *s, size_t len, uint64_t h)
 {
-    const u64map_t *m = &ix->sym_by_hash;
-    if (!m->cap)
-        return EMPTY32;
-    uint32_t mask = m->cap - 1, i = (uint32_t)mix64(h) & mask;
-    for (; m->t[i].val != EMPTY64; i = (i + 1) & mask) {
-        if (m->t[i].key != h)
-            continue;
-        sym_t *e = sym_entry(ix, (uint32_t)m->t[i].val);
-        if (e->len == len && memcmp(e->s, s, len) == 0)
-            return (uint32_t)m->t[i].val;
-    }
-    return EMPTY32;
+    sym_key_t k = {ix, s, len};
+    const uint64_t *v = hashmap_find(&ix->sym_by_hash, h, sym_eq, &k);
+    return v ? (uint32_t)*v : EMPTY32;
 }
 
 static uint32_t sym_lookup(index_t *ix, const char *s)
@@ -419,7 +342,7 @@ static uint32_t sym_ref_locked(index_t *ix, const char *s)
     }
     sym_t *e = sym_entry(ix, id);
     char *copy = malloc(len + 1);
-    if (!copy || map_put(&ix->sym_by_hash, h, id) < 0) {
+    if (!copy || hashmap_add(&ix->sym_by_hash, h, id) < 0) {
         free(copy);
         e->refs = 0;
         e->len = ix->sym_free;
@@ -430,7 +353,7 @@ static uint32_t sym_ref_locked(index_t *ix, const char *s)
     e->s = copy;
     e->len = (uint32_t)len;
     e->refs = 1;
-    ix->sym_bytes += len + 1 + sizeof(sym_t) + 2 * sizeof(kv_t);
+    ix->sym_bytes += len + 1 + sizeof(sym_t) + 2 * sizeof(hashmap_slot_t);
     return id;
 }
 
@@ -442,8 +365,8 @@ static void sym_unref_locked(index_t *ix, uint32_t id)
         return;
     if (--e->refs > 0)
         return;
-    map_del(&ix->sym_by_hash, XXH3_64bits(e->s, e->len), id);
-    ix->sym_bytes -= e->len + 1 + sizeof(sym_t) + 2 * sizeof(kv_t);
+    hashmap_del_pair(&ix->sym_by_hash, XXH3_64bits(e->s, e->len), id);
+    ix->sym_bytes -= e->len + 1 + sizeof(sym_t) + 2 * sizeof(hashmap_slot_t);
     free(e->s);
     e->s = NULL;
     e->len = ix->sym_free;
@@ -457,28 +380,28 @@ static void sym_unref_locked(index_t *ix, uint32_t id)
 static int names_pair_ref(index_t *ix, uint32_t name, uint32_t value)
 {
     uint64_t key = (uint64_t)name << 32 | value;
-    uint64_t *cnt = map_get(&ix->pair_count, key);
+    uint64_t *cnt = hashmap_get(&ix->pair_count, key);
     if (cnt) {
         (*cnt)++;
         return 0;
     }
-    if (map_put(&ix->pair_count, key, 1) < 0)
+    if (hashmap_put(&ix->pair_count, key, 1) < 0)
         return -1;
     atomic_fetch_add(&ix->pairs_gen, 1);
-    uint64_t *vp = map_get(&ix->names, name);
+    uint64_t *vp = hashmap_get(&ix->names, name);
     values_t *vals = vp ? (values_t *)(uintptr_t)*vp : NULL;
     if (!vals || vals->n == vals->cap) {
         uint32_t nc = vals ? vals->cap * 2 : 4;
         values_t *nv = realloc(vals, sizeof(values_t) + nc * sizeof(uint32_t));
         if (!nv) {
-            map_del(&ix->pair_count, key, 1);
+            hashmap_del(&ix->pair_count, key);
             return -1;
         }
         if (!vals) {
             nv->n = 0;
-            if (map_put(&ix->names, name, (uint64_t)(uintptr_t)nv) < 0) {
+            if (hashmap_put(&ix->names, name, (uint64_t)(uintptr_t)nv) < 0) {
                 free(nv);
-                map_del(&ix->pair_count, key, 1);
+                hashmap_del(&ix->pair_count, key);
                 return -1;
             }
         } else {
@@ -494,13 +417,13 @@ static int names_pair_ref(index_t *ix, uint32_t name, uint32_t value)
 static void names_pair_unref(index_t *ix, uint32_t name, uint32_t value)
 {
     uint64_t key = (uint64_t)name << 32 | value;
-    uint64_t *cnt = map_get(&ix->pair_count, key);
+    uint64_t *cnt = hashmap_get(&ix->pair_count, key);
     if (!cnt)
         return;
     if (--(*cnt) > 0)
         return;
-    map_del(&ix->pair_count, key, 0);
-    uint64_t *vp = map_get(&ix->names, name);
+    hashmap_del(&ix->pair_count, key);
+    uint64_t *vp = hashmap_get(&ix->names, name);
     if (!vp)
         return;
     values_t *vals = (values_t *)(uintptr_t)*vp;
@@ -510,7 +433,7 @@ static void names_pair_unref(index_t *ix, uint32_t name, uint32_t value)
             break;
         }
     if (vals->n == 0) {
-        map_del(&ix->names, name, *vp);
+        hashmap_del(&ix->names, name);
         free(vals);
     }
 }
@@ -524,6 +447,8 @@ index_t *index_new(size_t payload_size, uint64_t max_series)
         return NULL;
     ix->payload_size = (payload_size + 7) & ~(size_t)7;
     ix->max_series = max_series;
+    hashmap_init(&ix->sym_by_hash, NULL, HASHMAP_HASHED_KEYS);
+    hashmap_init(&ix->nl_by_hash, NULL, HASHMAP_HASHED_KEYS);
     ix->sym_free = EMPTY32;
     pthread_rwlock_init(&ix->sym_lock, NULL);
     pthread_rwlock_init(&ix->names_lock, NULL);
@@ -551,10 +476,7 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
         }
         free(sh->slots);
         free(sh->byhash);
-        for (uint32_t j = 0; j < sh->pairs.cap; j++)
-            if (sh->pairs.t[j].val != EMPTY64)
-                free((void *)(uintptr_t)sh->pairs.t[j].val);
-        free(sh->pairs.t);
+        free_values(&sh->pairs);
         pthread_rwlock_destroy(&sh->lock);
     }
     for (uint32_t p = 0; p < SYM_MAX_PAGES; p++) {
@@ -566,16 +488,10 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
                 free(page[k].s);
         free(page);
     }
-    free(ix->sym_by_hash.t);
-    for (uint32_t j = 0; j < ix->names.cap; j++)
-        if (ix->names.t[j].val != EMPTY64)
-            free((void *)(uintptr_t)ix->names.t[j].val);
-    free(ix->names.t);
-    free(ix->pair_count.t);
-    for (uint32_t j = 0; j < ix->nl_by_hash.cap; j++)
-        if (ix->nl_by_hash.t[j].val != EMPTY64)
-            free((void *)(uintptr_t)ix->nl_by_hash.t[j].val);
-    free(ix->nl_by_hash.t);
+    hashmap_free(&ix->sym_by_hash);
+    free_values(&ix->names);
+    hashmap_free(&ix->pair_count);
+    free_values(&ix->nl_by_hash);
     pthread_mutex_destroy(&ix->nl_lock);
     pthread_rwlock_destroy(&ix->sym_lock);
     pthread_rwlock_destroy(&ix->names_lock);
@@ -662,7 +578,7 @@ static index_series_t *shard_find(const index_t *ix, const shard_t *sh, const la
 {
     if (!sh->bh_cap)
         return NULL;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask) {
         index_series_t *s = sh->slots[sh->byhash[i]];
         if (s->hash == hash && series_equal(ix, s, ls))
@@ -695,7 +611,7 @@ static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
 {
     if ((sh->bh_n + 1) * 2 > sh->bh_cap && byhash_grow(sh) < 0)
         return -1;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
     while (sh->byhash[i] != EMPTY32)
         i = (i + 1) & mask;
     sh->byhash[i] = slot;
@@ -705,7 +621,7 @@ static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
 
 static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
 {
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask)
         if (sh->byhash[i] == slot)
             break;
@@ -716,7 +632,7 @@ static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
         j = (j + 1) & mask;
         if (sh->byhash[j] == EMPTY32)
             break;
-        uint32_t k = (uint32_t)mix64(sh->slots[sh->byhash[j]]->hash) & mask;
+        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j]]->hash) & mask;
         bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
         if (!home_between) {
             sh->byhash[i] = sh->byhash[j];
@@ -804,6 +720,12 @@ static void unref_labels(index_t *ix, const uint32_t *syms, size_t nsyms_ok, siz
 
 /* ---- name lists ---------------------------------------------------------------------------- */
 
+static bool namelist_eq(uint64_t v, const void *ctx)
+{
+    const namelist_t *nl = (const namelist_t *)(uintptr_t)v, *cand = ctx;
+    return nl->n == cand->n && memcmp(nl->ids, cand->ids, 4 * (size_t)cand->n) == 0;
+}
+
 /* The shared list for the names at syms[0], syms[2], ... (refcount taken), or NULL on OOM.
  * *existed: the list was there already, so the caller's references on the name symbols are
  * surplus (a new list takes them over). */
@@ -818,21 +740,16 @@ static namelist_t *namelist_acquire(index_t *ix, const uint32_t *syms, size_t n,
     cand->refs = 1;
     cand->hash = XXH3_64bits(cand->ids, 4 * n);
     pthread_mutex_lock(&ix->nl_lock);
-    const u64map_t *m = &ix->nl_by_hash;
-    if (m->cap) {
-        uint32_t mask = m->cap - 1, i = (uint32_t)mix64(cand->hash) & mask;
-        for (; m->t[i].val != EMPTY64; i = (i + 1) & mask) {
-            namelist_t *nl = (namelist_t *)(uintptr_t)m->t[i].val;
-            if (m->t[i].key == cand->hash && nl->n == n && memcmp(nl->ids, cand->ids, 4 * n) == 0) {
-                nl->refs++;
-                pthread_mutex_unlock(&ix->nl_lock);
-                free(cand);
-                *existed = true;
-                return nl;
-            }
-        }
+    const uint64_t *v = hashmap_find(&ix->nl_by_hash, cand->hash, namelist_eq, cand);
+    if (v) {
+        namelist_t *nl = (namelist_t *)(uintptr_t)*v;
+        nl->refs++;
+        pthread_mutex_unlock(&ix->nl_lock);
+        free(cand);
+        *existed = true;
+        return nl;
     }
-    if (map_put(&ix->nl_by_hash, cand->hash, (uint64_t)(uintptr_t)cand) < 0) {
+    if (hashmap_add(&ix->nl_by_hash, cand->hash, (uint64_t)(uintptr_t)cand) < 0) {
         pthread_mutex_unlock(&ix->nl_lock);
         free(cand);
         return NULL;
@@ -850,7 +767,7 @@ static void namelist_release(index_t *ix, const namelist_t *cnl)
     pthread_mutex_lock(&ix->nl_lock);
     bool last = --nl->refs == 0;
     if (last) {
-        map_del(&ix->nl_by_hash, nl->hash, (uint64_t)(uintptr_t)nl);
+        hashmap_del_pair(&ix->nl_by_hash, nl->hash, (uint64_t)(uintptr_t)nl);
         ix->nl_bytes -= sizeof(namelist_t) + 4 * (uint64_t)nl->n;
     }
     pthread_mutex_unlock(&ix->nl_lock);
@@ -869,14 +786,14 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids;
     for (uint16_t i = 0; i < s->nlabels; i++) {
         uint64_t key = (uint64_t)nm[i] << 32 | vals[i];
-        uint64_t *pp = map_get(&sh->pairs, key);
+        uint64_t *pp = hashmap_get(&sh->pairs, key);
         if (!pp)
             continue;
         postings_t *p = (postings_t *)(uintptr_t)*pp;
         postings_remove(p, s->slot);
         if (p->n == 0) {
-            sh->postings_bytes -= sizeof(postings_t) + p->cap * sizeof(uint32_t) + 2 * sizeof(kv_t);
-            map_del(&sh->pairs, key, *pp);
+            sh->postings_bytes -= sizeof(postings_t) + p->cap * sizeof(uint32_t) + 2 * sizeof(hashmap_slot_t);
+            hashmap_del(&sh->pairs, key);
             free(p);
         }
     }
@@ -968,7 +885,7 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
         size_t nposted = 0;
         for (; rc == 0 && nposted < ls->n; nposted++) {
             uint64_t key = (uint64_t)syms[2 * nposted] << 32 | syms[2 * nposted + 1];
-            uint64_t *pp = map_get(&sh->pairs, key);
+            uint64_t *pp = hashmap_get(&sh->pairs, key);
             postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
             uint32_t oldcap = old ? old->cap : 0;
             postings_t *p = postings_add(old, slot);
@@ -978,12 +895,12 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
             }
             if (pp) {
                 *pp = (uint64_t)(uintptr_t)p;
-            } else if (map_put(&sh->pairs, key, (uint64_t)(uintptr_t)p) < 0) {
+            } else if (hashmap_put(&sh->pairs, key, (uint64_t)(uintptr_t)p) < 0) {
                 free(p);
                 rc = -1;
                 break;
             } else {
-                sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(kv_t);
+                sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(hashmap_slot_t);
             }
             sh->postings_bytes += (p->cap - oldcap) * sizeof(uint32_t);
         }
@@ -1001,12 +918,12 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
             /* Roll back: postings added so far, names, symbols, the slot. */
             for (size_t i = 0; i < nposted; i++) {
                 uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
-                uint64_t *pp = map_get(&sh->pairs, key);
+                uint64_t *pp = hashmap_get(&sh->pairs, key);
                 if (pp) {
                     postings_t *p = (postings_t *)(uintptr_t)*pp;
                     postings_remove(p, slot);
                     if (p->n == 0) {
-                        map_del(&sh->pairs, key, *pp);
+                        hashmap_del(&sh->pairs, key);
                         free(p);
                     }
                 }
@@ -1087,7 +1004,7 @@ static int plan_matcher(index_t *ix, const matcher_t *m, plan_t *p)
         }
     } else {
         pthread_rwlock_rdlock(&ix->names_lock);
-        uint64_t *vp = map_get(&ix->names, p->name);
+        uint64_t *vp = hashmap_get(&ix->names, p->name);
         const values_t *vals = vp ? (const values_t *)(uintptr_t)*vp : NULL;
         int rc = 0;
         for (uint32_t i = 0; vals && i < vals->n && rc == 0; i++) {
@@ -1114,7 +1031,7 @@ static int shard_union(const shard_t *sh, const plan_t *p, u32vec_t *out)
 {
     out->n = 0;
     for (size_t i = 0; i < p->values.n; i++) {
-        uint64_t *pp = map_get(&sh->pairs, (uint64_t)p->name << 32 | p->values.v[i]);
+        uint64_t *pp = hashmap_get(&sh->pairs, (uint64_t)p->name << 32 | p->values.v[i]);
         if (!pp)
             continue;
         const postings_t *ps = (const postings_t *)(uintptr_t)*pp;
@@ -1289,8 +1206,9 @@ int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t
     int rc = INDEX_OK;
     /* names_lock keeps every name in the table alive (its pairs hold symbol references). */
     pthread_rwlock_rdlock(&ix->names_lock);
-    for (uint32_t i = 0; i < ix->names.cap && rc == 0; i++)
-        if (ix->names.t[i].val != EMPTY64 && vec_push(&ids, (uint32_t)ix->names.t[i].key) < 0)
+    size_t pos = 0;
+    for (const hashmap_slot_t *e; rc == 0 && (e = hashmap_next(&ix->names, &pos));)
+        if (vec_push(&ids, (uint32_t)e->key) < 0)
             rc = INDEX_ERR_NOMEM;
     if (rc == 0)
         rc = strings_from_syms(ix, &ids, a, names, count);
@@ -1319,7 +1237,7 @@ int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms
     u32vec_t ids = {0};
     int rc = INDEX_OK;
     pthread_rwlock_rdlock(&ix->names_lock);
-    uint64_t *vp = map_get(&ix->names, nid);
+    uint64_t *vp = hashmap_get(&ix->names, nid);
     const values_t *vals = vp ? (const values_t *)(uintptr_t)*vp : NULL;
     for (uint32_t i = 0; vals && i < vals->n && rc == 0; i++)
         if (vec_push(&ids, vals->v[i]) < 0)
@@ -1384,14 +1302,14 @@ uint64_t index_memory_bytes(const index_t *ix)
         shard_t *sh = &m->shards[i];
         pthread_rwlock_rdlock(&sh->lock);
         total += sh->postings_bytes + sh->capslots * sizeof(void *) + sh->bh_cap * sizeof(uint32_t) +
-                 sh->pairs.cap * sizeof(kv_t);
+                 hashmap_bytes(&sh->pairs);
         pthread_rwlock_unlock(&sh->lock);
     }
     pthread_rwlock_rdlock(&m->sym_lock);
     total += m->sym_bytes;
     pthread_rwlock_unlock(&m->sym_lock);
     pthread_mutex_lock(&m->nl_lock);
-    total += m->nl_bytes + m->nl_by_hash.cap * sizeof(kv_t);
+    total += m->nl_bytes + hashmap_bytes(&m->nl_by_hash);
     pthread_mutex_unlock(&m->nl_lock);
     return total;
 }
@@ -1459,17 +1377,16 @@ int index_stats(index_t *ix, size_t top, arena_t *a, index_stats_t *out)
     pthread_rwlock_rdlock(&ix->names_lock);
     /* Looked up under names_lock: a name in the table cannot be freed while it is held. */
     uint32_t metric = sym_lookup(ix, LABEL_METRIC_NAME);
-    for (uint32_t i = 0; i < ix->names.cap; i++) {
-        if (ix->names.t[i].val == EMPTY64)
-            continue;
-        uint32_t name = (uint32_t)ix->names.t[i].key;
-        const values_t *vals = (const values_t *)(uintptr_t)ix->names.t[i].val;
+    size_t pos = 0;
+    for (const hashmap_slot_t *ent; (ent = hashmap_next(&ix->names, &pos));) {
+        uint32_t name = (uint32_t)ent->key;
+        const values_t *vals = (const values_t *)(uintptr_t)ent->val;
         const char *ns = sym_str(ix, name);
         uint64_t bytes = 0;
         for (uint32_t k = 0; k < vals->n; k++) {
             const sym_t *e = sym_entry(ix, vals->v[k]);
             bytes += e->len;
-            uint64_t *cnt = map_get(&ix->pair_count, (uint64_t)name << 32 | vals->v[k]);
+            uint64_t *cnt = hashmap_get(&ix->pair_count, (uint64_t)name << 32 | vals->v[k]);
             uint64_t c = cnt ? *cnt : 0;
             if (name == metric)
                 stat_push(&by_metric, e->s, c);

@@ -51,6 +51,7 @@
 #include <time.h>
 
 #include "internal/util/clock.h"
+#include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 #include "storage/catalog.h"
 #include "storage/querier_tiered.h"
@@ -62,69 +63,6 @@
 #define SNAP_REC_STATE 2
 #define MAX_LABELS_PER_SERIES 256
 #define EXPIRE_BUDGET 4096
-
-/* ---- a u64 -> u64 map (hash -> id, id -> ref index) ---------------------------------------- */
-
-typedef struct {
-    uint64_t *keys, *vals;
-    uint8_t *used;
-    size_t cap, n;
-} idmap_t;
-
-static uint64_t idmap_mix(uint64_t x)
-{
-    x ^= x >> 31;
-    x *= 0x7fb5d329728ea185ULL;
-    x ^= x >> 27;
-    return x;
-}
-
-static int idmap_put(idmap_t *m, uint64_t k, uint64_t v)
-{
-    if ((m->n + 1) * 2 > m->cap) {
-        size_t nc = m->cap ? m->cap * 2 : 1024;
-        idmap_t nm = {calloc(nc, 8), calloc(nc, 8), calloc(nc, 1), nc, 0};
-        if (!nm.keys || !nm.vals || !nm.used) {
-            free(nm.keys), free(nm.vals), free(nm.used);
-            return -1;
-        }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->used[i])
-                idmap_put(&nm, m->keys[i], m->vals[i]);
-        free(m->keys), free(m->vals), free(m->used);
-        *m = nm;
-    }
-    size_t i = idmap_mix(k) & (m->cap - 1);
-    while (m->used[i] && m->keys[i] != k)
-        i = (i + 1) & (m->cap - 1);
-    if (!m->used[i])
-        m->n++;
-    m->used[i] = 1;
-    m->keys[i] = k;
-    m->vals[i] = v;
-    return 0;
-}
-
-static bool idmap_get(const idmap_t *m, uint64_t k, uint64_t *v)
-{
-    if (!m->cap)
-        return false;
-    size_t i = idmap_mix(k) & (m->cap - 1);
-    while (m->used[i]) {
-        if (m->keys[i] == k) {
-            *v = m->vals[i];
-            return true;
-        }
-        i = (i + 1) & (m->cap - 1);
-    }
-    return false;
-}
-
-static void idmap_free(idmap_t *m)
-{
-    free(m->keys), free(m->vals), free(m->used);
-    memset(m, 0, sizeof(*m));
-}
 
 /* ---- the store ----------------------------------------------------------------------------- */
 
@@ -141,7 +79,7 @@ struct storage {
 
     pthread_rwlock_t ckpt;
     pthread_mutex_t known_lock;
-    idmap_t known; /* labels hash -> series id */
+    hashmap_t known; /* labels hash -> series id */
 
     pthread_mutex_t snap_lock; /* one snapshot at a time */
     int64_t last_snapshot_ms;
@@ -223,6 +161,7 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
     atomic_init(&s->next_id, 1);
     pthread_rwlock_init(&s->ckpt, NULL);
     pthread_mutex_init(&s->known_lock, NULL);
+    hashmap_init(&s->known, NULL, HASHMAP_HASHED_KEYS);
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
@@ -233,12 +172,21 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
 
 typedef struct {
     storage_t *s;
-    idmap_t refs; /* series id -> index into refv */
+    hashmap_t refs; /* series id -> index into refv */
     index_ref_t *refv;
     size_t nref, capref;
     uint64_t restored, replay_errors, from_catalog;
     uint64_t catalog_misses_left;
 } recover_t;
+
+/* The value stored under k into *v; false if k is absent. */
+static bool map_lookup(const hashmap_t *m, uint64_t k, uint64_t *v)
+{
+    const uint64_t *p = hashmap_get(m, k);
+    if (p)
+        *v = *p;
+    return p != NULL;
+}
 
 static int remember_ref(recover_t *r, uint64_t id, index_ref_t ref)
 {
@@ -251,20 +199,20 @@ static int remember_ref(recover_t *r, uint64_t id, index_ref_t ref)
         r->capref = nc;
     }
     r->refv[r->nref] = ref;
-    return idmap_put(&r->refs, id, r->nref++);
+    return hashmap_put(&r->refs, id, r->nref++);
 }
 
 static void known_put(storage_t *s, uint64_t hash, uint64_t id)
 {
     pthread_mutex_lock(&s->known_lock);
-    (void)idmap_put(&s->known, hash, id); /* OOM: the id may change on return; not fatal */
+    (void)hashmap_put(&s->known, hash, id); /* OOM: the id may change on return; not fatal */
     pthread_mutex_unlock(&s->known_lock);
 }
 
 static int catalog_cb(void *ud, uint64_t id, const labels_t *ls, int64_t first_t, int64_t last_t)
 {
     storage_t *s = ud;
-    (void)idmap_put(&s->known, labels_hash(ls), id);
+    (void)hashmap_put(&s->known, labels_hash(ls), id);
     return 0;
 }
 
@@ -343,7 +291,7 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
     uint64_t hash = labels_hash(&st.labels);
     if (head_get_or_create(rc->s->head, &st.labels, hash, st.id, &ref, &created) == HEAD_OK)
         remember_ref(rc, ref.id, ref);
-    (void)idmap_put(&rc->s->known, hash, st.id);
+    (void)hashmap_put(&rc->s->known, hash, st.id);
     rc->restored++;
     return 0;
 }
@@ -413,7 +361,7 @@ static int replay_series(void *ud, uint64_t id, const labels_t *ls)
         rc->replay_errors++;
         return 0;
     }
-    (void)idmap_put(&rc->s->known, hash, ref.id);
+    (void)hashmap_put(&rc->s->known, hash, ref.id);
     /* The WAL may name the same labels under the id the head already has; map both ids. */
     remember_ref(rc, id, ref);
     return 0;
@@ -430,7 +378,7 @@ static bool replay_series_from_catalog(recover_t *rc, uint64_t id, uint64_t *k)
     bool ok = a && catalog_get_labels(rc->s->cat, id, a, &ls) == 0;
     if (ok) {
         replay_series(rc, id, &ls);
-        ok = idmap_get(&rc->refs, id, k);
+        ok = map_lookup(&rc->refs, id, k);
         rc->from_catalog += ok;
     } else {
         rc->catalog_misses_left--; /* bound the lookups when the catalog lacks many ids */
@@ -445,7 +393,7 @@ static int replay_samples(void *ud, const wal_sample_t *v, size_t n)
     storage_t *s = rc->s;
     for (size_t i = 0; i < n; i++) {
         uint64_t k;
-        if (!idmap_get(&rc->refs, v[i].series_id, &k) && !replay_series_from_catalog(rc, v[i].series_id, &k)) {
+        if (!map_lookup(&rc->refs, v[i].series_id, &k) && !replay_series_from_catalog(rc, v[i].series_id, &k)) {
             rc->replay_errors++;
             continue;
         }
@@ -562,7 +510,7 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples, .on_blob = replay_blob};
     wal_replay_stats_t ws;
     int wrc = wal_replay(s->wal_dir, (uint32_t)seg, &cb, &rc, &ws, err, errlen);
-    idmap_free(&rc.refs);
+    hashmap_free(&rc.refs);
     free(rc.refv);
     if (wrc != WAL_OK)
         return STORAGE_ERR_IO;
@@ -792,7 +740,7 @@ void storage_close(storage_t *s)
     if (s->cat)
         catalog_close(s->cat);
     head_free(s->head);
-    idmap_free(&s->known);
+    hashmap_free(&s->known);
     pthread_rwlock_destroy(&s->ckpt);
     pthread_mutex_destroy(&s->known_lock);
     pthread_mutex_destroy(&s->snap_lock);
@@ -818,38 +766,6 @@ static int fail(storage_append_result_t *res, size_t i, int code, const char *fm
             snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "}");
     }
     return code;
-}
-
-/* Set of label hashes for the per-request distinct series count (sized for n keys up front, so
- * adding never fails; 0 is the empty slot, a zero hash is stored as 1). */
-typedef struct {
-    uint64_t *v;
-    size_t cap, n;
-} hashset_t;
-
-static int hashset_init(hashset_t *h, size_t n)
-{
-    h->cap = 16;
-    while (h->cap < 2 * n)
-        h->cap *= 2;
-    h->v = calloc(h->cap, sizeof(uint64_t));
-    h->n = 0;
-    return h->v ? 0 : -1;
-}
-
-/* True if k was new. */
-static bool hashset_add(hashset_t *h, uint64_t k)
-{
-    k = k ? k : 1;
-    size_t i = idmap_mix(k) & (h->cap - 1);
-    while (h->v[i]) {
-        if (h->v[i] == k)
-            return false;
-        i = (i + 1) & (h->cap - 1);
-    }
-    h->v[i] = k;
-    h->n++;
-    return true;
 }
 
 /* Sorted copy without empty values into out (capacity MAX_LABELS_PER_SERIES); -1 if invalid. */
@@ -945,7 +861,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     wal_series_t *wser = NULL;
     size_t nwser = 0, capwser = 0, nws = 0;
     arena_t *a = arena_create(0);
-    hashset_t seen = {0};
+    hashmap_t seen = HASHMAP_INIT_HASHED; /* label hashes of the distinct series (a set) */
     int rc = STORAGE_OK;
     if (!refs || !ok || !ws || !a) {
         rc = STORAGE_ERR_NOMEM;
@@ -954,7 +870,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     }
     label_t lbuf[MAX_LABELS_PER_SERIES];
     bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
-    if (s->o.max_series_per_request && hashset_init(&seen, n) < 0) {
+    if (s->o.max_series_per_request && hashmap_reserve(&seen, n) < 0) { /* adding cannot fail */
         rc = STORAGE_ERR_NOMEM;
         snprintf(res->msg, sizeof(res->msg), "out of memory");
         goto out;
@@ -988,7 +904,8 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
             continue;
         }
         uint64_t hash = labels_hash(&ls);
-        if (s->o.max_series_per_request && hashset_add(&seen, hash) && seen.n > s->o.max_series_per_request) {
+        if (s->o.max_series_per_request && hashmap_put(&seen, hash, 0) == 0 &&
+            hashmap_count(&seen) > s->o.max_series_per_request) {
             pthread_rwlock_unlock(&s->ckpt);
             atomic_fetch_add(&s->rejected_limit, 1);
             memset(res, 0, sizeof(*res));
@@ -1010,7 +927,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         } else {
             uint64_t id;
             pthread_mutex_lock(&s->known_lock);
-            known = idmap_get(&s->known, hash, &id);
+            known = map_lookup(&s->known, hash, &id);
             pthread_mutex_unlock(&s->known_lock);
             if (!known)
                 id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
@@ -1113,7 +1030,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     }
     rc = res->failed ? res->first_error : STORAGE_OK;
 out:
-    free(seen.v);
+    hashmap_free(&seen);
     free(refs);
     free(ok);
     free(ws);

@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "internal/util/utf8.h"
+#include "internal/util/hashmap.h"
 
 /* ------------------------------------------------------------------ content type, type names */
 
@@ -463,27 +464,12 @@ void expfmt__go_quote_rune(char *out, size_t outlen, unsigned char c)
 
 /* ------------------------------------------------------------------------ duplicates */
 
-typedef struct {
-    uint64_t hash;
-    uint32_t fam, idx; /* idx + 1; 0 = empty slot */
-} dup_slot_t;
-
 static bool ignored(const char *name, const char *const *ignore, size_t nignore)
 {
     for (size_t i = 0; i < nignore; i++)
         if (strcmp(name, ignore[i]) == 0)
             return true;
     return false;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= UINT64_C(0xff51afd7ed558ccd);
-    x ^= x >> 33;
-    x *= UINT64_C(0xc4ceb9fe1a85ec53);
-    x ^= x >> 33;
-    return x;
 }
 
 /* Order-insensitive: the sum of per-label hashes. Collisions are settled by same_series. */
@@ -496,7 +482,7 @@ static uint64_t series_hash(const expfmt_sample_t *s, const char *const *ignore,
             continue;
         uint64_t ln = XXH3_64bits(l->name, strlen(l->name));
         uint64_t lv = XXH3_64bits_withSeed(l->value, strlen(l->value), ln);
-        h += mix64(lv ^ ln);
+        h += hash_mix64(lv ^ ln);
     }
     return h;
 }
@@ -529,64 +515,68 @@ static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b,
     return true;
 }
 
+typedef struct {
+    const expfmt_result_t *r;
+    const expfmt_sample_t *s;
+    const char *const *ignore;
+    size_t nignore;
+} dup_key_t;
+
+/* v: (family << 32 | sample index) of an earlier sample. */
+static bool dup_eq(uint64_t v, const void *ctx)
+{
+    const dup_key_t *k = ctx;
+    const expfmt_sample_t *o = &k->r->families[v >> 32].samples[(uint32_t)v];
+    return same_series(o, k->s, k->ignore, k->nignore);
+}
+
 int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore,
                             arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err,
                             size_t errlen)
 {
     if (r->nsamples == 0)
         return 0;
-    size_t cap = 16;
-    while (cap < r->nsamples * 2)
-        cap <<= 1;
-    dup_slot_t *tab = arena_try_alloc(a, cap * sizeof(*tab));
-    if (!tab) {
+    /* series hash -> (family << 32 | sample index), for every sample seen so far */
+    hashmap_t seen;
+    hashmap_init(&seen, a, HASHMAP_HASHED_KEYS);
+    if (hashmap_reserve(&seen, r->nsamples) < 0) {
         if (errlen)
             snprintf(err, errlen, "out of memory checking for duplicate samples");
         return EXPFMT_ENOMEM;
     }
-    memset(tab, 0, cap * sizeof(*tab));
     for (size_t f = 0; f < r->nfamilies; f++) {
         const expfmt_family_t *F = &r->families[f];
         for (size_t i = 0; i < F->nsamples; i++) {
             const expfmt_sample_t *s = &F->samples[i];
             uint64_t h = series_hash(s, ignore, nignore);
-            size_t pos = (size_t)h & (cap - 1);
-            for (;; pos = (pos + 1) & (cap - 1)) {
-                dup_slot_t *sl = &tab[pos];
-                if (!sl->idx) {
-                    sl->hash = h;
-                    sl->fam = (uint32_t)f;
-                    sl->idx = (uint32_t)i + 1;
-                    break;
-                }
-                if (sl->hash != h)
-                    continue;
-                const expfmt_sample_t *o = &r->families[sl->fam].samples[sl->idx - 1];
-                if (!same_series(o, s, ignore, nignore))
-                    continue;
-                /* Only same-family duplicates can be reported as (fam, s1, s2); a cross-family
-                 * one reports the later family and both indices refer to their own family. */
-                if (fam)
-                    *fam = f;
-                if (s1)
-                    *s1 = sl->idx - 1;
-                if (s2)
-                    *s2 = i;
-                if (errlen) {
-                    char q[256];
-                    expfmt_go_quote(q, sizeof(q), s->name, strlen(s->name));
-                    size_t off = (size_t)snprintf(err, errlen, "collected metric %s {", q);
-                    for (uint32_t k = 0; k < s->nlabels && off < errlen; k++) {
-                        expfmt_go_quote(q, sizeof(q), s->labels[k].value, strlen(s->labels[k].value));
-                        off += (size_t)snprintf(err + off, errlen - off, "%s%s=%s", k ? "," : "",
-                                                s->labels[k].name, q);
-                    }
-                    if (off < errlen)
-                        snprintf(err + off, errlen - off,
-                                 "} was collected before with the same name and label values");
-                }
-                return 1;
+            dup_key_t k = {r, s, ignore, nignore};
+            const uint64_t *v = hashmap_find(&seen, h, dup_eq, &k);
+            if (!v) {
+                (void)hashmap_add(&seen, h, (uint64_t)f << 32 | (uint32_t)i); /* reserved: cannot fail */
+                continue;
             }
+            /* Only same-family duplicates can be reported as (fam, s1, s2); a cross-family
+             * one reports the later family and both indices refer to their own family. */
+            if (fam)
+                *fam = f;
+            if (s1)
+                *s1 = (uint32_t)*v;
+            if (s2)
+                *s2 = i;
+            if (errlen) {
+                char q[256];
+                expfmt_go_quote(q, sizeof(q), s->name, strlen(s->name));
+                size_t off = (size_t)snprintf(err, errlen, "collected metric %s {", q);
+                for (uint32_t k = 0; k < s->nlabels && off < errlen; k++) {
+                    expfmt_go_quote(q, sizeof(q), s->labels[k].value, strlen(s->labels[k].value));
+                    off += (size_t)snprintf(err + off, errlen - off, "%s%s=%s", k ? "," : "",
+                                            s->labels[k].name, q);
+                }
+                if (off < errlen)
+                    snprintf(err + off, errlen - off,
+                             "} was collected before with the same name and label values");
+            }
+            return 1;
         }
     }
     return 0;

@@ -63,6 +63,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/utf8.h"
+#include "internal/util/hashmap.h"
 
 #define DEF_MAX_LABELS 256
 #define DEF_MAX_NAME 1024
@@ -96,8 +97,7 @@ typedef struct {
 
     tfam_t *fams;
     size_t nfams, capfams;
-    uint32_t *ht; /* family index + 1, open addressing */
-    size_t htcap;
+    hashmap_t fam_by_hash; /* XXH3(name) -> family index (a multimap, in the arena) */
     size_t cur; /* last family used + 1 (0 = none): most lines belong to the previous family */
 
     expfmt_sample_t *smp;
@@ -196,23 +196,17 @@ static char *skip_blank(char *p, const char *e)
 
 /* ------------------------------------------------------------------------ families */
 
-static int fam_grow_table(tp_t *tp)
+typedef struct {
+    const tp_t *tp;
+    const char *name;
+    size_t len;
+} fam_key_t;
+
+static bool fam_eq(uint64_t i, const void *ctx)
 {
-    size_t ncap = tp->htcap ? tp->htcap * 2 : 64;
-    uint32_t *nt = arena_try_alloc(tp->a, ncap * sizeof(*nt));
-    if (!nt)
-        return -1;
-    memset(nt, 0, ncap * sizeof(*nt));
-    for (size_t i = 0; i < tp->nfams; i++) {
-        uint64_t h = XXH3_64bits(tp->fams[i].name, tp->fams[i].namelen);
-        size_t pos = (size_t)h & (ncap - 1);
-        while (nt[pos])
-            pos = (pos + 1) & (ncap - 1);
-        nt[pos] = (uint32_t)i + 1;
-    }
-    tp->ht = nt;
-    tp->htcap = ncap;
-    return 0;
+    const fam_key_t *k = ctx;
+    const tfam_t *f = &k->tp->fams[i];
+    return f->namelen == k->len && memcmp(f->name, k->name, k->len) == 0;
 }
 
 /* Family index + 1 of the exact name, or 0. */
@@ -223,17 +217,9 @@ static size_t fam_lookup(tp_t *tp, const char *name, size_t len)
         if (f->namelen == len && memcmp(f->name, name, len) == 0)
             return tp->cur;
     }
-    if (!tp->htcap)
-        return 0;
-    uint64_t h = XXH3_64bits(name, len);
-    for (size_t pos = (size_t)h & (tp->htcap - 1);; pos = (pos + 1) & (tp->htcap - 1)) {
-        uint32_t v = tp->ht[pos];
-        if (!v)
-            return 0;
-        tfam_t *f = &tp->fams[v - 1];
-        if (f->namelen == len && memcmp(f->name, name, len) == 0)
-            return v;
-    }
+    fam_key_t k = {tp, name, len};
+    const uint64_t *v = hashmap_find(&tp->fam_by_hash, XXH3_64bits(name, len), fam_eq, &k);
+    return v ? (size_t)*v + 1 : 0;
 }
 
 /* `name` must stay valid (it points into the body or the arena). Returns index + 1 or 0. */
@@ -249,18 +235,13 @@ static size_t fam_create(tp_t *tp, const char *name, size_t len)
         tp->fams = nf;
         tp->capfams = ncap;
     }
-    if ((tp->nfams + 1) * 2 > tp->htcap && fam_grow_table(tp) < 0)
+    if (hashmap_add(&tp->fam_by_hash, XXH3_64bits(name, len), tp->nfams) < 0)
         return 0;
     tfam_t *f = &tp->fams[tp->nfams];
     memset(f, 0, sizeof(*f));
     f->name = name;
     f->namelen = len;
     f->type = tp->om ? EXPFMT_UNKNOWN : EXPFMT_UNTYPED;
-    uint64_t h = XXH3_64bits(name, len);
-    size_t pos = (size_t)h & (tp->htcap - 1);
-    while (tp->ht[pos])
-        pos = (pos + 1) & (tp->htcap - 1);
-    tp->ht[pos] = (uint32_t)tp->nfams + 1;
     return ++tp->nfams;
 }
 
@@ -1200,6 +1181,7 @@ int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_lim
     tp.end = body + len;
     tp.om = openmetrics;
     tp.a = a;
+    hashmap_init(&tp.fam_by_hash, a, HASHMAP_HASHED_KEYS);
     tp.err = err;
     tp.errlen = errlen;
     tp.max_samples = lim && lim->max_samples ? lim->max_samples : SIZE_MAX;

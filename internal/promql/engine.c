@@ -22,6 +22,7 @@
 
 #include "internal/promql/engine_int.h"
 #include "internal/util/clock.h"
+#include "internal/util/hashmap.h"
 
 #define DEFAULT_LOOKBACK_MS (5 * 60 * 1000)
 #define DEFAULT_MAX_SAMPLES 50000000
@@ -185,78 +186,39 @@ labels_t pq_labels_keep(pq_ctx_t *c, labels_t ls, const char *const *names, size
 }
 
 /* Open-addressing set/map keyed by 64-bit hashes (values: int). */
-typedef struct {
-    uint64_t *keys;
-    int *vals;
-    unsigned char *used;
-    size_t cap, n;
-} hmap_t;
-
-static void hmap_init(pq_ctx_t *c, hmap_t *m, size_t expect)
+/* Label-set hash -> index tables of one evaluation: util/hashmap in the step arena. Running out
+ * of it aborts, as every arena_alloc of the engine does. */
+static void hmap_oom(void)
 {
-    size_t cap = 16;
-    while (cap < expect * 2 + 1)
-        cap *= 2;
-    m->keys = arena_alloc(c->sa, cap * sizeof(uint64_t));
-    m->vals = arena_alloc(c->sa, cap * sizeof(int));
-    m->used = arena_calloc(c->sa, cap, 1);
-    m->cap = cap;
-    m->n = 0;
+    fputs("sluice: arena allocation failed (promql hash table)\n", stderr);
+    abort();
 }
 
-static int *hmap_find(hmap_t *m, uint64_t k)
+static void hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
 {
-    size_t i = (size_t)(k * 0x9E3779B97F4A7C15ULL) & (m->cap - 1);
-    while (m->used[i]) {
-        if (m->keys[i] == k)
-            return &m->vals[i];
-        i = (i + 1) & (m->cap - 1);
-    }
-    return NULL;
+    hashmap_init(m, c->sa, HASHMAP_HASHED_KEYS);
+    if (hashmap_reserve(m, expect) < 0)
+        hmap_oom();
 }
 
-static void hmap_grow(pq_ctx_t *c, hmap_t *m);
-
-static int *hmap_put(pq_ctx_t *c, hmap_t *m, uint64_t k, int v, bool *existed)
+/* Key's value, inserting v if absent (*existed says which). */
+static uint64_t *hmap_put(pq_ctx_t *c, hashmap_t *m, uint64_t k, uint64_t v, bool *existed)
 {
-    if ((m->n + 1) * 2 > m->cap)
-        hmap_grow(c, m);
-    size_t i = (size_t)(k * 0x9E3779B97F4A7C15ULL) & (m->cap - 1);
-    while (m->used[i]) {
-        if (m->keys[i] == k) {
-            if (existed)
-                *existed = true;
-            return &m->vals[i];
-        }
-        i = (i + 1) & (m->cap - 1);
-    }
-    m->used[i] = 1;
-    m->keys[i] = k;
-    m->vals[i] = v;
-    m->n++;
-    if (existed)
-        *existed = false;
-    return &m->vals[i];
-}
-
-static void hmap_grow(pq_ctx_t *c, hmap_t *m)
-{
-    hmap_t old = *m;
-    hmap_init(c, m, old.cap);
-    for (size_t i = 0; i < old.cap; i++)
-        if (old.used[i])
-            hmap_put(c, m, old.keys[i], old.vals[i], NULL);
+    uint64_t *p = hashmap_upsert(m, k, v, existed);
+    if (!p)
+        hmap_oom();
+    return p;
 }
 
 bool pq_vec_has_dup_labelsets(pq_ctx_t *c, const pq_vec_t *v)
 {
     if (v->n < 2)
         return false;
-    hmap_t m;
+    hashmap_t m;
     hmap_init(c, &m, v->n);
     for (size_t i = 0; i < v->n; i++) {
         bool ex;
-        hmap_put(c, &m, labels_hash(&v->v[i].metric), (int)i, &ex);
+        hmap_put(c, &m, labels_hash(&v->v[i].metric), i, &ex);
         if (ex)
             return true;
     }
@@ -525,7 +487,7 @@ typedef struct {
 typedef struct {
     acc_series_t *s;
     size_t n, cap;
-    hmap_t idx;
+    hashmap_t idx;
 } acc_t;
 
 static void acc_init(pq_ctx_t *c, acc_t *a) { memset(a, 0, sizeof(*a)); hmap_init(c, &a->idx, 16); }
@@ -547,7 +509,7 @@ static void acc_push(arena_t *ar, acc_series_t *s, int64_t t, double v)
 static int acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, double v, bool copy_labels)
 {
     bool ex;
-    int *slot = hmap_put(c, &a->idx, labels_hash(&m), (int)a->n, &ex);
+    uint64_t *slot = hmap_put(c, &a->idx, labels_hash(&m), a->n, &ex);
     acc_series_t *s;
     if (!ex) {
         if (a->n == a->cap) {
@@ -828,11 +790,11 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
         lhs = rhs;
         rhs = tmp;
     }
-    hmap_t right;
+    hashmap_t right;
     hmap_init(c, &right, rhs->n);
     for (size_t i = 0; i < rhs->n; i++) {
         bool ex;
-        int *slot = hmap_put(c, &right, signature(c, rhs->v[i].metric, on, names), (int)i, &ex);
+        uint64_t *slot = hmap_put(c, &right, signature(c, rhs->v[i].metric, on, names), i, &ex);
         if (ex) {
             const char *side = card == PROMQL_CARD_ONE_TO_MANY ? "left" : "right";
             labels_t ml = on ? pq_labels_keep(c, rhs->v[i].metric, names->names, names->n)
@@ -844,12 +806,12 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
                       labels_str(c, rhs->v[*slot].metric));
         }
     }
-    hmap_t matched;
+    hashmap_t matched;
     hmap_init(c, &matched, lhs->n);
     for (size_t i = 0; i < lhs->n; i++) {
         const promql_sample_t *ls = &lhs->v[i];
         uint64_t sig = signature(c, ls->metric, on, names);
-        int *ri = hmap_find(&right, sig);
+        uint64_t *ri = hashmap_get(&right, sig);
         if (!ri)
             continue;
         const promql_sample_t *rs = &rhs->v[*ri];
@@ -889,14 +851,14 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
 {
     bool on = e->u.bin.on;
     const promql_strlist_t *names = &e->u.bin.labels;
-    hmap_t set;
+    hashmap_t set;
     switch (e->u.bin.op) {
     case PROMQL_OP_AND:
         hmap_init(c, &set, rhs->n);
         for (size_t i = 0; i < rhs->n; i++)
             hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
         for (size_t i = 0; i < lhs->n; i++)
-            if (hmap_find(&set, signature(c, lhs->v[i].metric, on, names)))
+            if (hashmap_has(&set, signature(c, lhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         break;
     case PROMQL_OP_OR:
@@ -906,7 +868,7 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
             pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         }
         for (size_t i = 0; i < rhs->n; i++)
-            if (!hmap_find(&set, signature(c, rhs->v[i].metric, on, names)))
+            if (!hashmap_has(&set, signature(c, rhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, rhs->v[i].metric, rhs->v[i].t, rhs->v[i].v);
         break;
     case PROMQL_OP_UNLESS:
@@ -914,7 +876,7 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
         for (size_t i = 0; i < rhs->n; i++)
             hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
         for (size_t i = 0; i < lhs->n; i++)
-            if (!hmap_find(&set, signature(c, lhs->v[i].metric, on, names)))
+            if (!hashmap_has(&set, signature(c, lhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         break;
     default:
