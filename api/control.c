@@ -1282,13 +1282,13 @@ fail:
     return NULL;
 }
 
-void api_control_register_routes(api_control_t *ctl)
+void api_control_register_routes(api_control_t *ctl, api_server_t *srv)
 {
     assert(ctl && ctl->store);
-    api_route_add(API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, ctl);
-    api_route_add(API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, ctl);
-    api_route_add(API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, ctl);
-    api_route_add(API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, ctl);
+    api_route_add(srv, API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, ctl);
+    api_route_add(srv, API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, ctl);
+    api_route_add(srv, API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, ctl);
+    api_route_add(srv, API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, ctl);
     metrics_register("control", ctl_metrics, ctl);
     if (ctl->srv)
         api_server_on_shutdown(ctl->srv, ctl_on_shutdown, ctl);

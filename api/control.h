@@ -30,7 +30,7 @@ typedef struct api_control api_control_t;
 api_control_t *api_control_new(const api_control_options_t *opt, char *err, size_t errlen);
 /* Registers the routes, the metrics collector and the server's shutdown hook, each with ctl as
  * its ud: free ctl only after the server is destroyed. */
-void api_control_register_routes(api_control_t *ctl);
+void api_control_register_routes(api_control_t *ctl, api_server_t *srv);
 /* After api_server_stop: stops the control thread and closes the store. Idempotent; NULL is
  * fine. */
 void api_control_shutdown(api_control_t *ctl);

@@ -721,10 +721,10 @@ api_flow_t *api_flow_new(const api_flow_options_t *opt)
     return f;
 }
 
-void api_flow_register_routes(api_flow_t *f)
+void api_flow_register_routes(api_flow_t *f, api_server_t *srv)
 {
-    api_route_add(API_GET, "/api/v1/flow", "flow", flow_h_get, f);
-    api_route_add(API_GET, "/api/v1/flow/stream", "flow_stream", flow_h_stream, f);
+    api_route_add(srv, API_GET, "/api/v1/flow", "flow", flow_h_get, f);
+    api_route_add(srv, API_GET, "/api/v1/flow/stream", "flow_stream", flow_h_stream, f);
     if (f->opt.srv)
         api_server_on_shutdown(f->opt.srv, flow_on_shutdown, f);
 }

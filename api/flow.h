@@ -88,7 +88,7 @@ typedef struct api_flow api_flow_t;
 
 /* NULL on OOM. Register routes before the server starts. */
 api_flow_t *api_flow_new(const api_flow_options_t *opt);
-void api_flow_register_routes(api_flow_t *f);
+void api_flow_register_routes(api_flow_t *f, api_server_t *srv);
 /* After api_server_stop (streams were ended by the shutdown hook). f may be NULL. */
 void api_flow_free(api_flow_t *f);
 

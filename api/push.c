@@ -561,14 +561,14 @@ api_push_t *api_push_new(const api_push_options_t *opt)
 
 push_registry_t *api_push_registry(api_push_t *p) { return p->reg; }
 
-void api_push_register_routes(api_push_t *p)
+void api_push_register_routes(api_push_t *p, api_server_t *srv)
 {
-    api_route_add(API_PUT | API_POST | API_DELETE, "/metrics/job/*", "push", push_handler, p);
-    api_route_add(API_PUT | API_POST | API_DELETE, "/metrics/job@base64/*", "push", push_handler, p);
-    api_route_add(API_GET, "/api/v1/metrics", "push_metrics", push_api_metrics, p);
-    api_route_add(API_GET, "/api/v1/status", "push_status", push_api_status, p);
+    api_route_add(srv, API_PUT | API_POST | API_DELETE, "/metrics/job/*", "push", push_handler, p);
+    api_route_add(srv, API_PUT | API_POST | API_DELETE, "/metrics/job@base64/*", "push", push_handler, p);
+    api_route_add(srv, API_GET, "/api/v1/metrics", "push_metrics", push_api_metrics, p);
+    api_route_add(srv, API_GET, "/api/v1/status", "push_status", push_api_status, p);
     if (p->opt.enable_admin_api)
-        api_route_add(API_PUT, "/api/v1/admin/wipe", "push_wipe", push_api_wipe, p);
+        api_route_add(srv, API_PUT, "/api/v1/admin/wipe", "push_wipe", push_api_wipe, p);
     metrics_register_pushed("push_groups", push_collect_text, p);
     metrics_register("push_self", push_collect_self, p);
 }

@@ -12,6 +12,7 @@
 #include "internal/expfmt/family.h"
 #include "internal/push/registry.h"
 #include "storage/storage.h"
+#include "api/server.h"
 
 typedef struct {
     storage_t *storage;          /* may be NULL (tests): nothing is stored */
@@ -31,7 +32,7 @@ typedef struct api_push api_push_t;
 api_push_t *api_push_new(const api_push_options_t *opt);
 /* Routes and the /metrics collectors (call before the server starts, before other collectors so
  * pushed groups come first in /metrics). */
-void api_push_register_routes(api_push_t *p);
+void api_push_register_routes(api_push_t *p, api_server_t *srv);
 /* Starts the expiry thread (once storage is recovered). */
 int api_push_start(api_push_t *p);
 /* Runs one expiry pass now (tests, and the thread). */

@@ -1117,15 +1117,15 @@ static void h_config(api_req_t *req, void *ud)
     buf_free(&data);
 }
 
-void api_query_register_routes(api_query_t *q)
+void api_query_register_routes(api_query_t *q, api_server_t *srv)
 {
-    api_route_add(API_GET | API_POST, "/api/v1/query", "query", h_query, q);
-    api_route_add(API_GET | API_POST, "/api/v1/query_range", "query_range", h_query_range, q);
-    api_route_add(API_GET | API_POST, "/api/v1/series", "series", h_series, q);
-    api_route_add(API_GET | API_POST, "/api/v1/labels", "labels", h_labels, q);
-    api_route_add(API_GET, "/api/v1/label/*", "label_values", h_label_values, q);
-    api_route_add(API_GET | API_POST, "/api/v1/query_exemplars", "query_exemplars", h_query_exemplars, q);
-    api_route_add(API_GET | API_POST, "/api/v1/format_query", "format_query", h_format_query, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/query", "query", h_query, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/query_range", "query_range", h_query_range, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/series", "series", h_series, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/labels", "labels", h_labels, q);
+    api_route_add(srv, API_GET, "/api/v1/label/*", "label_values", h_label_values, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/query_exemplars", "query_exemplars", h_query_exemplars, q);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/format_query", "format_query", h_format_query, q);
     /* /api/v1/rules and /api/v1/alerts are api/rules.c's */
-    api_route_add(API_GET, "/api/v1/status/config", "config", h_config, q);
+    api_route_add(srv, API_GET, "/api/v1/status/config", "config", h_config, q);
 }

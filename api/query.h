@@ -40,7 +40,7 @@ typedef struct api_query api_query_t;
  * api_server_start. NULL on failure (message in err). */
 api_query_t *api_query_new(const api_query_options_t *o, char *err, size_t errlen);
 /* Registers the routes listed above. */
-void api_query_register_routes(api_query_t *q);
+void api_query_register_routes(api_query_t *q, api_server_t *srv);
 /* Stops and joins the pool; call after api_server_stop (no request may still be queued). q may
  * be NULL. */
 void api_query_free(api_query_t *q);

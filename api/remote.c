@@ -1271,11 +1271,11 @@ api_remote_t *api_remote_new(const api_remote_options_t *opt)
     return r;
 }
 
-void api_remote_register_routes(api_remote_t *r)
+void api_remote_register_routes(api_remote_t *r, api_server_t *srv)
 {
-    api_route_add(API_POST, "/api/v1/write", "remote_write", remote_h_write, r);
-    api_route_add(API_POST, "/api/v1/read", "remote_read", remote_h_read, r);
-    api_route_add(API_GET, "/api/v1/metadata", "metadata", remote_h_metadata, r);
+    api_route_add(srv, API_POST, "/api/v1/write", "remote_write", remote_h_write, r);
+    api_route_add(srv, API_POST, "/api/v1/read", "remote_read", remote_h_read, r);
+    api_route_add(srv, API_GET, "/api/v1/metadata", "metadata", remote_h_metadata, r);
     metrics_register("remote", remote_metrics, r);
 }
 

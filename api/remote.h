@@ -17,6 +17,7 @@
 
 #include "internal/util/arena.h"
 #include "storage/storage.h"
+#include "api/server.h"
 
 typedef struct {
     storage_t *storage;            /* required for the routes (may be NULL for decoder tests) */
@@ -31,7 +32,7 @@ typedef struct api_remote api_remote_t;
 /* NULL on OOM. The options are copied. */
 api_remote_t *api_remote_new(const api_remote_options_t *opt);
 /* Registers the three routes (before the server starts) and a /metrics collector. */
-void api_remote_register_routes(api_remote_t *r);
+void api_remote_register_routes(api_remote_t *r, api_server_t *srv);
 /* Call after the server has stopped (no request in flight). r may be NULL. */
 void api_remote_free(api_remote_t *r);
 

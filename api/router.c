@@ -1,8 +1,8 @@
 /*
  * router — route table, request helpers and replies; see router.h.
  *
- * Routes live in a fixed table filled before the workers start and read-only afterwards, so
- * dispatch takes no lock. Matching is a linear scan choosing the longest matching pattern (a few
+ * Routes live in the server's table (one per api_server_t, filled before the workers start and
+ * read-only afterwards), so dispatch takes no lock. Matching is a linear scan choosing the longest matching pattern (a few
  * dozen routes; the scan is cheaper than the request parsing around it).
  */
 #include "api/router.h"
@@ -21,7 +21,6 @@
 #include "api/server.h"
 #include "internal/util/clock.h"
 
-#define ROUTER_MAX 128
 enum { ROUTER_REPLIED = 1, ROUTER_PARKED = 2 };
 
 typedef struct {
@@ -34,13 +33,32 @@ typedef struct {
     void *ud;
 } router_route_t;
 
-static router_route_t router_routes[ROUTER_MAX];
-static int router_nroutes;
+struct api_router {
+    router_route_t routes[API_MAX_ROUTES];
+    int n;
+};
 
-int api_route_add(int methods, const char *path, const char *name, api_handler_fn fn, void *ud)
+api_router_t *api__router_new(void)
 {
-    assert(router_nroutes < ROUTER_MAX);
-    router_route_t *r = &router_routes[router_nroutes];
+    return calloc(1, sizeof(api_router_t));
+}
+
+void api__router_free(api_router_t *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->n; i++) {
+        free(r->routes[i].path);
+        free(r->routes[i].name);
+    }
+    free(r);
+}
+
+int api_route_add(api_server_t *srv, int methods, const char *path, const char *name, api_handler_fn fn, void *ud)
+{
+    api_router_t *rt = api__server_router(srv);
+    assert(rt->n < API_MAX_ROUTES);
+    router_route_t *r = &rt->routes[rt->n];
     size_t len = strlen(path);
     r->prefix = len > 0 && path[len - 1] == '*';
     r->len = r->prefix ? len - 1 : len;
@@ -49,19 +67,17 @@ int api_route_add(int methods, const char *path, const char *name, api_handler_f
     r->methods = methods;
     r->fn = fn;
     r->ud = ud;
-    return router_nroutes++;
+    return rt->n++;
 }
 
-int api_route_count(void) { return router_nroutes; }
-const char *api_route_name(int route) { return route >= 0 && route < router_nroutes ? router_routes[route].name : "other"; }
-
-void api_routes_clear(void)
+int api_router_count(const api_router_t *r)
 {
-    for (int i = 0; i < router_nroutes; i++) {
-        free(router_routes[i].path);
-        free(router_routes[i].name);
-    }
-    router_nroutes = 0;
+    return r->n;
+}
+
+const char *api_router_name(const api_router_t *r, int route)
+{
+    return route >= 0 && route < r->n ? r->routes[route].name : "other";
 }
 
 static const char *router_allow_header(int methods, char *out, size_t cap)
@@ -79,13 +95,13 @@ static const char *router_allow_header(int methods, char *out, size_t cap)
     return out;
 }
 
-void api_router_dispatch(api_req_t *req)
+void api_router_dispatch(const api_router_t *rt, api_req_t *req)
 {
     int best = -1, allowed = 0;
     size_t best_len = 0;
     size_t plen = strlen(req->path);
-    for (int i = 0; i < router_nroutes; i++) {
-        const router_route_t *r = &router_routes[i];
+    for (int i = 0; i < rt->n; i++) {
+        const router_route_t *r = &rt->routes[i];
         bool match = r->prefix ? (plen >= r->len && memcmp(req->path, r->path, r->len) == 0)
                                : (plen == r->len && memcmp(req->path, r->path, r->len) == 0);
         if (!match)
@@ -114,7 +130,7 @@ void api_router_dispatch(api_req_t *req)
     /* The reply frees req, so the outcome comes back through a local the request points at. */
     int outcome = 0;
     req->outcome_ = &outcome;
-    router_routes[best].fn(req, router_routes[best].ud);
+    rt->routes[best].fn(req, rt->routes[best].ud);
     if (outcome == ROUTER_PARKED)
         req->outcome_ = NULL;
     assert(outcome != 0 && "handler must reply or park");
@@ -258,7 +274,7 @@ void api__req_finish(api_req_t *req, int code)
             evhttp_connection_set_closecb(evcon, NULL, NULL);
     }
     double secs = (double)(clock_mono_ns() - req->start_ns) / 1e9;
-    api__server_observe(req->worker, req->route, code, secs);
+    api__server_observe(req->srv, req->route, code, secs);
     arena_destroy(req->arena);
     free(req);
 }
@@ -402,7 +418,7 @@ static void router_park_closed(struct evhttp_connection *evcon, void *arg)
     }
     req->parked = false; /* the connection is gone: nothing to unhook */
     double secs = (double)(clock_mono_ns() - req->start_ns) / 1e9;
-    api__server_observe(req->worker, req->route, 499, secs);
+    api__server_observe(req->srv, req->route, 499, secs);
     arena_destroy(req->arena);
     free(req);
 }

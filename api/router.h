@@ -46,6 +46,10 @@ typedef enum {
 
 typedef struct api_req api_req_t;
 typedef void (*api_handler_fn)(api_req_t *req, void *ud);
+typedef struct api_server api_server_t; /* api/server.h */
+typedef struct api_router api_router_t; /* a server's route table */
+
+#define API_MAX_ROUTES 128
 
 struct api_req {
     struct evhttp_request *ev;
@@ -54,6 +58,7 @@ struct api_req {
     const char *path;  /* percent-decoded path, without the query */
     const char *raw_path; /* path as sent (still percent-encoded), without the query */
     const char *query; /* raw query string or NULL */
+    api_server_t *srv; /* the server it arrived on */
     int route;         /* index of the matched route (for metrics) */
     int worker;        /* worker index */
     uint64_t start_ns;
@@ -73,16 +78,18 @@ struct api_req {
     struct router_drain *drains_; /* chunks written with a drain callback, not yet drained */
 };
 
-/* Registers a route. `path` ending in '*' is a prefix route. `name` labels /metrics ("push",
- * "query_range", ...). Not thread-safe: call before api_server_start. Returns route index. */
-int api_route_add(int methods, const char *path, const char *name, api_handler_fn fn, void *ud);
-/* Number of routes and their names (for /metrics). */
-int api_route_count(void);
-const char *api_route_name(int route);
-/* Removes every route (tests). */
-void api_routes_clear(void);
+/* Registers a route on srv. `path` ending in '*' is a prefix route. `name` labels /metrics
+ * ("push", "query_range", ...). Not thread-safe: call before api_server_start. Returns the route
+ * index. Every API module's api_X_register_routes(x, srv) calls it. */
+int api_route_add(api_server_t *srv, int methods, const char *path, const char *name, api_handler_fn fn, void *ud);
+/* A route table's size and the name of route i ("other" out of range), for /metrics. */
+int api_router_count(const api_router_t *r);
+const char *api_router_name(const api_router_t *r, int route);
 /* Dispatches a request (called by the server for every request). */
-void api_router_dispatch(api_req_t *req);
+void api_router_dispatch(const api_router_t *r, api_req_t *req);
+/* The server makes and frees its table. */
+api_router_t *api__router_new(void);
+void api__router_free(api_router_t *r);
 
 /* --- reading the request --------------------------------------------------------------------- */
 const char *api_req_header(api_req_t *req, const char *name);

@@ -289,11 +289,11 @@ fail:
     return NULL;
 }
 
-void api_rules_register_routes(api_rules_t *ar)
+void api_rules_register_routes(api_rules_t *ar, api_server_t *srv)
 {
-    api_route_add(API_GET, "/api/v1/rules", "rules", ar_h_rules, ar);
-    api_route_add(API_GET, "/api/v1/alerts", "alerts", ar_h_alerts, ar);
-    api_route_add(API_POST | API_PUT, "/-/reload", "reload", ar_h_reload, ar);
+    api_route_add(srv, API_GET, "/api/v1/rules", "rules", ar_h_rules, ar);
+    api_route_add(srv, API_GET, "/api/v1/alerts", "alerts", ar_h_alerts, ar);
+    api_route_add(srv, API_POST | API_PUT, "/-/reload", "reload", ar_h_reload, ar);
     metrics_register("rules", ar_metrics, ar);
 }
 

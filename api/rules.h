@@ -43,7 +43,7 @@ typedef struct api_rules api_rules_t;
  * api_server_start. NULL + err. */
 api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errlen);
 /* The routes above and the rules' metrics collector. */
-void api_rules_register_routes(api_rules_t *ar);
+void api_rules_register_routes(api_rules_t *ar, api_server_t *srv);
 /* Starts evaluating (call once storage is ready). */
 void api_rules_start(api_rules_t *ar);
 /* SIGHUP / POST /-/reload: rule files and actions. 0 or the number of errors (appended to errs). */

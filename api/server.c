@@ -33,7 +33,6 @@
 #include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 
-#define SERVER_MAX_ROUTES 128
 #define SERVER_MAX_WORKERS 256
 #define SERVER_MAX_HOOKS 16
 
@@ -49,20 +48,40 @@ typedef struct {
     _Atomic uint64_t sum_ns;
 } server_route_metrics_t;
 
-static server_route_metrics_t server_metrics[SERVER_MAX_ROUTES + 1]; /* last = unmatched */
-static _Atomic int64_t server_open_connections;
-static _Atomic uint64_t server_accepted_total;
-static _Atomic uint64_t server_rejected_total;
-static _Atomic uint64_t server_slow_closed_total;
-static _Atomic int64_t server_inflight;
-static _Atomic int64_t server_busy_connections;
-static int64_t server_max_connections = 4096;
+struct server_worker;
 
-void api__server_observe(int worker, int route, int code, double seconds)
+struct api_server {
+    api_server_options_t opt;
+    char *listen_address;
+    int fd;
+    int port;
+    int nworkers;
+    struct server_worker *workers;
+    bool started;
+    struct {
+        void (*fn)(void *);
+        void *ud;
+    } hooks[SERVER_MAX_HOOKS];
+    int nhooks;
+    api_router_t *router;
+    /* counters for /metrics */
+    server_route_metrics_t metrics[API_MAX_ROUTES + 1]; /* last = unmatched */
+    _Atomic int64_t open_connections;
+    _Atomic uint64_t accepted_total;
+    _Atomic uint64_t rejected_total;
+    _Atomic uint64_t slow_closed_total;
+    _Atomic int64_t inflight;
+    _Atomic int64_t busy_connections;
+    int64_t max_connections;
+    pthread_mutex_t calls_mu;
+    struct server_call *calls; /* posted with api_server_run_on, not yet run */
+};
+
+void api__server_observe(api_server_t *s, int route, int code, double seconds)
 {
-    if (route < 0 || route >= SERVER_MAX_ROUTES)
-        route = SERVER_MAX_ROUTES;
-    server_route_metrics_t *m = &server_metrics[route];
+    if (route < 0 || route >= API_MAX_ROUTES)
+        route = API_MAX_ROUTES;
+    server_route_metrics_t *m = &s->metrics[route];
     if (code >= 100 && code < 600)
         atomic_fetch_add_explicit(&m->codes[code], 1, memory_order_relaxed);
     for (size_t i = 0; i < SERVER_NBUCKETS; i++)
@@ -70,12 +89,18 @@ void api__server_observe(int worker, int route, int code, double seconds)
             atomic_fetch_add_explicit(&m->bucket[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sum_ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
-    atomic_fetch_sub_explicit(&server_inflight, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
+}
+
+struct api_router *api__server_router(api_server_t *s)
+{
+    return s->router;
 }
 
 /* --- connection tracking ------------------------------------------------------------------------ */
 
 typedef struct server_conn {
+    struct api_server *srv;
     struct bufferevent *bev; /* we hold one reference */
     struct evbuffer_cb_entry *input_cb;
     struct server_conn *next;
@@ -96,22 +121,6 @@ typedef struct server_worker {
     hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
 } server_worker_t;
 
-struct api_server {
-    api_server_options_t opt;
-    char *listen_address;
-    int fd;
-    int port;
-    int nworkers;
-    server_worker_t *workers;
-    bool started;
-    struct {
-        void (*fn)(void *);
-        void *ud;
-    } hooks[SERVER_MAX_HOOKS];
-    int nhooks;
-    pthread_mutex_t calls_mu;
-    struct server_call *calls; /* posted with api_server_run_on, not yet run */
-};
 
 static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev)
 {
@@ -123,7 +132,7 @@ static void server_conn_set_busy(server_conn_t *c, bool busy)
 {
     if (c->busy != busy) {
         c->busy = busy;
-        atomic_fetch_add(&server_busy_connections, busy ? 1 : -1);
+        atomic_fetch_add(&c->srv->busy_connections, busy ? 1 : -1);
     }
 }
 
@@ -147,13 +156,14 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
         return bev; /* untracked but served */
     }
     bufferevent_incref(bev);
+    c->srv = w->srv;
     c->bev = bev;
     c->input_cb = evbuffer_add_cb(bufferevent_get_input(bev), server_conn_input, c);
     c->created_ms = clock_mono_ms();
     c->next = w->conns;
     w->conns = c;
-    atomic_fetch_add(&server_open_connections, 1);
-    atomic_fetch_add(&server_accepted_total, 1);
+    atomic_fetch_add(&w->srv->open_connections, 1);
+    atomic_fetch_add(&w->srv->accepted_total, 1);
     return bev;
 }
 
@@ -181,14 +191,14 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
             hashmap_del(&w->conn_by_bev, (uintptr_t)c->bev);
             server_conn_release(c);
             free(c);
-            atomic_fetch_sub(&server_open_connections, 1);
+            atomic_fetch_sub(&w->srv->open_connections, 1);
             continue;
         }
         if (!c->saw_request && now - c->created_ms > w->srv->opt.read_timeout_ms) {
             evutil_socket_t cfd = bufferevent_getfd(c->bev);
             if (cfd >= 0) {
                 shutdown(cfd, SHUT_RDWR);
-                atomic_fetch_add(&server_slow_closed_total, 1);
+                atomic_fetch_add(&w->srv->slow_closed_total, 1);
             }
             c->saw_request = true; /* once */
         }
@@ -223,17 +233,18 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
             server_conn_set_busy(c, false);
         }
     }
-    atomic_fetch_add_explicit(&server_inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->srv->inflight, 1, memory_order_relaxed);
     api_req_t *req = calloc(1, sizeof(*req));
     arena_t *arena = arena_create(0);
     if (!req || !arena) {
         free(req);
         arena_destroy(arena);
         evhttp_send_error(ev, 503, "out of memory");
-        atomic_fetch_sub_explicit(&server_inflight, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&w->srv->inflight, 1, memory_order_relaxed);
         return;
     }
     req->ev = ev;
+    req->srv = w->srv;
     req->arena = arena;
     req->worker = w->index;
     req->start_ns = clock_mono_ns();
@@ -256,13 +267,13 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
     req->path = arena_strndup(arena, decoded, dlen);
     free(decoded);
 
-    if (atomic_load(&server_open_connections) > server_max_connections) {
-        atomic_fetch_add(&server_rejected_total, 1);
+    if (atomic_load(&w->srv->open_connections) > w->srv->max_connections) {
+        atomic_fetch_add(&w->srv->rejected_total, 1);
         api_reply_header(req, "Connection", "close");
-        api_reply_text(req, 503, "too many open connections (limit %lld)\n", (long long)server_max_connections);
+        api_reply_text(req, 503, "too many open connections (limit %lld)\n", (long long)w->srv->max_connections);
         return;
     }
-    api_router_dispatch(req);
+    api_router_dispatch(w->srv->router, req);
 }
 
 /* --- lifecycle ------------------------------------------------------------------------------------ */
@@ -343,11 +354,15 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
                                               : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 
     api_server_t *s = calloc(1, sizeof(*s));
-    if (!s) {
+    api_router_t *router = api__router_new();
+    if (!s || !router) {
+        free(s);
+        api__router_free(router);
         close(fd);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    s->router = router;
     s->opt = *opt;
     s->listen_address = strdup(opt->listen_address);
     s->opt.listen_address = s->listen_address;
@@ -358,7 +373,7 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
         s->nworkers = 1;
     if (s->nworkers > SERVER_MAX_WORKERS)
         s->nworkers = SERVER_MAX_WORKERS;
-    server_max_connections = opt->max_connections > 0 ? opt->max_connections : INT64_MAX;
+    s->max_connections = opt->max_connections > 0 ? opt->max_connections : INT64_MAX;
     pthread_mutex_init(&s->calls_mu, NULL);
     return s;
 }
@@ -366,7 +381,7 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
 int api_server_port(const api_server_t *s) { return s->port; }
 int api_server_worker_count(const api_server_t *s) { return s->nworkers; }
 struct event_base *api_server_worker_base(api_server_t *s, int worker) { return s->workers[worker].base; }
-int64_t api_server_inflight(const api_server_t *s) { return atomic_load(&server_inflight); }
+int64_t api_server_inflight(const api_server_t *s) { return atomic_load(&s->inflight); }
 
 void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud)
 {
@@ -502,11 +517,11 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms)
     int64_t deadline = clock_mono_ms() + timeout_ms;
     /* Like Go's http.Server.Shutdown: wait for requests being handled and for requests still
      * being read (connections that received bytes not yet dispatched). */
-    while ((atomic_load(&server_inflight) > 0 || atomic_load(&server_busy_connections) > 0) && clock_mono_ms() < deadline) {
+    while ((atomic_load(&s->inflight) > 0 || atomic_load(&s->busy_connections) > 0) && clock_mono_ms() < deadline) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    int64_t left = atomic_load(&server_inflight), reading = atomic_load(&server_busy_connections);
+    int64_t left = atomic_load(&s->inflight), reading = atomic_load(&s->busy_connections);
     if (left > 0 || reading > 0)
         log_warn("http", "shutdown timeout: abandoning requests", LF_I("inflight", left), LF_I("reading", reading));
     /* Replies queued just now (parked requests answered by the shutdown hooks, the last
@@ -536,7 +551,7 @@ void api_server_destroy(api_server_t *s)
             w->conns = c->next;
             server_conn_release(c);
             free(c);
-            atomic_fetch_sub(&server_open_connections, 1);
+            atomic_fetch_sub(&s->open_connections, 1);
         }
         hashmap_free(&w->conn_by_bev);
         if (w->base)
@@ -551,6 +566,7 @@ void api_server_destroy(api_server_t *s)
         free(c);
     }
     pthread_mutex_destroy(&s->calls_mu);
+    api__router_free(s->router);
     if (s->fd >= 0)
         close(s->fd);
     free(s->listen_address);
@@ -559,14 +575,14 @@ void api_server_destroy(api_server_t *s)
 
 void api_server_write_metrics(api_server_t *s, buf_t *out)
 {
-    int nroutes = api_route_count();
+    int nroutes = api_router_count(s->router);
     buf_puts(out, "# HELP sluice_http_requests_total Requests answered, by handler and status code.\n"
                   "# TYPE sluice_http_requests_total counter\n");
-    for (int r = 0; r <= nroutes && r <= SERVER_MAX_ROUTES; r++) {
-        int idx = r == nroutes ? SERVER_MAX_ROUTES : r;
-        const char *name = r == nroutes ? "other" : api_route_name(r);
+    for (int r = 0; r <= nroutes && r <= API_MAX_ROUTES; r++) {
+        int idx = r == nroutes ? API_MAX_ROUTES : r;
+        const char *name = r == nroutes ? "other" : api_router_name(s->router, r);
         for (int code = 100; code < 600; code++) {
-            uint64_t n = atomic_load_explicit(&server_metrics[idx].codes[code], memory_order_relaxed);
+            uint64_t n = atomic_load_explicit(&s->metrics[idx].codes[code], memory_order_relaxed);
             if (n)
                 buf_printf(out, "sluice_http_requests_total{code=\"%d\",handler=\"%s\"} %llu\n", code, name,
                            (unsigned long long)n);
@@ -574,10 +590,10 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
     }
     buf_puts(out, "# HELP sluice_http_request_duration_seconds Time from request read to reply queued.\n"
                   "# TYPE sluice_http_request_duration_seconds histogram\n");
-    for (int r = 0; r <= nroutes && r <= SERVER_MAX_ROUTES; r++) {
-        int idx = r == nroutes ? SERVER_MAX_ROUTES : r;
-        const char *name = r == nroutes ? "other" : api_route_name(r);
-        server_route_metrics_t *m = &server_metrics[idx];
+    for (int r = 0; r <= nroutes && r <= API_MAX_ROUTES; r++) {
+        int idx = r == nroutes ? API_MAX_ROUTES : r;
+        const char *name = r == nroutes ? "other" : api_router_name(s->router, r);
+        server_route_metrics_t *m = &s->metrics[idx];
         uint64_t count = atomic_load(&m->count);
         if (!count)
             continue;
@@ -604,8 +620,8 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
                "# TYPE sluice_http_slow_connections_closed_total counter\nsluice_http_slow_connections_closed_total %llu\n"
                "# HELP sluice_http_requests_in_flight Requests being served, including parked long-polls.\n"
                "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n",
-               (long long)atomic_load(&server_open_connections), (unsigned long long)atomic_load(&server_accepted_total),
-               (unsigned long long)atomic_load(&server_rejected_total),
-               (unsigned long long)atomic_load(&server_slow_closed_total), (long long)atomic_load(&server_inflight));
+               (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
+               (unsigned long long)atomic_load(&s->rejected_total),
+               (unsigned long long)atomic_load(&s->slow_closed_total), (long long)atomic_load(&s->inflight));
     (void)s;
 }

@@ -56,6 +56,8 @@ void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud);
 int64_t api_server_inflight(const api_server_t *s);
 
 /* Records a finished request (used by the router). */
-void api__server_observe(int worker, int route, int code, double seconds);
+void api__server_observe(api_server_t *s, int route, int code, double seconds);
+/* The server's route table (api_route_add fills it). */
+struct api_router *api__server_router(api_server_t *s);
 
 #endif

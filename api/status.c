@@ -148,13 +148,13 @@ static void status_metrics_self(api_req_t *req, void *ud)
     buf_free(&b);
 }
 
-void api_status_register_routes(api_status_t *st)
+void api_status_register_routes(api_status_t *st, api_server_t *srv)
 {
-    api_route_add(API_GET, "/-/healthy", "healthy", status_healthy, st);
-    api_route_add(API_GET, "/-/ready", "ready", status_ready_h, st);
-    api_route_add(API_GET | API_POST, "/api/v1/status/buildinfo", "buildinfo", status_buildinfo, st);
-    api_route_add(API_GET, "/api/v1/status/flags", "flags", status_flags, st);
-    api_route_add(API_GET, "/api/v1/status/runtimeinfo", "runtimeinfo", status_runtimeinfo, st);
-    api_route_add(API_GET, "/metrics", "metrics", status_metrics, st);
-    api_route_add(API_GET, "/-/metrics", "metrics_self", status_metrics_self, st);
+    api_route_add(srv, API_GET, "/-/healthy", "healthy", status_healthy, st);
+    api_route_add(srv, API_GET, "/-/ready", "ready", status_ready_h, st);
+    api_route_add(srv, API_GET | API_POST, "/api/v1/status/buildinfo", "buildinfo", status_buildinfo, st);
+    api_route_add(srv, API_GET, "/api/v1/status/flags", "flags", status_flags, st);
+    api_route_add(srv, API_GET, "/api/v1/status/runtimeinfo", "runtimeinfo", status_runtimeinfo, st);
+    api_route_add(srv, API_GET, "/metrics", "metrics", status_metrics, st);
+    api_route_add(srv, API_GET, "/-/metrics", "metrics_self", status_metrics_self, st);
 }

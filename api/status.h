@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "api/server.h"
 
 typedef struct {
     const char *flags_json;    /* {"name":"value",...}; owned by the caller, must outlive the server */
@@ -22,7 +23,7 @@ typedef struct api_status api_status_t;
 api_status_t *api_status_new(const api_status_options_t *opt);
 /* Call after the server stopped: its routes point at st. */
 void api_status_free(api_status_t *st);
-void api_status_register_routes(api_status_t *st);
+void api_status_register_routes(api_status_t *st, api_server_t *srv);
 /* /-/ready answers 200 once set (the daemon sets it when recovery is done), 503 before and after. */
 void api_status_set_ready(api_status_t *st, bool ready);
 bool api_status_ready(const api_status_t *st);

@@ -52,7 +52,7 @@ static void tsdb_status_handler(api_req_t *req, void *ud)
     buf_free(&b);
 }
 
-void api_tsdb_status_register(storage_t *st)
+void api_tsdb_status_register_routes(storage_t *st, api_server_t *srv)
 {
-    api_route_add(API_GET, "/api/v1/status/tsdb", "tsdb_status", tsdb_status_handler, st);
+    api_route_add(srv, API_GET, "/api/v1/status/tsdb", "tsdb_status", tsdb_status_handler, st);
 }

@@ -3,7 +3,8 @@
 #define SLUICE_API_TSDB_STATUS_H
 
 #include "storage/storage.h"
+#include "api/server.h"
 
-void api_tsdb_status_register(storage_t *st);
+void api_tsdb_status_register_routes(storage_t *st, api_server_t *srv);
 
 #endif

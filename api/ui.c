@@ -66,8 +66,8 @@ static void ui_handler(api_req_t *req, void *ud)
     api_reply(req, 200, a->content_type, a->data, a->len);
 }
 
-void api_ui_register_routes(void)
+void api_ui_register_routes(api_server_t *srv)
 {
-    api_route_add(API_GET, "/", "ui", ui_handler, NULL);
-    api_route_add(API_GET, "/assets/*", "ui", ui_handler, NULL);
+    api_route_add(srv, API_GET, "/", "ui", ui_handler, NULL);
+    api_route_add(srv, API_GET, "/assets/*", "ui", ui_handler, NULL);
 }

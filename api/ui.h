@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "api/server.h"
 
 typedef struct {
     const char *path;         /* URL path: "/" for index.html, "/assets/app.<hash>.js" */
@@ -36,6 +37,6 @@ extern const size_t ui_nassets;
 /* The asset served at `path`, or NULL. */
 const ui_asset_t *ui_asset_find(const char *path);
 /* Registers GET / and GET /assets/ *. Call before the server starts. */
-void api_ui_register_routes(void);
+void api_ui_register_routes(api_server_t *srv);
 
 #endif

@@ -249,8 +249,8 @@ int main(int argc, char **argv)
         log_error("main", "out of memory");
         goto out;
     }
-    api_status_register_routes(status);
-    api_tsdb_status_register(storage);
+    api_status_register_routes(status, srv);
+    api_tsdb_status_register_routes(storage, srv);
     config_format_yaml(&cfg, &config_yaml);
     api_query_options_t qo = {.srv = srv, .storage = storage, .lookback_ms = cfg.query_lookback_ms,
                               .timeout_ms = cfg.query_timeout_ms, .max_samples = cfg.query_max_samples,
@@ -260,7 +260,7 @@ int main(int argc, char **argv)
         log_error("main", "cannot start the query engine", LF_S("err", err));
         goto out;
     }
-    api_query_register_routes(query);
+    api_query_register_routes(query, srv);
     api_push_options_t po = {
         .storage = storage,
         .limits = {.max_samples = (size_t)cfg.max_samples_per_request},
@@ -275,7 +275,7 @@ int main(int argc, char **argv)
         log_error("main", "out of memory");
         goto out;
     }
-    api_push_register_routes(push); /* pushed groups come first in /metrics, as in a Pushgateway */
+    api_push_register_routes(push, srv); /* pushed groups come first in /metrics, as in a Pushgateway */
     api_remote_options_t rmo = {.storage = storage, .max_decoded_bytes = cfg.max_body_bytes,
                                 .read_sample_limit = (uint64_t)cfg.remote_read_sample_limit,
                                 .read_max_bytes_in_frame = (size_t)cfg.remote_read_max_bytes_in_frame};
@@ -284,7 +284,7 @@ int main(int argc, char **argv)
         log_error("main", "out of memory");
         goto out;
     }
-    api_remote_register_routes(remote);
+    api_remote_register_routes(remote, srv);
     api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
                                  .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
     control = api_control_new(&cto, err, sizeof(err));
@@ -292,7 +292,7 @@ int main(int argc, char **argv)
         log_error("main", "cannot start flow control", LF_S("err", err));
         goto out;
     }
-    api_control_register_routes(control);
+    api_control_register_routes(control, srv);
     api_rules_options_t ruo = {
         .srv = srv, .storage = storage, .control = control, .rule_files = cfg.rules_files,
         .alertmanager_urls = cfg.alertmanager_urls, .external_labels = cfg.rules_external_labels,
@@ -307,7 +307,7 @@ int main(int argc, char **argv)
         log_error("main", "cannot load rules", LF_S("err", err));
         goto out;
     }
-    api_rules_register_routes(rules);
+    api_rules_register_routes(rules, srv);
     api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json,
                              .control_ud = control};
     flow = api_flow_new(&fo);
@@ -315,8 +315,8 @@ int main(int argc, char **argv)
         log_error("main", "out of memory");
         goto out;
     }
-    api_flow_register_routes(flow);
-    api_ui_register_routes(); /* the dashboard at / */
+    api_flow_register_routes(flow, srv);
+    api_ui_register_routes(srv); /* the dashboard at / */
     metrics_register("process", main_process_metrics, NULL);
     metrics_register("heap", heap_write_metrics, NULL);
     metrics_register("http", main_http_metrics, srv);
@@ -404,7 +404,6 @@ out:
     api_forward_free(forward); /* after storage_close: the final snapshot asked its WAL hold */
     if (base)
         event_base_free(base);
-    api_routes_clear();
     metrics_unregister_all();
     buf_free(&flags);
     buf_free(&config_yaml);

@@ -162,13 +162,12 @@ static int open_stream(int port, const char *target, const char *extra_headers, 
 static void test_stream_framing_resume_and_shutdown(void **state)
 {
     (void)state;
-    api_routes_clear();
-    api_route_add(API_GET, "/sse", "sse", h_sse, NULL);
     api_server_options_t o = {.listen_address = "127.0.0.1:0", .workers = WORKERS, .max_connections = 64,
                               .max_body_bytes = 1 << 20, .max_header_bytes = 16 << 10, .read_timeout_ms = 10000};
     char err[256];
     api_server_t *srv = api_server_create(&o, err, sizeof(err));
     assert_non_null(srv);
+    api_route_add(srv, API_GET, "/sse", "sse", h_sse, NULL);
     api_server_on_shutdown(srv, on_shutdown, srv);
     assert_int_equal(api_server_start(srv, err, sizeof(err)), 0);
     int port = api_server_port(srv);
@@ -204,7 +203,6 @@ static void test_stream_framing_resume_and_shutdown(void **state)
         close(fds[i]);
     }
     api_server_destroy(srv);
-    api_routes_clear();
 }
 
 int main(void)
