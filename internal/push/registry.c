@@ -30,8 +30,6 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "internal/util/hashmap.h"
-
 #define PUSH_TIME_NAME "push_time_seconds"
 #define PUSH_FAIL_NAME "push_failure_time_seconds"
 #define PUSH_TIME_HELP "Last Unix time when changing this group in the Pushgateway succeeded."
@@ -100,9 +98,6 @@ typedef struct push_type {
 struct push_registry {
     pthread_mutex_t mu;
     push_options_t opt;
-    /* Groups and family types, chained by their own next pointers (not util/hashmap): the group
-     * listing, the snapshot and expiry walk the chains in table order and unlink as they go, so
-     * that order is part of what /api/v1/metrics and the persisted state look like. */
     push_group_t **gtab;
     size_t gcap, ngroups;
     push_type_t **ttab;
@@ -329,32 +324,41 @@ static push_family_t *group_family(const push_group_t *g, const char *name)
 
 /* ---- building families from a body ----------------------------------------------------------- */
 
-/* Interning within one push: identical strings (job names, hosts, operator names) are stored once.
- * by_hash maps XXH3(string) -> the copy in the arena (a multimap: equal hashes are told apart by
- * comparing the strings). Free with hashmap_free(&st.by_hash); the copies stay in the arena. */
+/* Interning within one push: identical strings (job names, hosts, operator names) are stored once. */
 typedef struct {
-    hashmap_t by_hash;
+    const char **slot;
+    size_t cap, n;
     arena_t *a;
 } push_strtab_t;
 
-static bool strtab_eq(uint64_t v, const void *s)
-{
-    return strcmp((const char *)(uintptr_t)v, s) == 0;
-}
-
 static const char *strtab_intern(push_strtab_t *t, const char *s)
 {
+    if ((t->n + 1) * 2 > t->cap) {
+        size_t ncap = t->cap ? t->cap * 2 : 1024;
+        const char **ns = calloc(ncap, sizeof(*ns));
+        if (!ns)
+            abort();
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slot[i]) {
+                size_t j = XXH3_64bits(t->slot[i], strlen(t->slot[i])) & (ncap - 1);
+                while (ns[j])
+                    j = (j + 1) & (ncap - 1);
+                ns[j] = t->slot[i];
+            }
+        free(t->slot);
+        t->slot = ns;
+        t->cap = ncap;
+    }
     size_t len = strlen(s);
-    uint64_t h = XXH3_64bits(s, len);
-    const uint64_t *v = hashmap_find(&t->by_hash, h, strtab_eq, s);
-    if (v)
-        return (const char *)(uintptr_t)*v;
-    /* a push interns hundreds of strings: start at 1024 slots, not the table's 16 */
-    if (hashmap_count(&t->by_hash) == 0 && hashmap_reserve(&t->by_hash, 512) < 0)
-        abort();
+    size_t j = XXH3_64bits(s, len) & (t->cap - 1);
+    while (t->slot[j]) {
+        if (strcmp(t->slot[j], s) == 0)
+            return t->slot[j];
+        j = (j + 1) & (t->cap - 1);
+    }
     const char *c = arena_strndup(t->a, s, len);
-    if (hashmap_add(&t->by_hash, h, (uint64_t)(uintptr_t)c) < 0)
-        abort();
+    t->slot[j] = c;
+    t->n++;
     return c;
 }
 
@@ -459,18 +463,6 @@ static uint64_t group_shape(const push_group_t *g)
 }
 
 /* Builds one family's metrics from the body's component samples. */
-typedef struct {
-    const push_metric_t *ms;
-    const label_t *ls;
-    uint32_t nl;
-} metric_key_t;
-
-static bool metric_eq(uint64_t i, const void *ctx)
-{
-    const metric_key_t *k = ctx;
-    return labels_same(k->ms[i].labels, k->ms[i].nlabels, k->ls, k->nl);
-}
-
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
                                         push_batch_t *batch, int64_t now_ms)
 {
@@ -484,8 +476,11 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     push_metric_t *ms = arena_calloc(a, bf->nsamples ? bf->nsamples : 1, sizeof(*ms));
     size_t n = 0;
     bool complex = bf->type == EXPFMT_SUMMARY || bf->type == EXPFMT_HISTOGRAM || bf->type == EXPFMT_GAUGE_HISTOGRAM;
-    hashmap_t by_labels = HASHMAP_INIT_HASHED; /* complex: XXH3(label pointers) -> index in ms */
-    if (complex && hashmap_reserve(&by_labels, bf->nsamples) < 0)
+    size_t mcap = 16;
+    while (complex && mcap < bf->nsamples * 2)
+        mcap *= 2;
+    push_metric_t **mtab = complex ? calloc(mcap, sizeof(*mtab)) : NULL;
+    if (complex && !mtab)
         abort();
     for (size_t i = 0; i < bf->nsamples; i++) {
         const expfmt_sample_t *s = &bf->samples[i];
@@ -499,15 +494,17 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
                 m = &ms[n - 1];
             } else {
                 uint64_t h = XXH3_64bits(ls, nl * sizeof(label_t));
-                metric_key_t k = {ms, ls, nl};
-                const uint64_t *v = hashmap_find(&by_labels, h, metric_eq, &k);
-                if (v) {
-                    m = &ms[*v];
-                } else {
-                    (void)hashmap_add(&by_labels, h, n); /* reserved: cannot fail */
+                size_t j = h & (mcap - 1);
+                for (; mtab[j]; j = (j + 1) & (mcap - 1))
+                    if (labels_same(mtab[j]->labels, mtab[j]->nlabels, ls, nl)) {
+                        m = mtab[j];
+                        break;
+                    }
+                if (!m) {
                     m = &ms[n++];
                     m->labels = ls;
                     m->nlabels = nl;
+                    mtab[j] = m;
                 }
             }
         }
@@ -544,7 +541,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         default: break; /* OpenMetrics _created: not kept by a Pushgateway */
         }
     }
-    hashmap_free(&by_labels);
+    free(mtab);
     qsort(ms, n, sizeof(*ms), metric_cmp);
     f->metrics = ms;
     f->n = n;
@@ -605,9 +602,9 @@ typedef struct {
     size_t n, cap;
     double stale_value; /* when stale: every value becomes the stale marker */
     bool stale;
-    /* PUT/POST: hashes of the series the push keeps, to find the ones it drops (a set, sized up
-     * front so adding cannot fail; shared by the copies of this struct) */
-    hashmap_t *keep;
+    /* PUT/POST: hashes of the series the push keeps, to find the ones it drops */
+    uint64_t *keep;
+    size_t keep_cap;
     bool collect_keep;
     bool filter_kept;
 } push_collect_t;
@@ -639,12 +636,24 @@ static uint64_t series_hash(const char *name, const push_metric_t *m, const char
 
 static void keep_add(push_collect_t *c, uint64_t h)
 {
-    (void)hashmap_put(c->keep, h, 0);
+    if (h == 0)
+        h = 1;
+    size_t j = h & (c->keep_cap - 1);
+    while (c->keep[j] && c->keep[j] != h)
+        j = (j + 1) & (c->keep_cap - 1);
+    c->keep[j] = h;
 }
 
 static bool keep_has(const push_collect_t *c, uint64_t h)
 {
-    return c->keep && hashmap_has(c->keep, h);
+    if (!c->keep_cap)
+        return false;
+    if (h == 0)
+        h = 1;
+    for (size_t j = h & (c->keep_cap - 1); c->keep[j]; j = (j + 1) & (c->keep_cap - 1))
+        if (c->keep[j] == h)
+            return true;
+    return false;
 }
 
 static void collect_series(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
@@ -781,7 +790,7 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
         free(batch);
         return PUSH_ERR_NOMEM;
     }
-    push_strtab_t st = {.by_hash = HASHMAP_INIT_HASHED, .a = batch->arena};
+    push_strtab_t st = {.a = batch->arena};
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
     p->key = group_key(&grouping, a);
     p->hash = push_hash_str(p->key);
@@ -794,7 +803,7 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->fams = arena_alloc(a, (body->nfamilies ? body->nfamilies : 1) * sizeof(push_family_t *));
     for (size_t i = 0; i < body->nfamilies; i++)
         p->fams[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms);
-    hashmap_free(&st.by_hash);
+    free(st.slot);
     /* families sorted by name (bodies have unique names) */
     for (size_t i = 1; i < p->nfams; i++)
         for (size_t j = i; j > 0 && strcmp(p->fams[j - 1]->name, p->fams[j]->name) > 0; j--) {
@@ -859,10 +868,10 @@ int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *e
     /* Staleness markers for the series the change drops. */
     if (g && push_drops_series(g, p)) {
         size_t nseries = p->nsamples + 16;
-        c.keep = arena_alloc(a, sizeof(hashmap_t));
-        hashmap_init(c.keep, a, HASHMAP_HASHED_KEYS);
-        if (hashmap_reserve(c.keep, nseries) < 0)
-            abort(); /* as arena_alloc does */
+        c.keep_cap = 16;
+        while (c.keep_cap < nseries * 2)
+            c.keep_cap *= 2;
+        c.keep = arena_calloc(a, c.keep_cap, sizeof(uint64_t));
         push_collect_t k = c;
         k.collect_keep = true;
         k.v = NULL;
@@ -1657,7 +1666,7 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     push_batch_t *batch = calloc(1, sizeof(*batch));
     if (!batch || !(batch->arena = arena_create(0)))
         abort();
-    push_strtab_t st = {.by_hash = HASHMAP_INIT_HASHED, .a = batch->arena};
+    push_strtab_t st = {.a = batch->arena};
     labels_t grouping;
     char *key = rd_grouping(rd, &st, scratch, &grouping);
     uint64_t h = push_hash_str(key);
@@ -1726,7 +1735,7 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     }
     if (g)
         g->shape = group_shape(g);
-    hashmap_free(&st.by_hash);
+    free(st.slot);
     if (batch->refs == 0) {
         arena_destroy(batch->arena);
         free(batch);
@@ -1766,9 +1775,9 @@ int push_registry_restore(push_registry_t *r, const void *data, size_t len)
  * for (same number of slots), else the record is skipped. */
 static void rd_values(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
 {
-    push_strtab_t st = {.by_hash = HASHMAP_INIT_HASHED, .a = scratch};
+    push_strtab_t st = {.a = scratch};
     const char *key = rd_str(rd, &st);
-    hashmap_free(&st.by_hash);
+    free(st.slot);
     int64_t push_ms = (int64_t)rd_u64(rd);
     double interval = rd_f64(rd);
     int64_t first = (int64_t)rd_u64(rd);
@@ -1811,10 +1820,10 @@ int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len)
         case 'V': rd_values(r, &rd, scratch); break;
         case 'F':
         case 'D': {
-            push_strtab_t st = {.by_hash = HASHMAP_INIT_HASHED, .a = scratch};
+            push_strtab_t st = {.a = scratch};
             labels_t grouping;
             char *key = rd_grouping(&rd, &st, scratch, &grouping);
-            hashmap_free(&st.by_hash);
+            free(st.slot);
             int64_t fail_ms = kind == 'F' ? (int64_t)rd_u64(&rd) : 0;
             if (rd.bad)
                 break;
