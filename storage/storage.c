@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -835,6 +836,240 @@ static const char *err_text(int code)
     }
 }
 
+/* One append's working state. storage_append runs it in steps: resolve (find or create each
+ * sample's series and check the sample), log (the new series and the samples to the WAL), apply
+ * (into the head) — the three under the checkpoint lock, taken and released in one place — then
+ * the roll-ups outside it. A step that fails the whole request sets res and returns its code. */
+typedef struct {
+    storage_t *s;
+    const storage_sample_t *smp;
+    size_t n;
+    storage_append_result_t *res;
+    index_ref_t *refs;    /* each sample's series, valid where ok[i] */
+    uint8_t *ok;          /* sample i passed its checks */
+    wal_sample_t *ws;     /* samples to log, then those applied */
+    size_t nws;
+    wal_series_t *wser;   /* series created by this request, to log */
+    size_t nwser, capwser;
+    arena_t *a;           /* the new series' label arrays */
+    hashmap_t seen;       /* label hashes of the distinct series (a set), for the per-request limit */
+    label_t lbuf[MAX_LABELS_PER_SERIES];
+} append_t;
+
+/* Fails the whole request: nothing of it counts as accepted. */
+static int append_fail_all(append_t *ap, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int append_fail_all(append_t *ap, int code, const char *fmt, ...)
+{
+    memset(ap->res, 0, sizeof(*ap->res));
+    va_list va;
+    va_start(va, fmt);
+    vsnprintf(ap->res->msg, sizeof(ap->res->msg), fmt, va);
+    va_end(va);
+    ap->res->failed = ap->n;
+    ap->res->first_error = code;
+    return code;
+}
+
+static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, size_t n,
+                       storage_append_result_t *res)
+{
+    *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res, .seen = HASHMAP_INIT_HASHED};
+    size_t m = n ? n : 1;
+    ap->refs = malloc(sizeof(index_ref_t) * m);
+    ap->ok = calloc(m, 1);
+    ap->ws = malloc(sizeof(wal_sample_t) * m);
+    ap->a = arena_create(0);
+    if (!ap->refs || !ap->ok || !ap->ws || !ap->a ||
+        (s->o.max_series_per_request && hashmap_reserve(&ap->seen, n) < 0)) /* adding cannot fail */
+        return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+    return STORAGE_OK;
+}
+
+static void append_free(append_t *ap)
+{
+    hashmap_free(&ap->seen);
+    free(ap->refs);
+    free(ap->ok);
+    free(ap->ws);
+    free(ap->wser);
+    arena_destroy(ap->a);
+}
+
+/* Checks sample i against its resolved series; queues it for the WAL when it passes. */
+static void append_check(append_t *ap, size_t i, const labels_t *ls)
+{
+    const storage_sample_t *x = &ap->smp[i];
+    int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
+    if (hrc == HEAD_ERR_NOT_FOUND)
+        hrc = HEAD_OK; /* swept meanwhile: recreated at apply time */
+    if (hrc != HEAD_OK) {
+        int code = head_to_storage_err(hrc);
+        fail(ap->res, i, code, err_text(code), ls);
+        return;
+    }
+    ap->ok[i] = 1;
+    ap->ws[ap->nws++] = (wal_sample_t){.series_id = ap->refs[i].id, .t_ms = x->t, .v = x->v};
+}
+
+/* Remembers a series this request created, for the WAL's series record. */
+static int append_note_series(append_t *ap, uint64_t id, const labels_t *ls)
+{
+    if (ap->nwser == ap->capwser) {
+        size_t cap = ap->capwser ? ap->capwser * 2 : 16;
+        wal_series_t *p = realloc(ap->wser, cap * sizeof(*p));
+        if (!p)
+            return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+        ap->wser = p;
+        ap->capwser = cap;
+    }
+    wal_series_t *w = &ap->wser[ap->nwser++];
+    w->id = id;
+    w->labels.n = ls->n;
+    w->labels.v = arena_alloc(ap->a, sizeof(label_t) * ls->n);
+    memcpy(w->labels.v, ls->v, sizeof(label_t) * ls->n);
+    return STORAGE_OK;
+}
+
+/* Finds or creates the series of sample i into refs[i]. *resolved: refs[i] holds its series. */
+static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
+{
+    storage_t *s = ap->s;
+    labels_t ls;
+    const char *why;
+    *resolved = false;
+    if (normalize(&ap->smp[i].labels, ap->lbuf, &ls, &why) < 0) {
+        atomic_fetch_add(&s->rejected_labels, 1);
+        fail(ap->res, i, STORAGE_ERR_BAD_LABELS, why, &ap->smp[i].labels);
+        return STORAGE_OK;
+    }
+    uint64_t hash = labels_hash(&ls);
+    if (s->o.max_series_per_request && hashmap_put(&ap->seen, hash, 0) == 0 &&
+        hashmap_count(&ap->seen) > s->o.max_series_per_request) {
+        atomic_fetch_add(&s->rejected_limit, 1);
+        return append_fail_all(ap, STORAGE_ERR_LIMIT, "request has more than %u series (the limit)",
+                               s->o.max_series_per_request);
+    }
+    /* Most samples belong to series already in memory: find those through the sharded index
+     * alone; the id map (one mutex) is only needed to create a series. */
+    index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
+    int hrc = HEAD_OK;
+    bool created = false, known = true;
+    if (existing) {
+        ap->refs[i] = index_series_ref(existing);
+        index_release(head_index(s->head), existing);
+    } else {
+        uint64_t id;
+        pthread_mutex_lock(&s->known_lock);
+        known = map_lookup(&s->known, hash, &id);
+        pthread_mutex_unlock(&s->known_lock);
+        if (!known)
+            id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
+        hrc = head_get_or_create(s->head, &ls, hash, id, &ap->refs[i], &created);
+    }
+    if (hrc != HEAD_OK) {
+        if (hrc == HEAD_ERR_LIMIT)
+            atomic_fetch_add(&s->rejected_max_series, 1);
+        int code = head_to_storage_err(hrc);
+        fail(ap->res, i, code, err_text(code), &ls);
+        return STORAGE_OK;
+    }
+    if (created) {
+        if (!known) {
+            known_put(s, hash, ap->refs[i].id);
+            if (s->cat)
+                catalog_add_series(s->cat, ap->refs[i].id, &ls, ap->smp[i].t);
+        }
+        if (s->wal && append_note_series(ap, ap->refs[i].id, &ls) != STORAGE_OK)
+            return STORAGE_ERR_NOMEM;
+    }
+    *resolved = true;
+    append_check(ap, i, &ls);
+    return STORAGE_OK;
+}
+
+/* Step 1 (under ckpt). */
+static int append_resolve(append_t *ap)
+{
+    bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
+    for (size_t i = 0; i < ap->n; i++) {
+        const storage_sample_t *x = &ap->smp[i];
+        /* Senders batch many samples of one series behind one label set (remote write does):
+         * when a sample carries the very same labels as the previous one, its series is known. */
+        if (i > 0 && resolved_prev && x->labels.v == x[-1].labels.v && x->labels.n == x[-1].labels.n) {
+            ap->refs[i] = ap->refs[i - 1];
+            append_check(ap, i, &x->labels);
+            continue;
+        }
+        int rc = append_resolve_one(ap, i, &resolved_prev);
+        if (rc != STORAGE_OK)
+            return rc;
+    }
+    return STORAGE_OK;
+}
+
+/* Step 2 (under ckpt): the new series, then the samples that passed. */
+static int append_log(append_t *ap)
+{
+    storage_t *s = ap->s;
+    if (!s->wal)
+        return STORAGE_OK;
+    char werr[256] = "";
+    int wrc = ap->nwser ? wal_log_series(s->wal, ap->wser, ap->nwser, werr, sizeof(werr)) : WAL_OK;
+    if (wrc == WAL_OK && ap->nws)
+        wrc = wal_log_samples(s->wal, ap->ws, ap->nws, werr, sizeof(werr));
+    if (wrc == WAL_OK)
+        return STORAGE_OK;
+    storage_note_wal_error(s, werr);
+    return append_fail_all(ap, STORAGE_ERR_IO, "write-ahead log: %s", werr);
+}
+
+/* Step 3 (under ckpt): into the head; ws becomes the samples applied. */
+static void append_apply(append_t *ap)
+{
+    storage_t *s = ap->s;
+    ap->nws = 0;
+    for (size_t i = 0; i < ap->n; i++) {
+        if (!ap->ok[i])
+            continue;
+        const storage_sample_t *x = &ap->smp[i];
+        index_ref_t *ref = &ap->refs[i];
+        int hrc = head_append_ref(s->head, ref, x->t, x->v);
+        if (hrc == HEAD_ERR_NOT_FOUND) {
+            /* Swept as empty between creation and now (expiry removes series with no samples):
+             * bring it back under the same id; its WAL series record is already logged. */
+            labels_t ls;
+            const char *why;
+            bool created;
+            if (normalize(&x->labels, ap->lbuf, &ls, &why) == 0 &&
+                head_get_or_create(s->head, &ls, labels_hash(&ls), ref->id, ref, &created) == HEAD_OK)
+                hrc = head_append_ref(s->head, ref, x->t, x->v);
+        }
+        if (hrc != HEAD_OK) {
+            /* Lost a race with another appender of this series since the check. */
+            int code = hrc == HEAD_ERR_NOT_FOUND ? STORAGE_ERR_NOMEM : head_to_storage_err(hrc);
+            fail(ap->res, i, code, err_text(code), &x->labels);
+            continue;
+        }
+        ap->res->accepted++;
+        ap->ws[ap->nws++] = (wal_sample_t){.series_id = ref->id, .t_ms = x->t, .v = x->v};
+    }
+}
+
+/* Step 4 (outside ckpt): the applied samples into the open roll-up buckets. */
+static void append_rollup(append_t *ap)
+{
+    if (!ap->s->rollup)
+        return;
+    /* wal_sample_t and rollup_sample_t differ in layout; convert in bounded chunks. */
+    rollup_sample_t tmp[256];
+    for (size_t i = 0; i < ap->nws;) {
+        size_t k = 0;
+        for (; k < 256 && i < ap->nws; k++, i++)
+            tmp[k] = (rollup_sample_t){.series_id = ap->ws[i].series_id, .t = ap->ws[i].t_ms, .v = ap->ws[i].v};
+        rollup_add_samples(ap->s->rollup, tmp, k);
+    }
+}
+
 int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
 {
     storage_append_result_t local;
@@ -855,187 +1090,22 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         res->first_error = STORAGE_ERR_LIMIT;
         return STORAGE_ERR_LIMIT;
     }
-    index_ref_t *refs = malloc(sizeof(index_ref_t) * (n ? n : 1));
-    uint8_t *ok = calloc(n ? n : 1, 1);
-    wal_sample_t *ws = malloc(sizeof(wal_sample_t) * (n ? n : 1));
-    wal_series_t *wser = NULL;
-    size_t nwser = 0, capwser = 0, nws = 0;
-    arena_t *a = arena_create(0);
-    hashmap_t seen = HASHMAP_INIT_HASHED; /* label hashes of the distinct series (a set) */
-    int rc = STORAGE_OK;
-    if (!refs || !ok || !ws || !a) {
-        rc = STORAGE_ERR_NOMEM;
-        snprintf(res->msg, sizeof(res->msg), "out of memory");
-        goto out;
+    append_t ap;
+    int rc = append_init(&ap, s, smp, n, res);
+    if (rc == STORAGE_OK) {
+        pthread_rwlock_rdlock(&s->ckpt);
+        rc = append_resolve(&ap);
+        if (rc == STORAGE_OK)
+            rc = append_log(&ap);
+        if (rc == STORAGE_OK)
+            append_apply(&ap);
+        pthread_rwlock_unlock(&s->ckpt);
     }
-    label_t lbuf[MAX_LABELS_PER_SERIES];
-    bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
-    if (s->o.max_series_per_request && hashmap_reserve(&seen, n) < 0) { /* adding cannot fail */
-        rc = STORAGE_ERR_NOMEM;
-        snprintf(res->msg, sizeof(res->msg), "out of memory");
-        goto out;
+    if (rc == STORAGE_OK) {
+        append_rollup(&ap);
+        rc = res->failed ? res->first_error : STORAGE_OK;
     }
-
-    pthread_rwlock_rdlock(&s->ckpt);
-    for (size_t i = 0; i < n; i++) {
-        labels_t ls;
-        const char *why;
-        /* Senders batch many samples of one series behind one label set (remote write does):
-         * when a sample carries the very same labels as the previous one, its series is known. */
-        if (i > 0 && smp[i].labels.v == smp[i - 1].labels.v && smp[i].labels.n == smp[i - 1].labels.n &&
-            resolved_prev) {
-            refs[i] = refs[i - 1];
-            int hrc = head_check(s->head, &refs[i], smp[i].t);
-            if (hrc == HEAD_ERR_NOT_FOUND)
-                hrc = HEAD_OK;
-            if (hrc != HEAD_OK) {
-                int code = head_to_storage_err(hrc);
-                fail(res, i, code, err_text(code), &smp[i].labels);
-                continue;
-            }
-            ok[i] = 1;
-            ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
-            continue;
-        }
-        resolved_prev = false;
-        if (normalize(&smp[i].labels, lbuf, &ls, &why) < 0) {
-            atomic_fetch_add(&s->rejected_labels, 1);
-            fail(res, i, STORAGE_ERR_BAD_LABELS, why, &smp[i].labels);
-            continue;
-        }
-        uint64_t hash = labels_hash(&ls);
-        if (s->o.max_series_per_request && hashmap_put(&seen, hash, 0) == 0 &&
-            hashmap_count(&seen) > s->o.max_series_per_request) {
-            pthread_rwlock_unlock(&s->ckpt);
-            atomic_fetch_add(&s->rejected_limit, 1);
-            memset(res, 0, sizeof(*res));
-            snprintf(res->msg, sizeof(res->msg), "request has more than %u series (the limit)",
-                     s->o.max_series_per_request);
-            res->failed = n;
-            res->first_error = STORAGE_ERR_LIMIT;
-            rc = STORAGE_ERR_LIMIT;
-            goto out;
-        }
-        /* Most samples belong to series already in memory: find those through the sharded index
-         * alone; the id map (one mutex) is only needed to create a series. */
-        index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
-        int hrc = HEAD_OK;
-        bool created = false, known = true;
-        if (existing) {
-            refs[i] = index_series_ref(existing);
-            index_release(head_index(s->head), existing);
-        } else {
-            uint64_t id;
-            pthread_mutex_lock(&s->known_lock);
-            known = map_lookup(&s->known, hash, &id);
-            pthread_mutex_unlock(&s->known_lock);
-            if (!known)
-                id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
-            hrc = head_get_or_create(s->head, &ls, hash, id, &refs[i], &created);
-        }
-        if (hrc != HEAD_OK) {
-            if (hrc == HEAD_ERR_LIMIT)
-                atomic_fetch_add(&s->rejected_max_series, 1);
-            int code = head_to_storage_err(hrc);
-            fail(res, i, code, err_text(code), &ls);
-            continue;
-        }
-        if (created) {
-            if (!known) {
-                known_put(s, hash, refs[i].id);
-                if (s->cat)
-                    catalog_add_series(s->cat, refs[i].id, &ls, smp[i].t);
-            }
-            if (s->wal) {
-                if (nwser == capwser) {
-                    capwser = capwser ? capwser * 2 : 16;
-                    wal_series_t *p = realloc(wser, capwser * sizeof(*p));
-                    if (!p) {
-                        pthread_rwlock_unlock(&s->ckpt);
-                        rc = STORAGE_ERR_NOMEM;
-                        snprintf(res->msg, sizeof(res->msg), "out of memory");
-                        goto out;
-                    }
-                    wser = p;
-                }
-                wal_series_t *w = &wser[nwser++];
-                w->id = refs[i].id;
-                w->labels.n = ls.n;
-                w->labels.v = arena_alloc(a, sizeof(label_t) * ls.n);
-                memcpy(w->labels.v, ls.v, sizeof(label_t) * ls.n);
-            }
-        }
-        resolved_prev = true;
-        hrc = head_check(s->head, &refs[i], smp[i].t);
-        if (hrc == HEAD_ERR_NOT_FOUND)
-            hrc = HEAD_OK; /* swept meanwhile: recreated at apply time below */
-        if (hrc != HEAD_OK) {
-            int code = head_to_storage_err(hrc);
-            fail(res, i, code, err_text(code), &ls);
-            continue;
-        }
-        ok[i] = 1;
-        ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
-    }
-    if (s->wal) {
-        char werr[256] = "";
-        int wrc = nwser ? wal_log_series(s->wal, wser, nwser, werr, sizeof(werr)) : WAL_OK;
-        if (wrc == WAL_OK && nws)
-            wrc = wal_log_samples(s->wal, ws, nws, werr, sizeof(werr));
-        if (wrc != WAL_OK) {
-            pthread_rwlock_unlock(&s->ckpt);
-            storage_note_wal_error(s, werr);
-            memset(res, 0, sizeof(*res));
-            snprintf(res->msg, sizeof(res->msg), "write-ahead log: %s", werr);
-            res->failed = n;
-            res->first_error = STORAGE_ERR_IO;
-            rc = STORAGE_ERR_IO;
-            goto out;
-        }
-    }
-    nws = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!ok[i])
-            continue;
-        int hrc = head_append_ref(s->head, &refs[i], smp[i].t, smp[i].v);
-        if (hrc == HEAD_ERR_NOT_FOUND) {
-            /* Swept as empty between creation and now (expiry removes series with no samples):
-             * bring it back under the same id; its WAL series record is already logged. */
-            labels_t ls;
-            const char *why;
-            bool created;
-            if (normalize(&smp[i].labels, lbuf, &ls, &why) == 0 &&
-                head_get_or_create(s->head, &ls, labels_hash(&ls), refs[i].id, &refs[i], &created) == HEAD_OK)
-                hrc = head_append_ref(s->head, &refs[i], smp[i].t, smp[i].v);
-        }
-        if (hrc != HEAD_OK) {
-            /* Lost a race with another appender of this series since the check. */
-            int code = hrc == HEAD_ERR_NOT_FOUND ? STORAGE_ERR_NOMEM : head_to_storage_err(hrc);
-            fail(res, i, code, err_text(code), &smp[i].labels);
-            continue;
-        }
-        res->accepted++;
-        ws[nws++] = (wal_sample_t){.series_id = refs[i].id, .t_ms = smp[i].t, .v = smp[i].v};
-    }
-    pthread_rwlock_unlock(&s->ckpt);
-    if (s->rollup && nws) {
-        /* wal_sample_t and rollup_sample_t differ in layout; convert in place-sized chunks. */
-        rollup_sample_t tmp[256];
-        for (size_t i = 0; i < nws;) {
-            size_t k = 0;
-            for (; k < 256 && i < nws; k++, i++)
-                tmp[k] = (rollup_sample_t){.series_id = ws[i].series_id, .t = ws[i].t_ms, .v = ws[i].v};
-            rollup_add_samples(s->rollup, tmp, k);
-        }
-    }
-    rc = res->failed ? res->first_error : STORAGE_OK;
-out:
-    hashmap_free(&seen);
-    free(refs);
-    free(ok);
-    free(ws);
-    free(wser);
-    arena_destroy(a);
+    append_free(&ap);
     return rc;
 }
 
