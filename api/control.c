@@ -145,7 +145,7 @@ typedef struct ctl_op {
     int code;
     buf_t body;
     char etag[32];
-    ctl_sync_t *sync; /* api_control_apply: signal it instead of replying */
+    ctl_sync_t *sync;   /* api_control_apply: signal it instead of replying */
     api_control_t *ctl; /* set by ctl_submit */
     struct ctl_op *next;
 } ctl_op_t;
@@ -169,7 +169,7 @@ struct api_control {
     pthread_cond_t cv;
     ctl_op_t *head, *tail;
     bool stop;
-    bool stopping; /* shutdown hook ran: no more fan-out */
+    bool stopping;     /* shutdown hook ran: no more fan-out */
     _Atomic bool live; /* a request has been served: workers exist */
     /* metrics */
     _Atomic int64_t parked, subscribers;
@@ -601,7 +601,10 @@ static void ctl_op_closed(api_req_t *req, void *ud)
 
 /* --- SSE subscribers (worker thread) ---------------------------------------------------------------- */
 
-static void ctl_sub_unlink(ctl_worker_t *w, ctl_sub_t *s) { api_sse_list_remove(&w->subs, &s->link); }
+static void ctl_sub_unlink(ctl_worker_t *w, ctl_sub_t *s)
+{
+    api_sse_list_remove(&w->subs, &s->link);
+}
 
 static void ctl_sub_free(ctl_sub_t *s)
 {
@@ -636,7 +639,8 @@ static int ctl_sub_send(ctl_worker_t *w, ctl_sub_t *s, const control_event_t *ev
         return 0;
     if (api_reply_stream_pending(s->req) > CTL_SSE_MAX_PENDING) {
         atomic_fetch_add(&s->ctl->dropped, 1);
-        log_warn("control", "dropping a slow SSE subscriber", LF_I("pending_bytes", (int64_t)api_reply_stream_pending(s->req)));
+        log_warn("control", "dropping a slow SSE subscriber",
+                 LF_I("pending_bytes", (int64_t)api_reply_stream_pending(s->req)));
         ctl_sub_end(w, s);
         return -1;
     }
@@ -673,7 +677,10 @@ static void ctl_heartbeat(evutil_socket_t fd, short what, void *arg)
 
 /* --- long-polls (worker thread) ------------------------------------------------------------------------ */
 
-static void ctl_poll_unlink(ctl_worker_t *w, ctl_poll_t *p) { api_sse_list_remove(&w->polls, &p->link); }
+static void ctl_poll_unlink(ctl_worker_t *w, ctl_poll_t *p)
+{
+    api_sse_list_remove(&w->polls, &p->link);
+}
 
 static void ctl_poll_free(ctl_poll_t *p)
 {
@@ -878,8 +885,8 @@ static void ctl_h_get(api_control_t *ctl, api_req_t *req, const char *job)
     if (atomic_fetch_add(&ctl->parked, 1) >= CTL_MAX_PARKED) {
         atomic_fetch_sub(&ctl->parked, 1);
         api_reply_header(req, "Retry-After", "1");
-        ctl_reply_error(req, 503, "unavailable", "wait", "too many parked long-polls (limit %d); retry or use the SSE stream",
-                        CTL_MAX_PARKED);
+        ctl_reply_error(req, 503, "unavailable", "wait",
+                        "too many parked long-polls (limit %d); retry or use the SSE stream", CTL_MAX_PARKED);
         return;
     }
     ctl_poll_t *p = calloc(1, sizeof(*p));
@@ -952,8 +959,8 @@ static void ctl_h_change(api_control_t *ctl, api_req_t *req, const char *job, co
         return;
     }
     char field[64], err[512];
-    if (control_change_parse(kind, (const char *)body, len, &op->chg, reason, field, sizeof(field), err,
-                             sizeof(err)) != 0) {
+    if (control_change_parse(kind, (const char *)body, len, &op->chg, reason, field, sizeof(field), err, sizeof(err)) !=
+        0) {
         free(op);
         free(reason);
         ctl_reply_error(req, 400, "bad_data", field, "%s", err);

@@ -251,16 +251,16 @@ static int flow_select(querier_t *q, api_flow_result_t *r, const char *job, matc
         const char *name = labels_get(&s->labels, LABEL_METRIC_NAME);
         if (!name)
             continue;
-        flow_kind_t kind = strcmp(name, FLOW_METRIC_RECORDS_IN) == 0    ? FLOW_IN
-                           : strcmp(name, FLOW_METRIC_RECORDS_OUT) == 0 ? FLOW_OUT
+        flow_kind_t kind = strcmp(name, FLOW_METRIC_RECORDS_IN) == 0     ? FLOW_IN
+                           : strcmp(name, FLOW_METRIC_RECORDS_OUT) == 0  ? FLOW_OUT
                            : strcmp(name, FLOW_METRIC_BACKPRESSURE) == 0 ? FLOW_BP
                            : strcmp(name, FLOW_METRIC_BUSY) == 0         ? FLOW_BUSY
-                                                                        : FLOW_LAG;
+                                                                         : FLOW_LAG;
         if (kind == FLOW_IN || kind == FLOW_OUT) {
             int64_t last;
             bool ended;
-            flow_counter(s, mint, maxt, r->start_s, r->end_s, kind == FLOW_IN ? r->records_in : r->records_out,
-                         &last, &ended);
+            flow_counter(s, mint, maxt, r->start_s, r->end_s, kind == FLOW_IN ? r->records_in : r->records_out, &last,
+                         &ended);
             if (last == INT64_MIN)
                 continue;
             r->counter_series++;
@@ -320,7 +320,8 @@ int api_flow_compute(querier_t *q, const char *job, int64_t start_s, int64_t end
     int64_t now_s = flow_floor_div(now_ms, 1000);
     int64_t live_min = INT64_MAX, any_max = INT64_MIN;
     if (flow_select(q, out, job, MATCHER_RE,
-                    FLOW_METRIC_RECORDS_IN "|" FLOW_METRIC_RECORDS_OUT "|" FLOW_METRIC_BACKPRESSURE "|" FLOW_METRIC_BUSY,
+                    FLOW_METRIC_RECORDS_IN "|" FLOW_METRIC_RECORDS_OUT "|" FLOW_METRIC_BACKPRESSURE
+                                           "|" FLOW_METRIC_BUSY,
                     now_s, &live_min, &any_max, err, errlen) != 0 ||
         flow_select(q, out, job, MATCHER_RE, FLOW_LAG_REGEX, now_s, &live_min, &any_max, err, errlen) != 0)
         return -1;

@@ -38,14 +38,14 @@
 
 /* One task's per-second gauges; NaN = no value for that second. */
 typedef struct {
-    char *name;          /* task_name */
+    char *name;           /* task_name */
     double *backpressure; /* max over subtasks of backPressuredTimeMsPerSecond / 1000, [0,1] */
     double *busy;         /* same for busyTimeMsPerSecond (NaN samples ignored) */
     int subtasks;         /* distinct series seen for the backpressure metric */
 } api_flow_task_t;
 
 typedef struct {
-    char *name;    /* full metric name */
+    char *name;     /* full metric name */
     double *values; /* sum over series, per second; NaN = none */
 } api_flow_lag_t;
 
@@ -55,11 +55,11 @@ typedef struct {
     int64_t start_s, end_s;
     size_t n;
     double *records_in, *records_out; /* NaN = unknown (no counter covers it, or past complete_s) */
-    int64_t complete_s; /* every live counter series has reported up to here; -1 = no counters */
-    int counter_series; /* numRecordsIn/Out series seen */
-    api_flow_task_t *tasks; /* sorted by name */
+    int64_t complete_s;               /* every live counter series has reported up to here; -1 = no counters */
+    int counter_series;               /* numRecordsIn/Out series seen */
+    api_flow_task_t *tasks;           /* sorted by name */
     size_t ntasks;
-    api_flow_lag_t *lags;   /* sorted by name */
+    api_flow_lag_t *lags; /* sorted by name */
     size_t nlags;
 } api_flow_result_t;
 

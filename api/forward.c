@@ -146,8 +146,8 @@ struct fw_target {
     struct api_forward *fw;
     char *url, *name, *pos_path;
     httpc_url_t u;
-    char *headers;          /* extra "Name: value\r\n" lines, basic auth included */
-    char *bearer_file;      /* "" = none */
+    char *headers;     /* extra "Name: value\r\n" lines, basic auth included */
+    char *bearer_file; /* "" = none */
     bool retry_on_429;
 
     hashmap_t map; /* series id -> fw_series_t * */
@@ -273,8 +273,8 @@ static int read_small_file(const char *path, buf_t *out, char *err, size_t errle
     while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
         buf_append(out, tmp, n);
     fclose(fp);
-    while (out->len && (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' ||
-                        out->data[out->len - 1] == ' '))
+    while (out->len &&
+           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
         out->data[--out->len] = 0;
     return 0;
 }
@@ -431,7 +431,8 @@ static void save_position(fw_target_t *t)
         return;
     }
     char body[4600];
-    int n = snprintf(body, sizeof(body), "sluice-forward 1\n%" PRIu32 " %" PRIu64 "\n%s\n", p.segment, p.offset, t->url);
+    int n =
+        snprintf(body, sizeof(body), "sluice-forward 1\n%" PRIu32 " %" PRIu64 "\n%s\n", p.segment, p.offset, t->url);
     bool ok = write(fd, body, (size_t)n) == n && fsync(fd) == 0;
     close(fd);
     if (!ok || rename(tmp, t->pos_path) != 0)
@@ -790,13 +791,14 @@ static int send_batch(fw_shard_t *sh, const fw_item_t *items, size_t n)
             if (read_small_file(t->bearer_file, &tok, err, sizeof(err)) == 0)
                 buf_printf(&sh->hdr, "Authorization: Bearer %s\r\n", tok.data);
             else
-                log_warn("forward", "cannot read the bearer token file", LF_S("remote_name", t->name), LF_S("err", err));
+                log_warn("forward", "cannot read the bearer token file", LF_S("remote_name", t->name),
+                         LF_S("err", err));
             buf_free(&tok);
         }
         char err[512] = "";
         atomic_fetch_add(&t->requests, 1);
-        int prc = httpc_post(sh->conn, sh->hdr.data, sh->snap.data, sh->snap.len, f->o.timeout_ms,
-                             FW_MAX_RESPONSE_BODY, &resp, err, sizeof(err));
+        int prc = httpc_post(sh->conn, sh->hdr.data, sh->snap.data, sh->snap.len, f->o.timeout_ms, FW_MAX_RESPONSE_BODY,
+                             &resp, err, sizeof(err));
         int cls = prc != 0 ? 1 : api_forward__classify(resp.status, t->retry_on_429);
         if (cls == 0) {
             atomic_fetch_add(&t->sent, n);
@@ -1002,8 +1004,8 @@ int api_forward_start(api_forward_t *f, char *err, size_t errlen)
         if (!t->have_committed) {
             t->committed = (wal_pos_t){.segment = newest ? newest : 1, .offset = 0};
             t->have_committed = true;
-            log_info("forward", "remote write starts with new data", LF_S("remote_name", t->name),
-                     LF_S("url", t->url), LF_I("segment", t->committed.segment));
+            log_info("forward", "remote write starts with new data", LF_S("remote_name", t->name), LF_S("url", t->url),
+                     LF_I("segment", t->committed.segment));
         }
         pthread_mutex_unlock(&t->mu);
         atomic_store(&t->segment, t->committed.segment);
@@ -1059,8 +1061,8 @@ void api_forward_stop(api_forward_t *f)
             if (t->shards[k].started)
                 pthread_join(t->shards[k].th, NULL);
         save_position(t);
-        log_info("forward", "remote write stopped", LF_S("remote_name", t->name),
-                 LF_I("segment", t->committed.segment), LF_I("offset", (int64_t)t->committed.offset));
+        log_info("forward", "remote write stopped", LF_S("remote_name", t->name), LF_I("segment", t->committed.segment),
+                 LF_I("offset", (int64_t)t->committed.offset));
     }
 }
 
@@ -1135,16 +1137,23 @@ void api_forward_write_metrics(void *ud, buf_t *out)
         const char *name, *type, *help;
         int which;
     } m[] = {
-        {"sluice_remote_storage_samples_pending", "gauge", "Samples read from the WAL and not yet acknowledged or dropped.", 0},
+        {"sluice_remote_storage_samples_pending", "gauge",
+         "Samples read from the WAL and not yet acknowledged or dropped.", 0},
         {"sluice_remote_storage_samples_sent_total", "counter", "Samples the receiver acknowledged (2xx).", 1},
-        {"sluice_remote_storage_samples_failed_total", "counter", "Samples dropped after a non-retryable answer (4xx).", 2},
-        {"sluice_remote_storage_samples_retried_total", "counter", "Samples in batches that were retried (5xx, 429 with retry, network errors).", 3},
-        {"sluice_remote_storage_samples_dropped_unknown_series_total", "counter", "Samples of series whose labels could not be found.", 4},
-        {"sluice_remote_storage_highest_sent_timestamp_seconds", "gauge", "Newest sample timestamp the receiver acknowledged.", 5},
-        {"sluice_remote_storage_lag_seconds", "gauge", "Age of the oldest sample not yet settled (0 when nothing is pending).", 6},
+        {"sluice_remote_storage_samples_failed_total", "counter", "Samples dropped after a non-retryable answer (4xx).",
+         2},
+        {"sluice_remote_storage_samples_retried_total", "counter",
+         "Samples in batches that were retried (5xx, 429 with retry, network errors).", 3},
+        {"sluice_remote_storage_samples_dropped_unknown_series_total", "counter",
+         "Samples of series whose labels could not be found.", 4},
+        {"sluice_remote_storage_highest_sent_timestamp_seconds", "gauge",
+         "Newest sample timestamp the receiver acknowledged.", 5},
+        {"sluice_remote_storage_lag_seconds", "gauge",
+         "Age of the oldest sample not yet settled (0 when nothing is pending).", 6},
         {"sluice_remote_storage_sent_bytes_total", "counter", "Compressed request bytes acknowledged.", 7},
         {"sluice_remote_storage_requests_total", "counter", "HTTP requests attempted.", 8},
-        {"sluice_remote_storage_wal_segments_skipped_total", "counter", "WAL segments deleted before this target read them (data lost to it).", 9},
+        {"sluice_remote_storage_wal_segments_skipped_total", "counter",
+         "WAL segments deleted before this target read them (data lost to it).", 9},
         {"sluice_remote_storage_wal_segment", "gauge", "WAL segment of the committed position.", 10},
         {"sluice_remote_storage_shards", "gauge", "Concurrent senders.", 11},
     };

@@ -32,17 +32,17 @@ typedef struct api_forward api_forward_t;
 
 typedef struct {
     storage_t *storage;
-    const char *data_dir;         /* positions live in <data_dir>/forward/ */
-    const char *targets;          /* '\n'-joined target specs (see above); "" = none */
-    const char *external_labels;  /* '\n'-joined name=value; added unless a series has the label */
-    uint32_t shards;              /* concurrent senders per target; 0 = 4 */
+    const char *data_dir;          /* positions live in <data_dir>/forward/ */
+    const char *targets;           /* '\n'-joined target specs (see above); "" = none */
+    const char *external_labels;   /* '\n'-joined name=value; added unless a series has the label */
+    uint32_t shards;               /* concurrent senders per target; 0 = 4 */
     uint32_t max_samples_per_send; /* 0 = 2000 */
-    int64_t timeout_ms;           /* one request; 0 = 30 s */
-    int64_t min_backoff_ms;       /* 0 = 30 ms */
-    int64_t max_backoff_ms;       /* 0 = 5 s */
-    bool retry_on_429;            /* default for targets that do not say */
-    int64_t wal_max_hold_ms;      /* keep unsent WAL at most this long (by segment age); <= 0: forever */
-    int64_t poll_interval_ms;     /* how often an idle reader looks for new WAL records; 0 = 100 ms */
+    int64_t timeout_ms;            /* one request; 0 = 30 s */
+    int64_t min_backoff_ms;        /* 0 = 30 ms */
+    int64_t max_backoff_ms;        /* 0 = 5 s */
+    bool retry_on_429;             /* default for targets that do not say */
+    int64_t wal_max_hold_ms;       /* keep unsent WAL at most this long (by segment age); <= 0: forever */
+    int64_t poll_interval_ms;      /* how often an idle reader looks for new WAL records; 0 = 100 ms */
 } api_forward_options_t;
 
 /* Parses the specs and registers the WAL hold. Returns NULL with a message on a bad spec or flag,

@@ -141,7 +141,8 @@ int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err,
     }
     size_t npairs = k - 2;
     if (npairs % 2 != 0) {
-        snprintf(err, errlen, "odd number of components in label string \"/%s\"", path + sizeof(prefix) - 1 + strlen(comp[0]) + strlen(comp[1]) + 2);
+        snprintf(err, errlen, "odd number of components in label string \"/%s\"",
+                 path + sizeof(prefix) - 1 + strlen(comp[0]) + strlen(comp[1]) + 2);
         return -1;
     }
     label_t *ls = arena_alloc(a, (npairs / 2 + 1) * sizeof(label_t));
@@ -313,8 +314,7 @@ static void push_log_delta(api_push_t *p, const buf_t *delta)
         return;
     char err[256];
     if (storage_log_state(p->opt.storage, PUSH_STATE_TYPE, delta->data, delta->len, err, sizeof(err)) != STORAGE_OK)
-        log_error("push", "cannot log a group change; it is kept in memory until the next snapshot",
-                  LF_S("err", err));
+        log_error("push", "cannot log a group change; it is kept in memory until the next snapshot", LF_S("err", err));
 }
 
 static int push_state_restore(void *ud, const void *data, size_t len, bool full)
@@ -322,7 +322,8 @@ static int push_state_restore(void *ud, const void *data, size_t len, bool full)
     api_push_t *p = ud;
     int rc = full ? push_registry_restore(p->reg, data, len) : push_registry_apply_delta(p->reg, data, len);
     if (rc != 0)
-        log_warn("push", full ? "push groups in the snapshot are unreadable" : "skipped an unreadable push group change");
+        log_warn("push",
+                 full ? "push groups in the snapshot are unreadable" : "skipped an unreadable push group change");
     return rc;
 }
 
@@ -460,8 +461,9 @@ static void push_api_status(api_req_t *req, void *ud)
     strftime(start, sizeof(start), "%Y-%m-%dT%H:%M:%SZ", &tm);
     buf_puts(&b, "{\"flags\":");
     buf_puts(&b, p->flags_json ? p->flags_json : "{}");
-    buf_printf(&b, ",\"start_time\":\"%s\",\"build_information\":{\"version\":\"%s\",\"revision\":\"%s\","
-                   "\"branch\":\"%s\",\"buildUser\":\"%s\",\"buildDate\":\"%s\",\"goVersion\":\"%s\"}}",
+    buf_printf(&b,
+               ",\"start_time\":\"%s\",\"build_information\":{\"version\":\"%s\",\"revision\":\"%s\","
+               "\"branch\":\"%s\",\"buildUser\":\"%s\",\"buildDate\":\"%s\",\"goVersion\":\"%s\"}}",
                start, SLUICE_VERSION, SLUICE_REVISION, SLUICE_BRANCH, SLUICE_BUILD_USER, SLUICE_BUILD_DATE,
                SLUICE_COMPILER);
     api_reply_prom_success(req, b.data, b.len);
@@ -486,8 +488,14 @@ static void push_api_wipe(api_req_t *req, void *ud)
     api_reply(req, 202, NULL, NULL, 0);
 }
 
-static void push_collect_text(void *ud, buf_t *out) { push_registry_write_text(((api_push_t *)ud)->reg, out); }
-static void push_collect_self(void *ud, buf_t *out) { push_registry_write_metrics(((api_push_t *)ud)->reg, out); }
+static void push_collect_text(void *ud, buf_t *out)
+{
+    push_registry_write_text(((api_push_t *)ud)->reg, out);
+}
+static void push_collect_self(void *ud, buf_t *out)
+{
+    push_registry_write_metrics(((api_push_t *)ud)->reg, out);
+}
 
 /* ---- expiry ------------------------------------------------------------------------------------ */
 
@@ -559,7 +567,10 @@ api_push_t *api_push_new(const api_push_options_t *opt)
     return p;
 }
 
-push_registry_t *api_push_registry(api_push_t *p) { return p->reg; }
+push_registry_t *api_push_registry(api_push_t *p)
+{
+    return p->reg;
+}
 
 void api_push_register_routes(api_push_t *p, api_server_t *srv)
 {

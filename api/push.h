@@ -15,14 +15,14 @@
 #include "api/server.h"
 
 typedef struct {
-    storage_t *storage;          /* may be NULL (tests): nothing is stored */
-    expfmt_limits_t limits;      /* parser limits per push */
-    uint64_t max_decoded_bytes;  /* after Content-Encoding; 0 = 32 MiB */
-    int64_t group_ttl_ms;        /* see push_options_t */
+    storage_t *storage;         /* may be NULL (tests): nothing is stored */
+    expfmt_limits_t limits;     /* parser limits per push */
+    uint64_t max_decoded_bytes; /* after Content-Encoding; 0 = 32 MiB */
+    int64_t group_ttl_ms;       /* see push_options_t */
     uint32_t missed_intervals;
     bool enable_admin_api;
-    const char *flags_json;      /* for /api/v1/status; copied */
-    int64_t (*clock_ms)(void);   /* tests; NULL = wall clock */
+    const char *flags_json;    /* for /api/v1/status; copied */
+    int64_t (*clock_ms)(void); /* tests; NULL = wall clock */
 } api_push_options_t;
 
 typedef struct api_push api_push_t;

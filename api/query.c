@@ -77,8 +77,8 @@ struct query_job {
     query_job_kind_t kind;
     api_req_t *req; /* NULL once the client has gone; touched only on the worker loop */
     int worker;
-    bool gzip;     /* the client accepts gzip */
-    bool gzipped;  /* body is compressed already */
+    bool gzip;    /* the client accepts gzip */
+    bool gzipped; /* body is compressed already */
     volatile int cancel;
     int64_t deadline_ns; /* CLOCK_MONOTONIC; 0 = none */
     arena_t *arena;      /* inputs copied here: the request's arena may die first */
@@ -92,7 +92,7 @@ struct query_job {
     int code;
     buf_t body;
     /* lists */
-    query_job_t *next;                /* queue */
+    query_job_t *next; /* queue */
     query_job_t *live_prev, *live_next;
 };
 
@@ -147,7 +147,10 @@ static void q_json_str(buf_t *b, const char *str, size_t n)
     buf_putc(b, '"');
 }
 
-static void q_json_cstr(buf_t *b, const char *s) { q_json_str(b, s, strlen(s)); }
+static void q_json_cstr(buf_t *b, const char *s)
+{
+    q_json_str(b, s, strlen(s));
+}
 
 /* Point timestamps: integer seconds, then '.' and exactly three digits when not whole. */
 static void q_put_ts(buf_t *b, int64_t t)
@@ -162,7 +165,10 @@ static void q_put_ts(buf_t *b, int64_t t)
 }
 
 /* Scalar and string timestamps go through Go's JSON float encoding of t/1000. */
-static void q_put_ts_float(buf_t *b, int64_t t) { buf_put_float_json(b, (double)t / 1000.0); }
+static void q_put_ts_float(buf_t *b, int64_t t)
+{
+    buf_put_float_json(b, (double)t / 1000.0);
+}
 
 static void q_put_metric(buf_t *b, const labels_t *ls)
 {
@@ -372,7 +378,10 @@ static int q_parse_float(const char *s, double *out)
     return 0;
 }
 
-static int64_t q_floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+static int64_t q_floordiv(int64_t a, int64_t b)
+{
+    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
 
 /* RFC3339 with optional fraction: 2006-01-02T15:04:05[.999999999](Z|±hh:mm). */
 static int q_parse_rfc3339(const char *s, int64_t *ms)
@@ -607,7 +616,7 @@ static void job_run_promql(query_job_t *j)
         o.timeout_ms = left > 0 ? left : 1;
     }
     promql_result_t *r = j->kind == JOB_INSTANT ? promql_exec_instant(qr, j->ast, j->t, &o)
-                                                 : promql_exec_range(qr, j->ast, j->start, j->end, j->step, &o);
+                                                : promql_exec_range(qr, j->ast, j->start, j->end, j->step, &o);
     if (r->err_kind != PROMQL_ERR_NONE) {
         job_fail(j, q_kind_of(r->err_kind), r->err);
     } else {
@@ -622,7 +631,10 @@ static void job_run_promql(query_job_t *j)
 }
 
 /* Sorted, de-duplicated union of string lists. */
-static int q_strcmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int q_strcmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 static void q_put_string_list(buf_t *b, const char **v, size_t n)
 {
@@ -707,8 +719,8 @@ static void job_run_series(query_job_t *j)
     const char *err = NULL;
     char errbuf[512];
     for (size_t i = 0; i < j->nsels && !err && !j->cancel; i++) {
-        querier_set_t *set = querier_select(qr, (const matcher_t *const *)j->sels[i].ms, j->sels[i].n, j->start,
-                                            j->end, NULL);
+        querier_set_t *set =
+            querier_select(qr, (const matcher_t *const *)j->sels[i].ms, j->sels[i].n, j->start, j->end, NULL);
         if (!set) {
             err = "out of memory";
             break;
@@ -899,7 +911,10 @@ static int q_timeout(api_query_t *q, api_req_t *req, query_job_t *j)
     return 0;
 }
 
-static void q_reply_oom(api_req_t *req) { q_reply_error(req, API_ERR_INTERNAL, "out of memory"); }
+static void q_reply_oom(api_req_t *req)
+{
+    q_reply_error(req, API_ERR_INTERNAL, "out of memory");
+}
 
 static void h_query(api_req_t *req, void *ud)
 {

@@ -25,7 +25,7 @@
 #include "storage/storage.h"
 
 typedef struct {
-    api_server_t *srv;       /* replies hop back to its worker loops */
+    api_server_t *srv; /* replies hop back to its worker loops */
     storage_t *storage;
     int64_t lookback_ms;     /* --query.lookback-delta (0: 5m) */
     int64_t timeout_ms;      /* --query.timeout (0: 2m) */

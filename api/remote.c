@@ -219,8 +219,8 @@ static char *dup_str(arena_t *a, const uint8_t *b, size_t n)
 
 /* Parses a Label or the string fields of a MetricMetadata: fields whose numbers are listed get
  * their string copied into out[i]; a varint field `vfield` (0 = none) goes to *vout. */
-static int msg_strings(const uint8_t *b, size_t n, const uint32_t *fields, size_t nf, const uint8_t **sb,
-                       size_t *sn, uint32_t vfield, uint64_t *vout)
+static int msg_strings(const uint8_t *b, size_t n, const uint32_t *fields, size_t nf, const uint8_t **sb, size_t *sn,
+                       uint32_t vfield, uint64_t *vout)
 {
     pbr_t r = {b, b + n};
     while (r.p < r.end) {
@@ -304,8 +304,8 @@ static int ts_check_labels(labels_t *ls, char *err, size_t errlen)
 }
 
 /* Fills one series: labels into lv (capacity nl), samples into ss. Returns samples written. */
-static int ts_fill(const uint8_t *b, size_t n, arena_t *a, label_t *lv, size_t nl, storage_sample_t *ss,
-                   size_t *nss, remote_write_req_t *out, char *err, size_t errlen)
+static int ts_fill(const uint8_t *b, size_t n, arena_t *a, label_t *lv, size_t nl, storage_sample_t *ss, size_t *nss,
+                   remote_write_req_t *out, char *err, size_t errlen)
 {
     pbr_t r = {b, b + n};
     size_t kl = 0, ks = 0;
@@ -374,8 +374,8 @@ static int ts_fill(const uint8_t *b, size_t n, arena_t *a, label_t *lv, size_t n
         if (i > 0 && ss[i].t <= ss[i - 1].t) {
             char desc[256];
             describe_labels(&ls, desc, sizeof(desc));
-            snprintf(err, errlen, "out of order sample: timestamp %" PRId64 " after %" PRId64 " in series %s",
-                     ss[i].t, ss[i - 1].t, desc);
+            snprintf(err, errlen, "out of order sample: timestamp %" PRId64 " after %" PRId64 " in series %s", ss[i].t,
+                     ss[i - 1].t, desc);
             return REMOTE_ERR_INVALID;
         }
         ss[i].labels = ls;
@@ -479,8 +479,7 @@ int remote_write_decode(const uint8_t *buf, size_t len, size_t max_samples, aren
                 snprintf(err, errlen, "out of memory decoding the request");
                 return REMOTE_ERR_NOMEM;
             }
-            if (!utf8_valid(m->help, sn[1]) || !utf8_valid(m->unit, sn[2]) ||
-                !utf8_valid(m->name, sn[0])) {
+            if (!utf8_valid(m->help, sn[1]) || !utf8_valid(m->unit, sn[2]) || !utf8_valid(m->name, sn[0])) {
                 snprintf(err, errlen, "metadata of \"%.64s\" is not valid UTF-8", m->name);
                 return REMOTE_ERR_INVALID;
             }
@@ -496,8 +495,8 @@ bad:
 
 /* ==== metadata store ============================================================================== */
 
-static const char *const meta_type_names[8] = {"unknown", "counter", "gauge", "histogram", "gaugehistogram",
-                                               "summary", "info", "stateset"};
+static const char *const meta_type_names[8] = {"unknown",        "counter", "gauge", "histogram",
+                                               "gaugehistogram", "summary", "info",  "stateset"};
 
 /* Binary search; returns the index of name or where it would go. */
 static size_t meta_find(const api_remote_t *r, const char *name, bool *found)
@@ -638,7 +637,8 @@ static int remote_body(api_remote_t *r, api_req_t *req, uint8_t **out, size_t *o
     const uint8_t *body = api_req_body(req, &len);
     const char *enc = api_req_header(req, "Content-Encoding");
     if (enc && enc[0] && strcasecmp(enc, "snappy") != 0) {
-        snprintf(err, errlen, "unsupported Content-Encoding \"%.64s\": remote storage bodies are snappy block format", enc);
+        snprintf(err, errlen, "unsupported Content-Encoding \"%.64s\": remote storage bodies are snappy block format",
+                 enc);
         return 415;
     }
     size_t dlen;
@@ -809,7 +809,6 @@ static int rqueries_build(const Prometheus__ReadRequest *rr, arena_t *a, rquery_
 }
 
 /* ---- protobuf writing --------------------------------------------------------------------------- */
-
 
 static void buf_len_field(buf_t *b, uint32_t field, const void *p, size_t n)
 {
@@ -1067,7 +1066,8 @@ static void rstream_pump(rstream_t *st)
                     if (st->qi >= st->nq)
                         break;
                     rquery_t *q = &st->qs[st->qi];
-                    st->set = querier_select(st->q, (const matcher_t *const *)q->ms, q->nms, q->start, q->end, &q->hints);
+                    st->set =
+                        querier_select(st->q, (const matcher_t *const *)q->ms, q->nms, q->start, q->end, &q->hints);
                     if (!st->set) {
                         fail = "out of memory";
                         break;
@@ -1186,8 +1186,9 @@ static void remote_h_read(api_req_t *req, void *ud)
             type = rr->accepted_response_types[i];
     if (type < 0) {
         atomic_fetch_add(&r->r_rejected, 1);
-        api_reply_text(req, 400, "server does not support any of the requested response types: %d%s; supported: "
-                                 "SAMPLES (0), STREAMED_XOR_CHUNKS (1)\n",
+        api_reply_text(req, 400,
+                       "server does not support any of the requested response types: %d%s; supported: "
+                       "SAMPLES (0), STREAMED_XOR_CHUNKS (1)\n",
                        (int)rr->accepted_response_types[0], rr->n_accepted_response_types > 1 ? ", ..." : "");
         return;
     }
@@ -1250,8 +1251,9 @@ static void remote_metrics(void *ud, buf_t *b)
     pthread_mutex_lock(&r->meta_mu);
     size_t n = r->nmeta;
     pthread_mutex_unlock(&r->meta_mu);
-    buf_printf(b, "# HELP sluice_remote_write_metadata_metrics Metric names with metadata from remote write.\n"
-                  "# TYPE sluice_remote_write_metadata_metrics gauge\nsluice_remote_write_metadata_metrics %zu\n",
+    buf_printf(b,
+               "# HELP sluice_remote_write_metadata_metrics Metric names with metadata from remote write.\n"
+               "# TYPE sluice_remote_write_metadata_metrics gauge\nsluice_remote_write_metadata_metrics %zu\n",
                n);
 }
 

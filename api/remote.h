@@ -20,11 +20,11 @@
 #include "api/server.h"
 
 typedef struct {
-    storage_t *storage;            /* required for the routes (may be NULL for decoder tests) */
-    uint64_t max_decoded_bytes;    /* uncompressed request limit; 0 = 32 MiB */
-    uint64_t read_sample_limit;    /* SAMPLES responses, per query; 0 = no limit */
+    storage_t *storage;             /* required for the routes (may be NULL for decoder tests) */
+    uint64_t max_decoded_bytes;     /* uncompressed request limit; 0 = 32 MiB */
+    uint64_t read_sample_limit;     /* SAMPLES responses, per query; 0 = no limit */
     size_t read_max_bytes_in_frame; /* STREAMED_XOR_CHUNKS frame budget; 0 = 1 MiB */
-    size_t metadata_max_metrics;   /* distinct metric names kept for /api/v1/metadata; 0 = 10000 */
+    size_t metadata_max_metrics;    /* distinct metric names kept for /api/v1/metadata; 0 = 10000 */
 } api_remote_options_t;
 
 typedef struct api_remote api_remote_t;
@@ -47,16 +47,16 @@ typedef struct {
     storage_sample_t *samples; /* every sample of every series, series after series; each
                                   sample's labels point at its series' sorted, validated set */
     size_t nsamples;
-    size_t nseries;            /* TimeSeries messages with at least one sample */
+    size_t nseries; /* TimeSeries messages with at least one sample */
     remote_metadata_t *metadata;
     size_t nmetadata;
-    size_t nhistograms;        /* native histogram samples skipped (not supported) */
-    size_t nexemplars;         /* exemplars skipped */
+    size_t nhistograms; /* native histogram samples skipped (not supported) */
+    size_t nexemplars;  /* exemplars skipped */
 } remote_write_req_t;
 
 enum {
     REMOTE_OK = 0,
-    REMOTE_ERR_DECODE = -1, /* not a WriteRequest: truncated, wrong wire type, bad varint */
+    REMOTE_ERR_DECODE = -1,  /* not a WriteRequest: truncated, wrong wire type, bad varint */
     REMOTE_ERR_INVALID = -2, /* well-formed but refused: labels, sample order, values */
     REMOTE_ERR_LIMIT = -3,   /* more than max_samples samples */
     REMOTE_ERR_NOMEM = -4,

@@ -85,7 +85,7 @@ static const char *router_allow_header(int methods, char *out, size_t cap)
     static const struct {
         int bit;
         const char *name;
-    } names[] = {{API_GET, "GET"},   {API_HEAD, "HEAD"},       {API_POST, "POST"},  {API_PUT, "PUT"},
+    } names[] = {{API_GET, "GET"},       {API_HEAD, "HEAD"},       {API_POST, "POST"},  {API_PUT, "PUT"},
                  {API_DELETE, "DELETE"}, {API_OPTIONS, "OPTIONS"}, {API_PATCH, "PATCH"}};
     size_t n = 0;
     out[0] = 0;
@@ -449,7 +449,6 @@ void api_reply_stream_start(api_req_t *req, int code, const char *content_type,
     req->stream_code_ = code;
     evhttp_send_reply_start(req->ev, code, code == 200 ? "OK" : NULL);
 }
-
 
 static void router_chunk_written(struct evhttp_connection *evcon, void *arg)
 {

@@ -53,19 +53,19 @@ typedef struct api_router api_router_t; /* a server's route table */
 
 struct api_req {
     struct evhttp_request *ev;
-    arena_t *arena;    /* freed when the reply is sent */
-    int method;        /* one API_* bit */
-    const char *path;  /* percent-decoded path, without the query */
+    arena_t *arena;       /* freed when the reply is sent */
+    int method;           /* one API_* bit */
+    const char *path;     /* percent-decoded path, without the query */
     const char *raw_path; /* path as sent (still percent-encoded), without the query */
-    const char *query; /* raw query string or NULL */
-    api_server_t *srv; /* the server it arrived on */
-    int route;         /* index of the matched route (for metrics) */
-    int worker;        /* worker index */
+    const char *query;    /* raw query string or NULL */
+    api_server_t *srv;    /* the server it arrived on */
+    int route;            /* index of the matched route (for metrics) */
+    int worker;           /* worker index */
     uint64_t start_ns;
     bool replied;
     bool parked;
     /* private */
-    void *params_;     /* lazily parsed query + form parameters */
+    void *params_; /* lazily parsed query + form parameters */
     uint8_t *body_;
     size_t body_len_;
     bool body_read_;

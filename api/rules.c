@@ -239,8 +239,11 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
     size_t nams;
     char **ams = ar_split(o->alertmanager_urls, &nams, &amstore);
     if (nams) {
-        rules_notifier_options_t no = {.urls = (const char *const *)ams, .nurls = nams, .external_labels = &ar->ext,
-                                       .queue_capacity = (size_t)o->am_queue_capacity, .timeout_ms = o->am_timeout_ms};
+        rules_notifier_options_t no = {.urls = (const char *const *)ams,
+                                       .nurls = nams,
+                                       .external_labels = &ar->ext,
+                                       .queue_capacity = (size_t)o->am_queue_capacity,
+                                       .timeout_ms = o->am_timeout_ms};
         ar->notifier = rules_notifier_new(&no, err, errlen);
     }
     free(ams);
@@ -253,10 +256,15 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
     ar->actions = rules_actions_new(o->config_file, o->storage, &ops, err, errlen);
     if (!ar->actions)
         goto fail;
-    rules_options_t ro = {.storage = o->storage, .default_interval_ms = o->eval_interval_ms,
-                          .external_labels = &ar->ext, .external_url = url, .lookback_ms = o->lookback_ms,
-                          .query_timeout_ms = o->query_timeout_ms, .max_samples = o->max_samples,
-                          .resend_delay_ms = o->resend_delay_ms, .outage_tolerance_ms = o->outage_tolerance_ms,
+    rules_options_t ro = {.storage = o->storage,
+                          .default_interval_ms = o->eval_interval_ms,
+                          .external_labels = &ar->ext,
+                          .external_url = url,
+                          .lookback_ms = o->lookback_ms,
+                          .query_timeout_ms = o->query_timeout_ms,
+                          .max_samples = o->max_samples,
+                          .resend_delay_ms = o->resend_delay_ms,
+                          .outage_tolerance_ms = o->outage_tolerance_ms,
                           .for_grace_period_ms = o->for_grace_ms,
                           .hooks = {.ud = ar, .send = ar_send, .transition = ar_transition}};
     ar->rules = rules_manager_new(&ro);
@@ -312,7 +320,8 @@ int api_rules_reload(api_rules_t *ar, buf_t *errs)
     }
     int nerr = rules_manager_reload(ar->rules, errs);
     if (nerr) {
-        log_error("rules", "rule reload failed; the previous rules keep running", LF_S("err", errs->data ? errs->data : ""));
+        log_error("rules", "rule reload failed; the previous rules keep running",
+                  LF_S("err", errs->data ? errs->data : ""));
     } else if (ar->actions) {
         char err[512];
         if (rules_actions_reload(ar->actions, ar->config_file, err, sizeof(err)) != 0) {
@@ -330,7 +339,7 @@ void api_rules_shutdown(api_rules_t *ar)
     if (!ar)
         return;
     pthread_mutex_lock(&ar->reload_mu); /* waits for a reload in flight */
-    rules_manager_free(ar->rules); /* first: the evaluator calls the notifier and the actions */
+    rules_manager_free(ar->rules);      /* first: the evaluator calls the notifier and the actions */
     ar->rules = NULL;
     rules_notifier_free(ar->notifier);
     ar->notifier = NULL;

@@ -23,7 +23,7 @@
 #include "storage/storage.h"
 
 typedef struct {
-    api_server_t *srv;           /* created (its port known), not necessarily started */
+    api_server_t *srv; /* created (its port known), not necessarily started */
     storage_t *storage;
     api_control_t *control;        /* the closed loop's actions read and change flow control through it */
     const char *rule_files;        /* patterns, '\n'-separated ("" = none) */

@@ -121,7 +121,6 @@ typedef struct server_worker {
     hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
 } server_worker_t;
 
-
 static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev)
 {
     uint64_t *v = hashmap_get(&w->conn_by_bev, (uintptr_t)bev);
@@ -378,10 +377,22 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
     return s;
 }
 
-int api_server_port(const api_server_t *s) { return s->port; }
-int api_server_worker_count(const api_server_t *s) { return s->nworkers; }
-struct event_base *api_server_worker_base(api_server_t *s, int worker) { return s->workers[worker].base; }
-int64_t api_server_inflight(const api_server_t *s) { return atomic_load(&s->inflight); }
+int api_server_port(const api_server_t *s)
+{
+    return s->port;
+}
+int api_server_worker_count(const api_server_t *s)
+{
+    return s->nworkers;
+}
+struct event_base *api_server_worker_base(api_server_t *s, int worker)
+{
+    return s->workers[worker].base;
+}
+int64_t api_server_inflight(const api_server_t *s)
+{
+    return atomic_load(&s->inflight);
+}
 
 void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud)
 {
@@ -609,19 +620,21 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
         buf_printf(out, "\nsluice_http_request_duration_seconds_count{handler=\"%s\"} %llu\n", name,
                    (unsigned long long)count);
     }
-    buf_printf(out,
-               "# HELP sluice_http_open_connections HTTP connections currently open.\n"
-               "# TYPE sluice_http_open_connections gauge\nsluice_http_open_connections %lld\n"
-               "# HELP sluice_http_connections_accepted_total HTTP connections accepted.\n"
-               "# TYPE sluice_http_connections_accepted_total counter\nsluice_http_connections_accepted_total %llu\n"
-               "# HELP sluice_http_connections_rejected_total Requests refused because of --web.max-connections.\n"
-               "# TYPE sluice_http_connections_rejected_total counter\nsluice_http_connections_rejected_total %llu\n"
-               "# HELP sluice_http_slow_connections_closed_total Connections closed for not sending a request within --web.read-timeout.\n"
-               "# TYPE sluice_http_slow_connections_closed_total counter\nsluice_http_slow_connections_closed_total %llu\n"
-               "# HELP sluice_http_requests_in_flight Requests being served, including parked long-polls.\n"
-               "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n",
-               (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
-               (unsigned long long)atomic_load(&s->rejected_total),
-               (unsigned long long)atomic_load(&s->slow_closed_total), (long long)atomic_load(&s->inflight));
+    buf_printf(
+        out,
+        "# HELP sluice_http_open_connections HTTP connections currently open.\n"
+        "# TYPE sluice_http_open_connections gauge\nsluice_http_open_connections %lld\n"
+        "# HELP sluice_http_connections_accepted_total HTTP connections accepted.\n"
+        "# TYPE sluice_http_connections_accepted_total counter\nsluice_http_connections_accepted_total %llu\n"
+        "# HELP sluice_http_connections_rejected_total Requests refused because of --web.max-connections.\n"
+        "# TYPE sluice_http_connections_rejected_total counter\nsluice_http_connections_rejected_total %llu\n"
+        "# HELP sluice_http_slow_connections_closed_total Connections closed for not sending a request within "
+        "--web.read-timeout.\n"
+        "# TYPE sluice_http_slow_connections_closed_total counter\nsluice_http_slow_connections_closed_total %llu\n"
+        "# HELP sluice_http_requests_in_flight Requests being served, including parked long-polls.\n"
+        "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n",
+        (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
+        (unsigned long long)atomic_load(&s->rejected_total), (unsigned long long)atomic_load(&s->slow_closed_total),
+        (long long)atomic_load(&s->inflight));
     (void)s;
 }

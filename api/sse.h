@@ -47,7 +47,7 @@ typedef struct {
 } api_sse_list_t;
 
 /* The struct of type `type` whose member `member` is the link `l`. */
-#define API_SSE_OF(l, type, member) ((type *)(void *)((char *)(l) - offsetof(type, member)))
+#define API_SSE_OF(l, type, member) ((type *)(void *)((char *)(l)-offsetof(type, member)))
 
 /* Adds n (not on any list) at the front of l. */
 void api_sse_list_push(api_sse_list_t *l, api_sse_link_t *n);

@@ -104,8 +104,8 @@ static void rfc3339(double t, char *out, size_t cap)
     time_t s = (time_t)t;
     struct tm tm;
     gmtime_r(&s, &tm);
-    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)((t - (double)s) * 1000));
+    snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+             tm.tm_min, tm.tm_sec, (int)((t - (double)s) * 1000));
 }
 
 static void status_runtimeinfo(api_req_t *req, void *ud)

@@ -12,7 +12,7 @@
 #include "api/server.h"
 
 typedef struct {
-    const char *flags_json;    /* {"name":"value",...}; owned by the caller, must outlive the server */
+    const char *flags_json; /* {"name":"value",...}; owned by the caller, must outlive the server */
     const char *storage_path;
     int64_t retention_raw_ms;
 } api_status_options_t;

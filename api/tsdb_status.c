@@ -39,8 +39,9 @@ static void tsdb_status_handler(api_req_t *req, void *ud)
     uint64_t pairs = 0;
     for (size_t i = 0; i < s.index.n_values_by_name; i++)
         pairs += s.index.values_by_name[i].value;
-    buf_printf(&b, "{\"headStats\":{\"numSeries\":%llu,\"numLabelPairs\":%llu,\"chunkCount\":%llu,"
-                   "\"minTime\":%lld,\"maxTime\":%lld}",
+    buf_printf(&b,
+               "{\"headStats\":{\"numSeries\":%llu,\"numLabelPairs\":%llu,\"chunkCount\":%llu,"
+               "\"minTime\":%lld,\"maxTime\":%lld}",
                (unsigned long long)s.head.series, (unsigned long long)pairs, (unsigned long long)s.head.chunks,
                (long long)(empty ? INT64_MAX : s.head.min_t), (long long)(empty ? INT64_MIN : s.head.max_t));
     tsdb_put_table(&b, "seriesCountByMetricName", s.index.series_by_metric, s.index.n_series_by_metric);

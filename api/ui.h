@@ -18,10 +18,10 @@
 #include "api/server.h"
 
 typedef struct {
-    const char *path;         /* URL path: "/" for index.html, "/assets/app.<hash>.js" */
+    const char *path; /* URL path: "/" for index.html, "/assets/app.<hash>.js" */
     const char *content_type;
-    const char *etag;         /* quoted, e.g. "\"3f2a9c1b0d4e\"" */
-    bool immutable;           /* the name carries the content hash */
+    const char *etag; /* quoted, e.g. "\"3f2a9c1b0d4e\"" */
+    bool immutable;   /* the name carries the content hash */
     const unsigned char *data;
     size_t len;
 } ui_asset_t;
@@ -30,8 +30,8 @@ typedef struct {
 extern const ui_asset_t ui_assets[];
 extern const size_t ui_nassets;
 
-#define UI_CSP                                                                                       \
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " \
+#define UI_CSP                                                                                                         \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "                    \
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 /* The asset served at `path`, or NULL. */

@@ -190,9 +190,10 @@ int main(int argc, char **argv)
         int post = dial();
         const char *action = (r % 2 == 0) ? "pause" : "resume";
         char preq[256];
-        snprintf(preq, sizeof(preq),
-                 "POST /api/v1/control/jobs/bench/%s HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                 action);
+        snprintf(
+            preq, sizeof(preq),
+            "POST /api/v1/control/jobs/bench/%s HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            action);
         struct epoll_event pe = {.events = EPOLLIN, .data.fd = post};
         epoll_ctl(ep, EPOLL_CTL_ADD, post, &pe);
         double t0 = now_ms();

@@ -71,8 +71,8 @@ typedef struct {
     double t0;
     char rbuf[8192];
     size_t rlen;
-    size_t need;       /* total response bytes once headers are parsed, 0 = unknown yet */
-    bool until_close;  /* no length: read to EOF */
+    size_t need;      /* total response bytes once headers are parsed, 0 = unknown yet */
+    bool until_close; /* no length: read to EOF */
     bool chunked;
     int status;
 } conn_t;
@@ -241,16 +241,27 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.target = -1, .host = "127.0.0.1", .name = NULL, .port = 0, .tms = 200,
-                .rounds = 5, .conns = 8, .pid = 0, .seed = 1, .max_seconds = 0, .timeout = 60};
+    opts_t o = {.target = -1,
+                .host = "127.0.0.1",
+                .name = NULL,
+                .port = 0,
+                .tms = 200,
+                .rounds = 5,
+                .conns = 8,
+                .pid = 0,
+                .seed = 1,
+                .max_seconds = 0,
+                .timeout = 60};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc)
             usage();
         const char *v = argv[++i];
         if (!strcmp(a, "--target"))
-            o.target = !strcmp(v, "sluice") ? T_SLUICE : !strcmp(v, "pushgateway") ? T_PUSHGATEWAY
-                       : !strcmp(v, "vm")   ? T_VM : -2;
+            o.target = !strcmp(v, "sluice")        ? T_SLUICE
+                       : !strcmp(v, "pushgateway") ? T_PUSHGATEWAY
+                       : !strcmp(v, "vm")          ? T_VM
+                                                   : -2;
         else if (!strcmp(a, "--host"))
             o.host = v;
         else if (!strcmp(a, "--port"))
@@ -352,8 +363,8 @@ int main(int argc, char **argv)
         reqs[k].head = strdup(head);
         reqs[k].headlen = (size_t)hl;
     }
-    fprintf(stderr, "push_bench: %zu bodies, %.1f MiB, ready in %.1f s\n", nreq,
-            (double)total_bytes / 1048576, now_s() - g0);
+    fprintf(stderr, "push_bench: %zu bodies, %.1f MiB, ready in %.1f s\n", nreq, (double)total_bytes / 1048576,
+            now_s() - g0);
 
     g_ep = epoll_create1(EPOLL_CLOEXEC);
     if (g_ep < 0)
@@ -507,8 +518,8 @@ int main(int argc, char **argv)
                 if (!first_err[0]) {
                     char *b = memmem(c->rbuf, c->rlen, "\r\n\r\n", 4);
                     size_t bl = b ? c->rlen - (size_t)(b + 4 - c->rbuf) : 0;
-                    snprintf(first_err, sizeof(first_err), "status %d: %.*s", c->status,
-                             (int)(bl > 300 ? 300 : bl), b ? b + 4 : "");
+                    snprintf(first_err, sizeof(first_err), "status %d: %.*s", c->status, (int)(bl > 300 ? 300 : bl),
+                             b ? b + 4 : "");
                 }
             }
             if (--round_left[c->req->round] == 0)
@@ -536,8 +547,8 @@ int main(int argc, char **argv)
     long hwm = o.pid ? proc_status_kb(o.pid, "VmHWM") : -1;
     printf("%s: %zu/%zu pushes ok in %.2f s (%zu errors, %zu time-outs): %.1f pushes/s, %.0f samples/s, "
            "latency p50 %.1f ms p99 %.1f ms max %.1f ms, server RSS %.1f MiB (peak %.1f MiB)\n",
-           o.name, ok, nreq, secs, errors, timeouts, (double)ok / secs, (double)ok_samples / secs,
-           p50 * 1e3, p99 * 1e3, mx * 1e3, rss / 1024.0, hwm / 1024.0);
+           o.name, ok, nreq, secs, errors, timeouts, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3, p99 * 1e3,
+           mx * 1e3, rss / 1024.0, hwm / 1024.0);
     /* Steady state: rounds 2..N, when every series exists already (Flink's every-10s pushes). */
     double steady = 0;
     if (o.rounds > 1 && round_end[0] > 0 && round_end[o.rounds - 1] > round_end[0]) {
@@ -555,9 +566,8 @@ int main(int argc, char **argv)
     printf("RESULT name=%s pushes=%zu ok=%zu errors=%zu timeouts=%zu seconds=%.3f pushes_s=%.2f "
            "samples_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_kb=%ld hwm_kb=%ld planned=%zu "
            "series=%zu steady_samples_s=%.0f first_round_s=%.3f\n",
-           o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs,
-           (double)ok_samples / secs, p50 * 1e3, p99 * 1e3, mx * 1e3, rss, hwm, nreq,
-           series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0);
+           o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3,
+           p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

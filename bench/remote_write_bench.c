@@ -229,8 +229,13 @@ int main(int argc, char **argv)
     int nsend = atoi(argv[4]);
     sender_t *s = calloc((size_t)nsend, sizeof(*s));
     for (int i = 0; i < nsend; i++) {
-        s[i] = (sender_t){.host = argv[1], .port = atoi(argv[2]), .path = argv[3], .sender = i,
-                          .nseries = atoi(argv[5]), .nsamples = atoi(argv[6]), .nreq = atoi(argv[7]),
+        s[i] = (sender_t){.host = argv[1],
+                          .port = atoi(argv[2]),
+                          .path = argv[3],
+                          .sender = i,
+                          .nseries = atoi(argv[5]),
+                          .nsamples = atoi(argv[6]),
+                          .nreq = atoi(argv[7]),
                           .t0 = strtoll(argv[8], NULL, 10)};
         build(&s[i]);
     }

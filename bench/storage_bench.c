@@ -219,18 +219,32 @@ static size_t heap_in_use(void)
 
 /* Series s is metric s % 60 of subtask g = s / 60; 12 subtasks per TaskManager. 20 metric names
  * x 3 operators; even metrics are counters, odd ones gauges. */
-static const char *const op_metric[20] = {
-    "numRecordsIn", "numRecordsInPerSecond", "numRecordsOut", "numRecordsOutPerSecond",
-    "numBytesIn", "numBytesInPerSecond", "numBytesOut", "numBytesOutPerSecond",
-    "numLateRecordsDropped", "currentInputWatermarkLag", "numSplitsProcessed", "pendingRecords",
-    "numRecordsSent", "sourceIdleTime", "numRecordsInErrors", "watermarkAlignmentDrift",
-    "numBytesSend", "currentEmitEventTimeLag", "numRecordsOutErrors", "currentSendTime"};
+static const char *const op_metric[20] = {"numRecordsIn",
+                                          "numRecordsInPerSecond",
+                                          "numRecordsOut",
+                                          "numRecordsOutPerSecond",
+                                          "numBytesIn",
+                                          "numBytesInPerSecond",
+                                          "numBytesOut",
+                                          "numBytesOutPerSecond",
+                                          "numLateRecordsDropped",
+                                          "currentInputWatermarkLag",
+                                          "numSplitsProcessed",
+                                          "pendingRecords",
+                                          "numRecordsSent",
+                                          "sourceIdleTime",
+                                          "numRecordsInErrors",
+                                          "watermarkAlignmentDrift",
+                                          "numBytesSend",
+                                          "currentEmitEventTimeLag",
+                                          "numRecordsOutErrors",
+                                          "currentSendTime"};
 static const char *const op_name[3] = {"Source__Kafka_Orders", "Map", "Sink__Kafka_Enriched"};
 
 typedef struct {
-    labels_t *ls;   /* per series, label arrays in one block */
+    labels_t *ls; /* per series, label arrays in one block */
     label_t *lv;
-    char **strs;    /* the distinct strings, to free */
+    char **strs; /* the distinct strings, to free */
     size_t nstrs;
     size_t n;
 } synth_t;
@@ -374,7 +388,8 @@ static void append_tick(storage_t *st, const synth_t *sy, vstate_t *vs, size_t a
 /* ---- mem + scan (in a forked child) -------------------------------------------------------- */
 
 typedef struct {
-    double rss_per_series, heap_per_series /* malloc only: slabs are mmap'd */, bytes_per_sample, samples_per_series, series;
+    double rss_per_series, heap_per_series /* malloc only: slabs are mmap'd */, bytes_per_sample, samples_per_series,
+        series;
     double scan_samples_per_s, index_per_series, open_per_series, slab_per_series;
 } memres_t;
 
@@ -571,7 +586,8 @@ static void bench_mem(void)
             note("mem child failed");
             continue;
         }
-        note("mem synthetic rep %d: %.0f series, RSS %.0f B/series, heap %.0f B/series (index %.0f, slab %.0f, open %.0f), "
+        note("mem synthetic rep %d: %.0f series, RSS %.0f B/series, heap %.0f B/series (index %.0f, slab %.0f, open "
+             "%.0f), "
              "%.3f B/sample, %.0f samples/series, scan %.1fM samples/s (%.1f s)",
              rep + 1, r.series, r.rss_per_series, r.heap_per_series, r.index_per_series, r.slab_per_series,
              r.open_per_series, r.bytes_per_sample, r.samples_per_series, r.scan_samples_per_s / 1e6, now_s() - t0);
@@ -593,7 +609,8 @@ static void bench_mem(void)
             note("flinkgen child failed");
             continue;
         }
-        note("mem flinkgen rep %d: %.0f series, RSS %.0f B/series, heap %.0f B/series (index %.0f, slab %.0f, open %.0f), "
+        note("mem flinkgen rep %d: %.0f series, RSS %.0f B/series, heap %.0f B/series (index %.0f, slab %.0f, open "
+             "%.0f), "
              "%.3f B/sample, %.0f samples/series, scan %.1fM samples/s (%.1f s)",
              rep + 1, r.series, r.rss_per_series, r.heap_per_series, r.index_per_series, r.slab_per_series,
              r.open_per_series, r.bytes_per_sample, r.samples_per_series, r.scan_samples_per_s / 1e6, now_s() - t0);
@@ -653,8 +670,9 @@ static void bench_append(void)
             pthread_t th[2];
             double t0 = now_s();
             for (int k = 0; k < threads; k++) {
-                args[k] = (appender_arg_t){st, &sy, vs, sy.n * (size_t)k / (size_t)threads,
-                                           sy.n * (size_t)(k + 1) / (size_t)threads, ticks, &bar, k == 0};
+                args[k] = (appender_arg_t){
+                    st,    &sy,  vs,    sy.n * (size_t)k / (size_t)threads, sy.n * (size_t)(k + 1) / (size_t)threads,
+                    ticks, &bar, k == 0};
                 pthread_create(&th[k], NULL, appender, &args[k]);
             }
             for (int k = 0; k < threads; k++)
@@ -665,8 +683,7 @@ static void bench_append(void)
             storage_close(st);
             free(vs);
             note("append %d thread(s) rep %d: %.2fM samples/s total (%.1f s)", threads, rep + 1, total / 1e6, dt);
-            fig_add(threads == 1 ? "append, 1 thread (per core)" : "append, 2 threads (total)", "samples/s", "",
-                    total);
+            fig_add(threads == 1 ? "append, 1 thread (per core)" : "append, 2 threads (total)", "samples/s", "", total);
             if (threads == 2)
                 fig_add("append, 2 threads (per core)", "samples/s", "", total / 2);
         }
@@ -789,8 +806,8 @@ static void bench_rollup(void)
         rollup_stats_t rs;
         rollup_get_stats(r, &rs);
         double samples = (double)S * (double)per_series;
-        note("rollup rep %d: %.0f samples in %.1f s add + %.1f s flush, %llu buckets", rep + 1, samples, t_add,
-             t_flush, (unsigned long long)rs.buckets_written);
+        note("rollup rep %d: %.0f samples in %.1f s add + %.1f s flush, %llu buckets", rep + 1, samples, t_add, t_flush,
+             (unsigned long long)rs.buckets_written);
         fig_add("roll-up write (add + writer), 1 thread", "samples/s", "", samples / (t_add + t_flush));
         fig_add("roll-up writer", "buckets/s", "", (double)rs.buckets_written / t_flush);
 
@@ -837,8 +854,8 @@ static void bench_rollup(void)
         double t_raw = now_s() - q0;
         note("30-day query rep %d: roll-ups %.2f ms (%zu buckets, resolution %lld s), raw %.1f ms (%llu samples); "
              "checksums %.6g vs %.6g",
-             rep + 1, t_roll * 1e3, nb, (long long)(res->v[ri].res_ms / 1000), t_raw * 1e3,
-             (unsigned long long)nsamp, chk_roll, chk_raw);
+             rep + 1, t_roll * 1e3, nb, (long long)(res->v[ri].res_ms / 1000), t_raw * 1e3, (unsigned long long)nsamp,
+             chk_roll, chk_raw);
         fig_add("30-day query (min/max/increase per series) from roll-ups", "ms", "", t_roll * 1e3);
         fig_add("30-day query, same over raw XOR chunks in memory", "ms", "", t_raw * 1e3);
         fig_add("30-day query speed-up, roll-ups vs raw", "x", ">= 20", t_raw / t_roll);
@@ -923,8 +940,9 @@ static int http_req(int port, const char *method, const char *path, const char *
         return -1;
     }
     char head[1024];
-    int hn = snprintf(head, sizeof(head), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                      method, path, hdrs ? hdrs : "", len);
+    int hn = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\nConnection: close\r\n\r\n", method,
+                      path, hdrs ? hdrs : "", len);
     const char *parts[2] = {head, body};
     size_t lens[2] = {(size_t)hn, len};
     for (int k = 0; k < 2; k++)
@@ -1105,8 +1123,8 @@ static void bench_peers(void)
                 snprintf(a1, sizeof(a1), "--config.file=%s", cfg);
                 snprintf(a2, sizeof(a2), "--web.listen-address=127.0.0.1:%d", p.port);
                 snprintf(a3, sizeof(a3), "--storage.tsdb.path=%s/data", dir);
-                char *argv[] = {"/usr/bin/prometheus", a1, a2, a3, "--web.enable-remote-write-receiver",
-                                "--log.level=error", NULL};
+                char *argv[] = {"/usr/bin/prometheus", a1,  a2, a3, "--web.enable-remote-write-receiver",
+                                "--log.level=error",   NULL};
                 if (access(argv[0], X_OK) != 0) {
                     note("no %s: skipped", argv[0]);
                     break;
@@ -1132,7 +1150,8 @@ static void bench_peers(void)
             unlink(logp);
             if (sent < 0)
                 continue;
-            note("%s rep %d: idle RSS %.1f MB, after %ld samples %.1f MB: %.0f B/series (ingest %.2f s, %.2fM samples/s)",
+            note("%s rep %d: idle RSS %.1f MB, after %ld samples %.1f MB: %.0f B/series (ingest %.2f s, %.2fM "
+                 "samples/s)",
                  p.name, rep + 1, idle / 1e6, sent, rss / 1e6, (double)(rss - idle) / (double)P, dt, sent / dt / 1e6);
             char name[96];
             snprintf(name, sizeof(name), "%s %zuk series: RSS per series (over idle)", p.name, P / 1000);

@@ -65,18 +65,17 @@ struct catalog {
     _Atomic uint64_t next_id;
 };
 
-#define CAT_SCHEMA                                                                                 \
-    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"                  \
-    "INSERT OR IGNORE INTO meta(key, value) VALUES('catalog_version', 1);"                         \
-    "CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, metric TEXT NOT NULL,"              \
-    " labels TEXT NOT NULL, enc BLOB NOT NULL, first_seen INTEGER NOT NULL,"                       \
-    " last_seen INTEGER NOT NULL);"                                                                \
-    "CREATE INDEX IF NOT EXISTS series_metric ON series(metric);"                                  \
-    "CREATE TABLE IF NOT EXISTS label_index(name TEXT NOT NULL, value TEXT NOT NULL,"              \
+#define CAT_SCHEMA                                                                                                     \
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"                                      \
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('catalog_version', 1);"                                             \
+    "CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, metric TEXT NOT NULL,"                                  \
+    " labels TEXT NOT NULL, enc BLOB NOT NULL, first_seen INTEGER NOT NULL,"                                           \
+    " last_seen INTEGER NOT NULL);"                                                                                    \
+    "CREATE INDEX IF NOT EXISTS series_metric ON series(metric);"                                                      \
+    "CREATE TABLE IF NOT EXISTS label_index(name TEXT NOT NULL, value TEXT NOT NULL,"                                  \
     " series_id INTEGER NOT NULL, PRIMARY KEY(name, value, series_id)) WITHOUT ROWID;"
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-
 
 static void encode_labels(buf_t *b, const labels_t *ls)
 {
@@ -137,7 +136,10 @@ static bool sorted_unique(const labels_t *ls)
     return true;
 }
 
-static void *arena_alloc_cb(void *ud, size_t n) { return arena_try_alloc(ud, n); }
+static void *arena_alloc_cb(void *ud, size_t n)
+{
+    return arena_try_alloc(ud, n);
+}
 
 /* {a="b",c="d"} without __name__, escaping \ " and newline as the text exposition format does. */
 static void format_labels_text(buf_t *b, const labels_t *ls)
@@ -191,8 +193,7 @@ static sqlite3 *open_db(const char *path, char *err, size_t errlen)
     sqlite3_busy_timeout(db, 10000);
     /* page_size only takes effect on a new file, before WAL mode is set. 16 KiB pages pack the
      * roll-up blobs (1-4 KB each) with far less slack than 4 KiB ones (docs/storage-rollups.md). */
-    if (exec_sql(db, "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err, errlen) !=
-        0) {
+    if (exec_sql(db, "PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err, errlen) != 0) {
         sqlite3_close(db);
         return NULL;
     }
@@ -271,7 +272,10 @@ void catalog_close(catalog_t *cat)
     free(cat);
 }
 
-const char *catalog_path(const catalog_t *cat) { return cat->path; }
+const char *catalog_path(const catalog_t *cat)
+{
+    return cat->path;
+}
 
 void catalog_ids_free(catalog_ids_t *ids)
 {
@@ -295,7 +299,10 @@ static int ids_push(catalog_ids_t *ids, uint64_t id)
 
 /* ---- writes ----------------------------------------------------------------------------- */
 
-uint64_t catalog_next_id(catalog_t *cat) { return atomic_fetch_add(&cat->next_id, 1); }
+uint64_t catalog_next_id(catalog_t *cat)
+{
+    return atomic_fetch_add(&cat->next_id, 1);
+}
 
 static int pending_push(catalog_t *cat, const pending_t *p)
 {
@@ -354,9 +361,18 @@ int catalog_touch_series(catalog_t *cat, uint64_t id, int64_t t)
     return pending_push(cat, &p);
 }
 
-sqlite3 *catalog__write_db(catalog_t *cat) { return cat->wdb; }
-void catalog__write_lock(catalog_t *cat) { pthread_mutex_lock(&cat->write_mu); }
-void catalog__write_unlock(catalog_t *cat) { pthread_mutex_unlock(&cat->write_mu); }
+sqlite3 *catalog__write_db(catalog_t *cat)
+{
+    return cat->wdb;
+}
+void catalog__write_lock(catalog_t *cat)
+{
+    pthread_mutex_lock(&cat->write_mu);
+}
+void catalog__write_unlock(catalog_t *cat)
+{
+    pthread_mutex_unlock(&cat->write_mu);
+}
 
 static int write_one(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlite3_stmt *touch, const pending_t *p,
                      buf_t *enc, buf_t *text)
@@ -592,10 +608,13 @@ static int collect_strings(sqlite3_stmt *st, arena_t *a, const char ***out, size
     return 0;
 }
 
-static bool unbounded(int64_t mint, int64_t maxt) { return mint == INT64_MIN && maxt == INT64_MAX; }
+static bool unbounded(int64_t mint, int64_t maxt)
+{
+    return mint == INT64_MIN && maxt == INT64_MAX;
+}
 
-int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a,
-                         const char ***values, size_t *n)
+int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a, const char ***values,
+                         size_t *n)
 {
     /* Unbounded: DISTINCT over the (name, value, ...) primary key, no join. */
     const char *sql = unbounded(mint, maxt)
@@ -681,8 +700,8 @@ int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
         sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_ROW)
-            ret = decode_labels(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), arena_alloc_cb, a,
-                                out);
+            ret =
+                decode_labels(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), arena_alloc_cb, a, out);
         else if (rc == SQLITE_DONE)
             ret = 1;
     }

@@ -77,8 +77,8 @@ int catalog_series_by_labels(catalog_t *cat, const label_t *eq, size_t n, int64_
 int catalog_series_with_name(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, catalog_ids_t *out);
 /* Distinct values of label `name` among series seen within [mint, maxt], sorted. Strings and the
  * array are allocated in arena a. Returns 0 or -1. */
-int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a,
-                         const char ***values, size_t *n);
+int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a, const char ***values,
+                         size_t *n);
 /* Distinct label names (including __name__) among series seen within [mint, maxt], sorted. */
 int catalog_label_names(catalog_t *cat, int64_t mint, int64_t maxt, arena_t *a, const char ***names, size_t *n);
 /* Labels of series id, allocated in arena a. Returns 0, 1 if the id is unknown, -1 on error. */

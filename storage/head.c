@@ -590,8 +590,7 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
 
 /* ---- public append API --------------------------------------------------------------------- */
 
-int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id,
-                       index_ref_t *ref, bool *created)
+int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
 {
     index_series_t *is;
     int rc = index_acquire_or_create(h->ix, ls, hash, new_id, &is, created);
@@ -789,7 +788,8 @@ static int cb_add(copybuf_t *b, int64_t mint, int64_t maxt, const uint8_t *bytes
     }
     memcpy(b->buf + b->len, bytes, len);
     /* Offset for now; turned into a pointer once the buffer stops moving (cb_fix). */
-    b->ch[b->n++] = (querier_chunk_t){.mint = mint, .maxt = maxt, .bytes = (const uint8_t *)(uintptr_t)b->len, .len = len};
+    b->ch[b->n++] =
+        (querier_chunk_t){.mint = mint, .maxt = maxt, .bytes = (const uint8_t *)(uintptr_t)b->len, .len = len};
     b->len += len;
     return 0;
 }
@@ -928,8 +928,8 @@ typedef struct {
 } head_querier_t;
 
 /* Shared with storage.c through head_querier's select. */
-static querier_set_t *hq_select(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
-                                int64_t maxt, const querier_hints_t *hints)
+static querier_set_t *hq_select(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                                const querier_hints_t *hints)
 {
     head_t *h = ((head_querier_t *)q)->h;
     head_set_t *s = calloc(1, sizeof(*s));
@@ -968,8 +968,8 @@ static querier_set_t *hq_select(querier_t *q, const matcher_t *const *ms, size_t
     return &s->base;
 }
 
-static int hq_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
-                          arena_t *a, const char ***out, size_t *count, char *err, size_t errlen)
+static int hq_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt, arena_t *a,
+                          const char ***out, size_t *count, char *err, size_t errlen)
 {
     head_t *h = ((head_querier_t *)q)->h;
     if (index_label_names(h->ix, ms, n, a, out, count) != INDEX_OK) {
@@ -980,9 +980,8 @@ static int hq_label_names(querier_t *q, const matcher_t *const *ms, size_t n, in
     return 0;
 }
 
-static int hq_label_values(querier_t *q, const char *name, const matcher_t *const *ms, size_t n,
-                           int64_t mint, int64_t maxt, arena_t *a, const char ***out, size_t *count,
-                           char *err, size_t errlen)
+static int hq_label_values(querier_t *q, const char *name, const matcher_t *const *ms, size_t n, int64_t mint,
+                           int64_t maxt, arena_t *a, const char ***out, size_t *count, char *err, size_t errlen)
 {
     head_t *h = ((head_querier_t *)q)->h;
     if (index_label_values(h->ix, name, ms, n, a, out, count) != INDEX_OK) {
@@ -1058,7 +1057,8 @@ static int foreach_one(void *ud, index_series_t *is)
     nch = 0;
     for (const uint8_t *r = s->first; r; r = rec_next(r), nch++) {
         int64_t mint = rec_mint(r);
-        c->cbuf[nch] = (querier_chunk_t){.mint = mint, .maxt = mint + rec_span(r), .bytes = rec_bytes(r), .len = rec_len(r)};
+        c->cbuf[nch] =
+            (querier_chunk_t){.mint = mint, .maxt = mint + rec_span(r), .bytes = rec_bytes(r), .len = rec_len(r)};
     }
     head_series_state_t st = {.id = id,
                               .labels = {c->lbuf, nl},
@@ -1107,9 +1107,8 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
         goto out;
     for (size_t i = 0; i < st->nchunks; i++) {
         const querier_chunk_t *qc = &st->chunks[i];
-        if (qc->mint < mv || qc->len > UINT16_MAX || qc->len <= CHUNK_XOR_HEADER_BYTES ||
-            qc->maxt < qc->mint || (uint64_t)(qc->maxt - qc->mint) > UINT32_MAX ||
-            chunk_first_t(qc->bytes, qc->len) != qc->mint)
+        if (qc->mint < mv || qc->len > UINT16_MAX || qc->len <= CHUNK_XOR_HEADER_BYTES || qc->maxt < qc->mint ||
+            (uint64_t)(qc->maxt - qc->mint) > UINT32_MAX || chunk_first_t(qc->bytes, qc->len) != qc->mint)
             continue;
         chunk_xor_iter_t it;
         int64_t t;
@@ -1121,8 +1120,7 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
             rc = HEAD_ERR_OUT_OF_ORDER;
             continue;
         }
-        uint8_t *r = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len,
-                               (uint32_t)(qc->maxt - qc->mint));
+        uint8_t *r = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len, (uint32_t)(qc->maxt - qc->mint));
         if (r) {
             link_record(h, s, r);
             atomic_fetch_add(&h->n_chunks, 1);

@@ -55,8 +55,7 @@ void head_free(head_t *h);
 /* The series with labels ls (sorted, unique, no empty values; hash = labels_hash(ls)), created
  * with id new_id if absent (*created = true). A created series that receives no sample is
  * removed by a later head_expire. Returns HEAD_OK, HEAD_ERR_LIMIT or HEAD_ERR_NOMEM. */
-int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id,
-                       index_ref_t *ref, bool *created);
+int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
 /* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return (a
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);
@@ -80,10 +79,10 @@ index_t *head_index(head_t *h);
 
 typedef struct {
     uint64_t series;
-    uint64_t chunks;        /* closed + open */
-    uint64_t chunk_bytes;   /* encoded bytes in closed and open chunks */
-    uint64_t slab_bytes;    /* bytes allocated for closed chunks */
-    uint64_t memory_bytes;  /* estimate: index + series + chunks */
+    uint64_t chunks;       /* closed + open */
+    uint64_t chunk_bytes;  /* encoded bytes in closed and open chunks */
+    uint64_t slab_bytes;   /* bytes allocated for closed chunks */
+    uint64_t memory_bytes; /* estimate: index + series + chunks */
     uint64_t samples_appended, samples_replaced, out_of_order, too_old;
     uint64_t series_created, series_removed;
     int64_t min_t, max_t; /* INT64_MAX / INT64_MIN when empty */

@@ -253,7 +253,7 @@ struct index {
     uint32_t sym_free;     /* head of the free-id list, EMPTY32 if none */
     hashmap_t sym_by_hash; /* xxh3(string) -> id (a multimap: ids of equal hashes) */
     uint64_t sym_bytes;
-    _Atomic uint64_t sym_gen; /* bumped when an id is freed (and so may be reused) */
+    _Atomic uint64_t sym_gen;   /* bumped when an id is freed (and so may be reused) */
     _Atomic uint64_t pairs_gen; /* bumped when a (name, value) pair appears in the names table */
 
     pthread_rwlock_t names_lock;
@@ -272,8 +272,7 @@ static uint32_t *series_vals(const index_t *ix, const index_series_t *s)
 
 static sym_t *sym_entry(const index_t *ix, uint32_t id)
 {
-    sym_t *page = atomic_load_explicit(&((index_t *)ix)->sym_pages[id >> SYM_PAGE_BITS],
-                                       memory_order_acquire);
+    sym_t *page = atomic_load_explicit(&((index_t *)ix)->sym_pages[id >> SYM_PAGE_BITS], memory_order_acquire);
     return &page[id & (SYM_PAGE_SIZE - 1)];
 }
 
@@ -814,8 +813,8 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     free(s);
 }
 
-int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id,
-                            index_series_t **out, bool *created)
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
+                            bool *created)
 {
     *created = false;
     index_series_t *s = index_acquire(ix, ls, hash);
@@ -1149,8 +1148,8 @@ static int strings_from_syms(index_t *ix, u32vec_t *ids, arena_t *a, const char 
 
 /* Collects, for the series in refs, the symbol ids of names (want_name) or of the values of
  * label `name`. Strings are copied while the series is held. */
-static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t name, arena_t *a,
-                               const char ***out, size_t *count)
+static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t name, arena_t *a, const char ***out,
+                               size_t *count)
 {
     const char **v = NULL;
     size_t n = 0, cap = 0;
@@ -1191,8 +1190,7 @@ static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t n
     return INDEX_OK;
 }
 
-int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a,
-                      const char ***names, size_t *count)
+int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a, const char ***names, size_t *count)
 {
     if (n > 0) {
         index_refs_t refs = {0};
@@ -1217,8 +1215,8 @@ int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t
     return rc;
 }
 
-int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n,
-                       arena_t *a, const char ***values, size_t *count)
+int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n, arena_t *a,
+                       const char ***values, size_t *count)
 {
     uint32_t nid = sym_lookup(ix, name);
     if (nid == EMPTY32) {

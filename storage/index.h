@@ -66,8 +66,8 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
 index_series_t *index_acquire(index_t *ix, const labels_t *ls, uint64_t hash);
 /* As index_acquire, creating the series with id `id` if it is absent (*created = true; its
  * payload is zeroed). Returns INDEX_OK with *out locked, INDEX_ERR_LIMIT or INDEX_ERR_NOMEM. */
-int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id,
-                            index_series_t **out, bool *created);
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
+                            bool *created);
 /* The series ref points at, shard read-locked, or NULL if it is gone. */
 index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref);
 void index_release(index_t *ix, index_series_t *s);
@@ -88,10 +88,10 @@ int index_select(index_t *ix, const matcher_t *const *ms, size_t n, index_refs_t
 
 /* Sorted distinct label names (values of `name`) of the series matching ms (n = 0: all series).
  * The array and strings are allocated in a. Returns INDEX_OK or INDEX_ERR_NOMEM. */
-int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a,
-                      const char ***names, size_t *count);
-int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n,
-                       arena_t *a, const char ***values, size_t *count);
+int index_label_names(index_t *ix, const matcher_t *const *ms, size_t n, arena_t *a, const char ***names,
+                      size_t *count);
+int index_label_values(index_t *ix, const char *name, const matcher_t *const *ms, size_t n, arena_t *a,
+                       const char ***values, size_t *count);
 
 /* Visits the series of shard `shard` from slot *cursor on, at most `budget` of them, under the
  * shard's WRITE lock; fn returns true to remove the series (after freeing what its payload owns).

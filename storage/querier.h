@@ -73,24 +73,22 @@ typedef struct querier querier_t;
 typedef struct {
     /* Series matching every matcher (n >= 1; see matcher.h) with samples in [mint, maxt].
      * Returns a set (never NULL except on OOM); errors surface through querier_set_error. */
-    querier_set_t *(*select)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
-                             int64_t maxt, const querier_hints_t *hints);
+    querier_set_t *(*select)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                             const querier_hints_t *hints);
     /* Sorted distinct label names / values of `name` among series matching ms (n may be 0: all
      * series) within [mint, maxt]. Returns 0, or -1 with a message in err. */
-    int (*label_names)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
-                       int64_t maxt, arena_t *a, const char ***out, size_t *count, char *err,
-                       size_t errlen);
-    int (*label_values)(querier_t *q, const char *name, const matcher_t *const *ms, size_t n,
-                        int64_t mint, int64_t maxt, arena_t *a, const char ***out, size_t *count,
-                        char *err, size_t errlen);
+    int (*label_names)(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt, arena_t *a,
+                       const char ***out, size_t *count, char *err, size_t errlen);
+    int (*label_values)(querier_t *q, const char *name, const matcher_t *const *ms, size_t n, int64_t mint,
+                        int64_t maxt, arena_t *a, const char ***out, size_t *count, char *err, size_t errlen);
     void (*close)(querier_t *q);
 } querier_ops_t;
 struct querier {
     const querier_ops_t *ops;
 };
 
-static inline querier_set_t *querier_select(querier_t *q, const matcher_t *const *ms, size_t n,
-                                            int64_t mint, int64_t maxt, const querier_hints_t *hints)
+static inline querier_set_t *querier_select(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
+                                            int64_t maxt, const querier_hints_t *hints)
 {
     return q->ops->select(q, ms, n, mint, maxt, hints);
 }
@@ -110,15 +108,14 @@ static inline void querier_set_free(querier_set_t *s)
     if (s)
         s->ops->free(s);
 }
-static inline int querier_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint,
-                                      int64_t maxt, arena_t *a, const char ***out, size_t *count,
-                                      char *err, size_t errlen)
+static inline int querier_label_names(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                                      arena_t *a, const char ***out, size_t *count, char *err, size_t errlen)
 {
     return q->ops->label_names(q, ms, n, mint, maxt, a, out, count, err, errlen);
 }
-static inline int querier_label_values(querier_t *q, const char *name, const matcher_t *const *ms,
-                                       size_t n, int64_t mint, int64_t maxt, arena_t *a,
-                                       const char ***out, size_t *count, char *err, size_t errlen)
+static inline int querier_label_values(querier_t *q, const char *name, const matcher_t *const *ms, size_t n,
+                                       int64_t mint, int64_t maxt, arena_t *a, const char ***out, size_t *count,
+                                       char *err, size_t errlen)
 {
     return q->ops->label_values(q, name, ms, n, mint, maxt, a, out, count, err, errlen);
 }
@@ -139,8 +136,7 @@ typedef struct {
     int64_t mint, maxt;
 } querier_iter_t;
 
-static inline void querier_iter_init(querier_iter_t *it, const querier_series_t *s, int64_t mint,
-                                     int64_t maxt)
+static inline void querier_iter_init(querier_iter_t *it, const querier_series_t *s, int64_t mint, int64_t maxt)
 {
     it->s = s;
     it->ci = 0;

@@ -62,9 +62,9 @@ static void set_err(char *err, size_t errlen, const char *msg)
 /* ---- plan ---------------------------------------------------------------------------------- */
 
 typedef struct {
-    bool rollups;  /* read roll-ups at all */
-    bool step;     /* step mode */
-    bool history;  /* mint < raw_start: look in the catalog too */
+    bool rollups; /* read roll-ups at all */
+    bool step;    /* step mode */
+    bool history; /* mint < raw_start: look in the catalog too */
     size_t res_idx;
     int64_t res;
     int64_t boundary; /* step mode: raw samples from here on at the earliest */
@@ -150,8 +150,8 @@ static int cmp_ccand(const void *a, const void *b)
 
 /* Series in the catalog seen within [mint, maxt] that match every matcher (n may be 0), labels
  * in arena a, sorted by labels. Returns 0 or -1. */
-static int catalog_select(catalog_t *cat, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
-                          arena_t *a, ccands_t *out)
+static int catalog_select(catalog_t *cat, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt, arena_t *a,
+                          ccands_t *out)
 {
     catalog_ids_t ids = {0};
     label_t *eq = n ? arena_alloc(a, n * sizeof(label_t)) : NULL;
@@ -290,18 +290,12 @@ static int ch_push(tset_t *s, querier_chunk_t c)
 static double agg_value(const rollup_bucket_t *b, querier_agg_t agg)
 {
     switch (agg) {
-    case QUERIER_AGG_MEAN:
-        return b->count ? b->sum / (double)b->count : NAN;
-    case QUERIER_AGG_MIN:
-        return b->min;
-    case QUERIER_AGG_MAX:
-        return b->max;
-    case QUERIER_AGG_SUM:
-        return b->sum;
-    case QUERIER_AGG_COUNT:
-        return (double)b->count;
-    default:
-        return b->last;
+    case QUERIER_AGG_MEAN: return b->count ? b->sum / (double)b->count : NAN;
+    case QUERIER_AGG_MIN: return b->min;
+    case QUERIER_AGG_MAX: return b->max;
+    case QUERIER_AGG_SUM: return b->sum;
+    case QUERIER_AGG_COUNT: return (double)b->count;
+    default: return b->last;
     }
 }
 
@@ -638,8 +632,8 @@ static int collect(tq_t *q, const char *name, const matcher_t *const *ms, size_t
     return 0;
 }
 
-static int tq_label_names(querier_t *qb, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
-                          arena_t *a, const char ***out, size_t *count, char *err, size_t errlen)
+static int tq_label_names(querier_t *qb, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt, arena_t *a,
+                          const char ***out, size_t *count, char *err, size_t errlen)
 {
     return collect((tq_t *)qb, NULL, ms, n, mint, maxt, a, out, count, err, errlen);
 }

@@ -68,10 +68,10 @@
 #include "storage/rollup.h"
 
 typedef struct {
-    head_t *head;                  /* required */
-    rollup_t *rollup;              /* NULL: raw only */
-    catalog_t *cat;                /* NULL: no series outside the head */
-    int64_t (*now_ms)(void *ud);   /* the store's clock */
+    head_t *head;                /* required */
+    rollup_t *rollup;            /* NULL: raw only */
+    catalog_t *cat;              /* NULL: no series outside the head */
+    int64_t (*now_ms)(void *ud); /* the store's clock */
     void *ud;
 } querier_tiered_opts_t;
 

@@ -195,8 +195,14 @@ static double bitsd(uint64_t u)
     return v;
 }
 
-static double nan_min(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a); }
-static double nan_max(double a, double b) { return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a); }
+static double nan_min(double a, double b)
+{
+    return isnan(a) ? b : isnan(b) ? a : (b < a ? b : a);
+}
+static double nan_max(double a, double b)
+{
+    return isnan(a) ? b : isnan(b) ? a : (b > a ? b : a);
+}
 
 static void bucket_start(rollup_bucket_t *b, int64_t ts)
 {
@@ -241,7 +247,10 @@ static int closed_cmp(const void *pa, const void *pb)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-static bool is_plain(const rollup_t *r, size_t i) { return r->rs.v[i].res_ms == PLAIN_RES_MS; }
+static bool is_plain(const rollup_t *r, size_t i)
+{
+    return r->rs.v[i].res_ms == PLAIN_RES_MS;
+}
 
 /* ---- resolutions -------------------------------------------------------------------------- */
 
@@ -293,7 +302,10 @@ int rollup_parse_resolutions(const char *s, rollup_resolutions_t *out, char *err
     return 0;
 }
 
-const rollup_resolutions_t *rollup_resolutions(const rollup_t *r) { return &r->rs; }
+const rollup_resolutions_t *rollup_resolutions(const rollup_t *r)
+{
+    return &r->rs;
+}
 
 size_t rollup_pick_resolution(const rollup_resolutions_t *rs, int64_t now_ms, int64_t mint, int64_t step_ms)
 {
@@ -525,7 +537,10 @@ out:
 
 /* ---- shards and states -------------------------------------------------------------------- */
 
-static size_t shard_of(uint64_t id) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 58) & (SHARDS - 1); }
+static size_t shard_of(uint64_t id)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 58) & (SHARDS - 1);
+}
 static size_t slot_of(const shard_t *sh, uint64_t id)
 {
     return (size_t)((id * 0xC2B2AE3D27D4EB4Full) >> 20) & (sh->nbuckets - 1);
@@ -747,8 +762,8 @@ void rollup_close_buckets_before(rollup_t *r, int64_t before_ms)
 
 static void put_state_entry(uint8_t *p, int64_t res_ms, const rollup_bucket_t *b)
 {
-    uint64_t w[8] = {(uint64_t)res_ms, (uint64_t)b->ts, b->count, dbits(b->sum), dbits(b->min), dbits(b->max),
-                     dbits(b->last), dbits(b->increase)};
+    uint64_t w[8] = {(uint64_t)res_ms, (uint64_t)b->ts, b->count,       dbits(b->sum),
+                     dbits(b->min),    dbits(b->max),   dbits(b->last), dbits(b->increase)};
     for (int i = 0; i < 8; i++)
         for (int k = 0; k < 8; k++)
             p[i * 8 + k] = (uint8_t)(w[i] >> (8 * k));
@@ -761,8 +776,13 @@ static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *
         for (int k = 0; k < 8; k++)
             w[i] |= (uint64_t)p[i * 8 + k] << (8 * k);
     *res_ms = (int64_t)w[0];
-    *b = (rollup_bucket_t){.ts = (int64_t)w[1], .count = w[2], .sum = bitsd(w[3]), .min = bitsd(w[4]),
-                           .max = bitsd(w[5]), .last = bitsd(w[6]), .increase = bitsd(w[7])};
+    *b = (rollup_bucket_t){.ts = (int64_t)w[1],
+                           .count = w[2],
+                           .sum = bitsd(w[3]),
+                           .min = bitsd(w[4]),
+                           .max = bitsd(w[5]),
+                           .last = bitsd(w[6]),
+                           .increase = bitsd(w[7])};
 }
 
 static void snap_state(rollup_t *r, const sstate_t *s)
@@ -776,8 +796,11 @@ static void snap_state(rollup_t *r, const sstate_t *s)
         r->capsnaps = cap;
     }
     snap_t *sn = &r->snaps[r->nsnaps];
-    *sn = (snap_t){.id = s->id, .last_t = s->last_t, .seen_t = s->pend && s->pend_t > s->last_t ? s->pend_t : s->last_t,
-                   .prev = s->prev, .prev_ok = s->prev_ok};
+    *sn = (snap_t){.id = s->id,
+                   .last_t = s->last_t,
+                   .seen_t = s->pend && s->pend_t > s->last_t ? s->pend_t : s->last_t,
+                   .prev = s->prev,
+                   .prev_ok = s->prev_ok};
     size_t nopen = s->pend ? 1 : 0;
     for (size_t i = 0; i < r->rs.n; i++)
         nopen += s->open[i].ts != NO_BUCKET;
@@ -806,19 +829,19 @@ static void snaps_clear(rollup_t *r)
 
 /* ---- SQL ---------------------------------------------------------------------------------- */
 
-#define ROLLUP_SCHEMA                                                                              \
-    "CREATE TABLE IF NOT EXISTS rollup_blob(id INTEGER PRIMARY KEY, res INTEGER NOT NULL,"         \
-    " series_id INTEGER NOT NULL, start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL);" \
-    "CREATE UNIQUE INDEX IF NOT EXISTS rollup_blob_key ON rollup_blob(res, series_id, start);"     \
-    "CREATE INDEX IF NOT EXISTS rollup_blob_start ON rollup_blob(res, start);"                     \
-    "CREATE TABLE IF NOT EXISTS rollup_plain(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"    \
-    " ts INTEGER NOT NULL, count INTEGER NOT NULL, sum REAL, min REAL, max REAL, last REAL,"       \
-    " increase REAL, PRIMARY KEY(res, series_id, ts)) WITHOUT ROWID;"                              \
-    "CREATE TABLE IF NOT EXISTS rollup_state(series_id INTEGER PRIMARY KEY, last_t INTEGER NOT NULL," \
-    " prev REAL, prev_ok INTEGER NOT NULL, open BLOB);"                                            \
-    "CREATE VIEW IF NOT EXISTS rollup_1h AS SELECT p.series_id AS series_id, s.metric AS metric,"  \
-    " s.labels AS labels, p.ts AS ts, p.count AS count, p.sum AS sum, p.min AS min, p.max AS max," \
-    " p.last AS last, p.increase AS increase FROM rollup_plain p LEFT JOIN series s"               \
+#define ROLLUP_SCHEMA                                                                                                  \
+    "CREATE TABLE IF NOT EXISTS rollup_blob(id INTEGER PRIMARY KEY, res INTEGER NOT NULL,"                             \
+    " series_id INTEGER NOT NULL, start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL);"                    \
+    "CREATE UNIQUE INDEX IF NOT EXISTS rollup_blob_key ON rollup_blob(res, series_id, start);"                         \
+    "CREATE INDEX IF NOT EXISTS rollup_blob_start ON rollup_blob(res, start);"                                         \
+    "CREATE TABLE IF NOT EXISTS rollup_plain(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"                        \
+    " ts INTEGER NOT NULL, count INTEGER NOT NULL, sum REAL, min REAL, max REAL, last REAL,"                           \
+    " increase REAL, PRIMARY KEY(res, series_id, ts)) WITHOUT ROWID;"                                                  \
+    "CREATE TABLE IF NOT EXISTS rollup_state(series_id INTEGER PRIMARY KEY, last_t INTEGER NOT NULL,"                  \
+    " prev REAL, prev_ok INTEGER NOT NULL, open BLOB);"                                                                \
+    "CREATE VIEW IF NOT EXISTS rollup_1h AS SELECT p.series_id AS series_id, s.metric AS metric,"                      \
+    " s.labels AS labels, p.ts AS ts, p.count AS count, p.sum AS sum, p.min AS min, p.max AS max,"                     \
+    " p.last AS last, p.increase AS increase FROM rollup_plain p LEFT JOIN series s"                                   \
     " ON s.id = p.series_id WHERE p.res = 3600000;"
 
 static int exec_sql(sqlite3 *db, const char *sql)
@@ -933,8 +956,8 @@ static int write_batch(rollup_t *r, sqlite3 *db)
         sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &del, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &seen, NULL) !=
             SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1,
-                           &bsel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1, &bsel,
+                           NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
                            "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?, ?, ?, ?, ?)"
                            " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
@@ -1064,8 +1087,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         if (ecode == SQLITE_BUSY || ecode == SQLITE_LOCKED)
             log_warn("rollup", "database locked by another process (busy timeout 10s); roll-ups wait in memory",
                      LF_S("path", catalog_path(cat)));
-        log_warn("rollup", "flush failed; will retry", LF_I("buckets", r->inflight.n),
-                 LF_I("carried", old_inflight));
+        log_warn("rollup", "flush failed; will retry", LF_I("buckets", r->inflight.n), LF_I("carried", old_inflight));
     }
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
@@ -1251,7 +1273,8 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
             if (blob_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
                             sqlite3_column_int64(st, 0), res, tmp) != 0)
-                log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", sqlite3_column_int64(st, 0)));
+                log_warn("rollup", "corrupt blob skipped", LF_I("series", id),
+                         LF_I("start", sqlite3_column_int64(st, 0)));
         }
     }
     ret = rc == SQLITE_DONE ? 0 : -1;

@@ -114,8 +114,7 @@ void rollup_buckets_free(rollup_buckets_t *b);
 /* Appends to out the buckets of series_id at resolution index res_idx whose start ts lies in
  * [mint, maxt], in time order: stored ones, ones waiting for the writer, and the open ones.
  * Returns 0 or -1. */
-int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt,
-                rollup_buckets_t *out);
+int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out);
 
 const rollup_resolutions_t *rollup_resolutions(const rollup_t *r);
 /* The resolution to read for a query over [mint, ...] evaluated at now_ms with step step_ms: the

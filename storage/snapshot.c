@@ -102,8 +102,8 @@ static uint64_t get_u64le(const uint8_t *p)
 struct snapshot_writer {
     char *path, *tmp;
     int fd;
-    buf_t buf;       /* bytes not yet written */
-    uint32_t crc;    /* running CRC of everything emitted so far */
+    buf_t buf;    /* bytes not yet written */
+    uint32_t crc; /* running CRC of everything emitted so far */
     uint64_t count;
     bool failed;
 };
@@ -145,8 +145,7 @@ static void writer_free(snapshot_writer_t *w)
     free(w);
 }
 
-snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, char *err,
-                                        size_t errlen)
+snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, char *err, size_t errlen)
 {
     snapshot_writer_t *w = calloc(1, sizeof *w);
     if (!w) {
@@ -181,8 +180,7 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
     return w;
 }
 
-int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len,
-                        char *err, size_t errlen)
+int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
 {
     if (w->failed) {
         seterr(err, errlen, "snapshot: writer already failed");
@@ -263,8 +261,7 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
         char *d = strdup(w->path);
         int dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         if (dfd < 0 || fsync(dfd) != 0) {
-            seterr(err, errlen, "snapshot: fsync directory of %s: %s", w->path,
-                   d ? strerror(errno) : "out of memory");
+            seterr(err, errlen, "snapshot: fsync directory of %s: %s", w->path, d ? strerror(errno) : "out of memory");
             rc = SNAPSHOT_ERR_IO;
         }
         if (dfd >= 0)
@@ -299,8 +296,8 @@ struct snapshot_reader {
     uint32_t wal_segment;
     int64_t created_ms;
     uint64_t count;
-    size_t pos;     /* iteration offset */
-    size_t end;     /* offset of the trailer */
+    size_t pos; /* iteration offset */
+    size_t end; /* offset of the trailer */
 };
 
 /* Verifies the mapped file; returns 0 or SNAPSHOT_ERR_CORRUPT with err naming the offset. */
@@ -357,8 +354,8 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (get_u64le(t + 8) != count) {
-        seterr(err, errlen, "snapshot %s: trailer counts %" PRIu64 " records, file has %" PRIu64,
-               path, get_u64le(t + 8), count);
+        seterr(err, errlen, "snapshot %s: trailer counts %" PRIu64 " records, file has %" PRIu64, path,
+               get_u64le(t + 8), count);
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (get_u32le(t + 16) != crc32c(m, end)) {
@@ -417,9 +414,18 @@ int snapshot_reader_open(const char *path, snapshot_reader_t **out, char *err, s
     return SNAPSHOT_OK;
 }
 
-uint32_t snapshot_reader_wal_segment(const snapshot_reader_t *r) { return r->wal_segment; }
-uint64_t snapshot_reader_record_count(const snapshot_reader_t *r) { return r->count; }
-int64_t snapshot_reader_created_ms(const snapshot_reader_t *r) { return r->created_ms; }
+uint32_t snapshot_reader_wal_segment(const snapshot_reader_t *r)
+{
+    return r->wal_segment;
+}
+uint64_t snapshot_reader_record_count(const snapshot_reader_t *r)
+{
+    return r->count;
+}
+int64_t snapshot_reader_created_ms(const snapshot_reader_t *r)
+{
+    return r->created_ms;
+}
 
 int snapshot_reader_next(snapshot_reader_t *r, uint8_t *type, const void **data, size_t *len)
 {
@@ -434,7 +440,10 @@ int snapshot_reader_next(snapshot_reader_t *r, uint8_t *type, const void **data,
     return 1;
 }
 
-void snapshot_reader_rewind(snapshot_reader_t *r) { r->pos = SNAP_HEADER_BYTES; }
+void snapshot_reader_rewind(snapshot_reader_t *r)
+{
+    r->pos = SNAP_HEADER_BYTES;
+}
 
 void snapshot_reader_close(snapshot_reader_t *r)
 {

@@ -23,7 +23,7 @@
 
 enum {
     SNAPSHOT_OK = 0,
-    SNAPSHOT_ERR_IO = -1,        /* open/write/fsync/rename failed */
+    SNAPSHOT_ERR_IO = -1, /* open/write/fsync/rename failed */
     SNAPSHOT_ERR_NOMEM = -2,
     SNAPSHOT_ERR_NOT_FOUND = -3, /* no snapshot file (a first start): not an error for callers */
     SNAPSHOT_ERR_CORRUPT = -4,   /* bad magic, version, CRC, truncated, trailing garbage */
@@ -40,14 +40,12 @@ typedef struct snapshot_reader snapshot_reader_t;
 
 /* Starts writing `<path>.tmp` (replacing a stale one). wal_segment: the segment wal_cut returned.
  * Returns NULL and fills err on failure. Finish with snapshot_writer_commit or _abort. */
-snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, char *err,
-                                        size_t errlen);
+snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, char *err, size_t errlen);
 
 /* Appends one record (copied; buffered, written in large pieces). type 1..255.
  * Returns 0, SNAPSHOT_ERR_ARG or SNAPSHOT_ERR_IO. After an error the writer is spoiled: commit
  * fails (cleaning up) and abort is the usual way out. */
-int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len,
-                        char *err, size_t errlen);
+int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen);
 
 /* Writes the trailer, fsyncs, renames over <path>, fsyncs the directory, frees w (also on error,
  * removing the temp file). Returns 0 only when the new snapshot is durable. */

@@ -84,8 +84,7 @@ struct storage {
 
     pthread_mutex_t snap_lock; /* one snapshot at a time */
     int64_t last_snapshot_ms;
-    _Atomic uint64_t snapshots, snapshot_errors, wal_errors, rejected_limit, rejected_labels,
-        rejected_max_series;
+    _Atomic uint64_t snapshots, snapshot_errors, wal_errors, rejected_limit, rejected_labels, rejected_max_series;
     _Atomic int64_t last_snapshot_duration_ms;
 
     storage_wal_hold_fn wal_hold; /* see storage_set_wal_hold */
@@ -300,8 +299,8 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
 static void restore_state(storage_t *s, uint8_t type, const void *data, size_t len, bool full)
 {
     if (!s->has_client[type]) {
-        log_warn("storage", "state record of an unregistered type dropped", LF_I("type", type),
-                 LF_I("bytes", len), LF_B("snapshot", full));
+        log_warn("storage", "state record of an unregistered type dropped", LF_I("type", type), LF_I("bytes", len),
+                 LF_B("snapshot", full));
         return;
     }
     const storage_state_client_t *c = &s->clients[type];
@@ -430,8 +429,8 @@ static void storage_note_wal_error(storage_t *s, const char *why)
     static _Atomic int64_t last_log_ms;
     int64_t now = clock_mono_ms(), last = atomic_load(&last_log_ms);
     if (now - last >= 10000 && atomic_compare_exchange_strong(&last_log_ms, &last, now))
-        log_error("storage", "write-ahead log write failed; writes answer 503 until it works again",
-                  LF_S("err", why), LF_I("errors_total", (int64_t)atomic_load(&s->wal_errors)));
+        log_error("storage", "write-ahead log write failed; writes answer 503 until it works again", LF_S("err", why),
+                  LF_I("errors_total", (int64_t)atomic_load(&s->wal_errors)));
 }
 
 int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
@@ -460,7 +459,10 @@ int storage_log_state(storage_t *s, uint8_t type, const void *data, size_t len, 
     return STORAGE_OK;
 }
 
-const char *storage_wal_dir(const storage_t *s) { return s->path ? s->wal_dir : NULL; }
+const char *storage_wal_dir(const storage_t *s)
+{
+    return s->path ? s->wal_dir : NULL;
+}
 
 int storage_set_wal_hold(storage_t *s, storage_wal_hold_fn fn, void *ud)
 {
@@ -516,8 +518,9 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     if (wrc != WAL_OK)
         return STORAGE_ERR_IO;
     log_info("storage", "WAL replayed", LF_I("segments", ws.segments), LF_I("samples", ws.samples),
-             LF_I("series", ws.series), LF_B("truncated_tail", ws.truncated), LF_I("missing_segments", ws.missing_segments),
-             LF_I("series_from_catalog", rc.from_catalog), LF_I("unknown_series", rc.replay_errors));
+             LF_I("series", ws.series), LF_B("truncated_tail", ws.truncated),
+             LF_I("missing_segments", ws.missing_segments), LF_I("series_from_catalog", rc.from_catalog),
+             LF_I("unknown_series", rc.replay_errors));
 
     wal_options_t wo;
     wal_options_default(&wo);
@@ -761,8 +764,8 @@ static int fail(storage_append_result_t *res, size_t i, int code, const char *fm
         res->first_error = code;
         int n = snprintf(res->msg, sizeof(res->msg), "%s; sample %zu, series {", fmt, i);
         for (size_t k = 0; ls && k < ls->n && n > 0 && (size_t)n < sizeof(res->msg); k++)
-            n += snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "%s%s=\"%s\"", k ? ", " : "",
-                          ls->v[k].name, ls->v[k].value);
+            n += snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "%s%s=\"%s\"", k ? ", " : "", ls->v[k].name,
+                          ls->v[k].value);
         if (n > 0 && (size_t)n < sizeof(res->msg))
             snprintf(res->msg + n, sizeof(res->msg) - (size_t)n, "}");
     }
@@ -811,28 +814,20 @@ static int normalize(const labels_t *in, label_t *out, labels_t *ls, const char 
 static int head_to_storage_err(int hrc)
 {
     switch (hrc) {
-    case HEAD_ERR_OUT_OF_ORDER:
-        return STORAGE_ERR_OUT_OF_ORDER;
-    case HEAD_ERR_TOO_OLD:
-        return STORAGE_ERR_TOO_OLD;
-    case HEAD_ERR_LIMIT:
-        return STORAGE_ERR_MAX_SERIES;
-    default:
-        return STORAGE_ERR_NOMEM;
+    case HEAD_ERR_OUT_OF_ORDER: return STORAGE_ERR_OUT_OF_ORDER;
+    case HEAD_ERR_TOO_OLD: return STORAGE_ERR_TOO_OLD;
+    case HEAD_ERR_LIMIT: return STORAGE_ERR_MAX_SERIES;
+    default: return STORAGE_ERR_NOMEM;
     }
 }
 
 static const char *err_text(int code)
 {
     switch (code) {
-    case STORAGE_ERR_OUT_OF_ORDER:
-        return "out of order sample (older than the series' newest second)";
-    case STORAGE_ERR_TOO_OLD:
-        return "sample too old (before the raw retention window)";
-    case STORAGE_ERR_MAX_SERIES:
-        return "series limit reached (storage.max-series): new series refused";
-    default:
-        return "out of memory";
+    case STORAGE_ERR_OUT_OF_ORDER: return "out of order sample (older than the series' newest second)";
+    case STORAGE_ERR_TOO_OLD: return "sample too old (before the raw retention window)";
+    case STORAGE_ERR_MAX_SERIES: return "series limit reached (storage.max-series): new series refused";
+    default: return "out of memory";
     }
 }
 
@@ -845,14 +840,14 @@ typedef struct {
     const storage_sample_t *smp;
     size_t n;
     storage_append_result_t *res;
-    index_ref_t *refs;    /* each sample's series, valid where ok[i] */
-    uint8_t *ok;          /* sample i passed its checks */
-    wal_sample_t *ws;     /* samples to log, then those applied */
+    index_ref_t *refs; /* each sample's series, valid where ok[i] */
+    uint8_t *ok;       /* sample i passed its checks */
+    wal_sample_t *ws;  /* samples to log, then those applied */
     size_t nws;
-    wal_series_t *wser;   /* series created by this request, to log */
+    wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
-    arena_t *a;           /* the new series' label arrays */
-    hashmap_t seen;       /* label hashes of the distinct series (a set), for the per-request limit */
+    arena_t *a;     /* the new series' label arrays */
+    hashmap_t seen; /* label hashes of the distinct series (a set), for the per-request limit */
     label_t lbuf[MAX_LABELS_PER_SERIES];
 } append_t;
 
@@ -870,8 +865,7 @@ static int append_fail_all(append_t *ap, int code, const char *fmt, ...)
     return code;
 }
 
-static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, size_t n,
-                       storage_append_result_t *res)
+static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
 {
     *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res, .seen = HASHMAP_INIT_HASHED};
     size_t m = n ? n : 1;
@@ -1143,8 +1137,10 @@ void storage_write_metrics(storage_t *s, buf_t *b)
     head_get_stats(s->head, &h);
     metric(b, "sluice_storage_head_series", "gauge", "Series held in memory.", (double)h.series);
     metric(b, "sluice_storage_head_chunks", "gauge", "Chunks held in memory.", (double)h.chunks);
-    metric(b, "sluice_storage_head_chunk_bytes", "gauge", "Bytes of encoded chunk data in memory.", (double)h.chunk_bytes);
-    metric(b, "sluice_storage_head_memory_bytes", "gauge", "Estimated heap bytes of index and chunks.", (double)h.memory_bytes);
+    metric(b, "sluice_storage_head_chunk_bytes", "gauge", "Bytes of encoded chunk data in memory.",
+           (double)h.chunk_bytes);
+    metric(b, "sluice_storage_head_memory_bytes", "gauge", "Estimated heap bytes of index and chunks.",
+           (double)h.memory_bytes);
     metric(b, "sluice_storage_head_min_time_seconds", "gauge", "Oldest sample time in memory.",
            h.series ? (double)h.min_t / 1000.0 : 0);
     metric(b, "sluice_storage_head_max_time_seconds", "gauge", "Newest sample time in memory.",
@@ -1152,8 +1148,10 @@ void storage_write_metrics(storage_t *s, buf_t *b)
     metric(b, "sluice_storage_samples_appended_total", "counter", "Samples appended.", (double)h.samples_appended);
     metric(b, "sluice_storage_samples_replaced_total", "counter", "Samples replaced by a later one in the same second.",
            (double)h.samples_replaced);
-    metric(b, "sluice_storage_out_of_order_samples_total", "counter", "Samples refused as out of order.", (double)h.out_of_order);
-    metric(b, "sluice_storage_too_old_samples_total", "counter", "Samples refused as older than raw retention.", (double)h.too_old);
+    metric(b, "sluice_storage_out_of_order_samples_total", "counter", "Samples refused as out of order.",
+           (double)h.out_of_order);
+    metric(b, "sluice_storage_too_old_samples_total", "counter", "Samples refused as older than raw retention.",
+           (double)h.too_old);
     metric(b, "sluice_storage_series_created_total", "counter", "Series created in memory.", (double)h.series_created);
     metric(b, "sluice_storage_series_removed_total", "counter", "Series removed from memory (no samples left).",
            (double)h.series_removed);
@@ -1163,14 +1161,16 @@ void storage_write_metrics(storage_t *s, buf_t *b)
            (double)atomic_load(&s->rejected_limit));
     metric(b, "sluice_storage_rejected_bad_labels_total", "counter", "Samples refused for invalid labels.",
            (double)atomic_load(&s->rejected_labels));
-    metric(b, "sluice_storage_wal_errors_total", "counter", "Appends that failed to reach the WAL.", (double)atomic_load(&s->wal_errors));
+    metric(b, "sluice_storage_wal_errors_total", "counter", "Appends that failed to reach the WAL.",
+           (double)atomic_load(&s->wal_errors));
     metric(b, "sluice_storage_snapshots_total", "counter", "Snapshots written.", (double)atomic_load(&s->snapshots));
-    metric(b, "sluice_storage_snapshot_errors_total", "counter", "Snapshots that failed.", (double)atomic_load(&s->snapshot_errors));
+    metric(b, "sluice_storage_snapshot_errors_total", "counter", "Snapshots that failed.",
+           (double)atomic_load(&s->snapshot_errors));
     metric(b, "sluice_storage_snapshot_duration_seconds", "gauge", "Duration of the last snapshot.",
            (double)atomic_load(&s->last_snapshot_duration_ms) / 1000.0);
     metric(b, "sluice_storage_ready", "gauge", "1 once recovery is complete.", storage_ready(s) ? 1 : 0);
-    metric(b, "sluice_storage_state_records_logged_total", "counter", "State deltas of other subsystems logged to the WAL.",
-           (double)atomic_load(&s->state_logged));
+    metric(b, "sluice_storage_state_records_logged_total", "counter",
+           "State deltas of other subsystems logged to the WAL.", (double)atomic_load(&s->state_logged));
     metric(b, "sluice_storage_state_restore_errors_total", "counter", "State records a client refused at recovery.",
            (double)atomic_load(&s->state_restore_errors));
     if (s->wal) {
@@ -1188,7 +1188,9 @@ void storage_write_metrics(storage_t *s, buf_t *b)
         rollup_stats_t r;
         rollup_get_stats(s->rollup, &r);
         metric(b, "sluice_storage_rollup_series", "gauge", "Series with open roll-up buckets.", (double)r.series);
-        metric(b, "sluice_storage_rollup_buckets_written_total", "counter", "Roll-up buckets written.", (double)r.buckets_written);
-        metric(b, "sluice_storage_rollup_flush_errors_total", "counter", "Roll-up writer errors.", (double)r.flush_errors);
+        metric(b, "sluice_storage_rollup_buckets_written_total", "counter", "Roll-up buckets written.",
+               (double)r.buckets_written);
+        metric(b, "sluice_storage_rollup_flush_errors_total", "counter", "Roll-up writer errors.",
+               (double)r.flush_errors);
     }
 }

@@ -52,18 +52,18 @@ enum {
 typedef struct storage storage_t;
 
 typedef struct {
-    const char *path;             /* data directory (created if missing); NULL = memory only */
-    int64_t retention_raw_ms;     /* 0 = 2h */
-    int64_t block_ms;             /* 0 = 15m */
-    bool wal_fsync_always;        /* fsync before acknowledging (default: group commit) */
-    uint32_t wal_fsync_interval_ms; /* 0 = 1000 */
-    uint64_t max_series;          /* 0 = unlimited */
+    const char *path;                 /* data directory (created if missing); NULL = memory only */
+    int64_t retention_raw_ms;         /* 0 = 2h */
+    int64_t block_ms;                 /* 0 = 15m */
+    bool wal_fsync_always;            /* fsync before acknowledging (default: group commit) */
+    uint32_t wal_fsync_interval_ms;   /* 0 = 1000 */
+    uint64_t max_series;              /* 0 = unlimited */
     uint32_t max_series_per_request;  /* 0 = unlimited */
     uint32_t max_samples_per_request; /* 0 = unlimited */
-    const char *rollups;          /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
-    int64_t snapshot_interval_ms; /* periodic snapshot; 0 = 1h, < 0 = only on close */
-    bool no_background;           /* tests: no housekeeping thread (call storage_housekeep) */
-    int64_t (*clock_ms)(void);    /* tests: NULL = wall clock (CLOCK_REALTIME) */
+    const char *rollups;              /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
+    int64_t snapshot_interval_ms;     /* periodic snapshot; 0 = 1h, < 0 = only on close */
+    bool no_background;               /* tests: no housekeeping thread (call storage_housekeep) */
+    int64_t (*clock_ms)(void);        /* tests: NULL = wall clock (CLOCK_REALTIME) */
 } storage_options_t;
 
 void storage_options_default(storage_options_t *o);

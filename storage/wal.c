@@ -86,7 +86,6 @@
 #include "internal/util/log.h"
 #include "storage/wal_record.h"
 
-
 /* ============================================================================================
  * Small helpers
  * ============================================================================================ */
@@ -176,7 +175,10 @@ static int seg_list(const char *dir, uint32_t **segs, size_t *n, uint32_t *max_a
     return 0;
 }
 
-static int fsync_dir(int dirfd) { return fsync(dirfd) == 0 ? 0 : -errno; }
+static int fsync_dir(int dirfd)
+{
+    return fsync(dirfd) == 0 ? 0 : -errno;
+}
 
 static int pwrite_all(int fd, const void *p, size_t n, off_t off)
 {
@@ -268,8 +270,8 @@ void wal_options_default(wal_options_t *o)
 }
 
 typedef struct {
-    int rc;          /* batch result: what every waiter of the batch gets */
-    int cut_rc;      /* wal_cut only */
+    int rc;     /* batch result: what every waiter of the batch gets */
+    int cut_rc; /* wal_cut only */
     uint64_t fsync_ns;
     bool fsynced, fsync_failed, write_failed, rolled;
     uint64_t written, records;
@@ -296,8 +298,7 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
     }
     int fd = seg_create(w->dirfd, w->seg_no + 1);
     if (fd < 0) {
-        seterr(msg, msglen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no + 1, w->dir,
-               strerror(-fd));
+        seterr(msg, msglen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no + 1, w->dir, strerror(-fd));
         return WAL_ERR_IO;
     }
     close(w->fd);
@@ -336,8 +337,8 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         } else {
             rc = WAL_ERR_IO;
             seterr(res->msg, sizeof res->msg,
-                   "wal: cannot cut segment %08" PRIu32 " back to %" PRIu64 " after a failed write: %s",
-                   w->seg_no, w->seg_size, strerror(errno));
+                   "wal: cannot cut segment %08" PRIu32 " back to %" PRIu64 " after a failed write: %s", w->seg_no,
+                   w->seg_size, strerror(errno));
         }
     }
     if (rc == WAL_OK && batch.len) {
@@ -350,8 +351,8 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         } else {
             rc = WAL_ERR_IO;
             res->write_failed = true;
-            seterr(res->msg, sizeof res->msg, "wal: write segment %08" PRIu32 " in %s: %s",
-                   w->seg_no, w->dir, strerror(-e));
+            seterr(res->msg, sizeof res->msg, "wal: write segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
+                   strerror(-e));
             /* drop the partial batch so the next good one follows a complete record */
             if (ftruncate(w->fd, (off_t)w->seg_size) != 0)
                 w->need_repair = true;
@@ -368,8 +369,8 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         } else {
             rc = WAL_ERR_IO;
             res->fsync_failed = true;
-            seterr(res->msg, sizeof res->msg, "wal: fsync segment %08" PRIu32 " in %s: %s",
-                   w->seg_no, w->dir, strerror(e));
+            seterr(res->msg, sizeof res->msg, "wal: fsync segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
+                   strerror(e));
         }
     }
     res->rc = rc;
@@ -506,8 +507,7 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
     w->seg_no = max_any + 1;
     w->fd = seg_create(w->dirfd, w->seg_no);
     if (w->fd < 0) {
-        seterr(err, errlen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no, dir,
-               strerror(-w->fd));
+        seterr(err, errlen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no, dir, strerror(-w->fd));
         goto fail;
     }
     w->seg_size = WAL_SEG_HEADER_BYTES;
@@ -751,12 +751,8 @@ static int replay_record(replay_t *r, const wal_record_t *rec)
 {
     int rc;
     switch (rec->type) {
-    case WAL_REC_SERIES:
-        rc = wal_record_decode_series(&r->dec, rec->payload, rec->len, replay_on_series, r);
-        break;
-    case WAL_REC_SAMPLES:
-        rc = wal_record_decode_samples(&r->dec, rec->payload, rec->len, replay_on_samples, r);
-        break;
+    case WAL_REC_SERIES: rc = wal_record_decode_series(&r->dec, rec->payload, rec->len, replay_on_series, r); break;
+    case WAL_REC_SAMPLES: rc = wal_record_decode_samples(&r->dec, rec->payload, rec->len, replay_on_samples, r); break;
     case WAL_REC_BLOB:
         if (rec->len < 1)
             return 1;
@@ -765,9 +761,7 @@ static int replay_record(replay_t *r, const wal_record_t *rec)
                  ? WAL_ERR_ABORTED
                  : WAL_OK;
         break;
-    default:
-        r->st->skipped++;
-        return 0;
+    default: r->st->skipped++; return 0;
     }
     return rc == WAL_ERR_CORRUPT ? 1 : rc;
 }
@@ -778,8 +772,8 @@ typedef enum { SEG_OK, SEG_BAD_HEADER, SEG_TORN_HEADER, SEG_BAD_RECORD } seg_out
  * Replays one segment file. On SEG_BAD_RECORD, *bad_off is where the first bad record starts and
  * *why says what was wrong. Returns 0 with *out set, or a negative WAL_ERR_*.
  */
-static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, uint64_t *bad_off,
-                          const char **why, char *err, size_t errlen)
+static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, uint64_t *bad_off, const char **why,
+                          char *err, size_t errlen)
 {
     char msg[256];
     *bad_off = 0;
@@ -813,8 +807,8 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, 
         rr = replay_record(r, &rec);
         if (rr < 0) {
             if (rr == WAL_ERR_ABORTED)
-                seterr(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32
-                       " at offset %" PRIu64, no, off);
+                seterr(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32 " at offset %" PRIu64, no,
+                       off);
             else
                 seterr(err, errlen, "wal: out of memory during replay");
             return rr;
@@ -828,8 +822,8 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, 
     }
 }
 
-int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud,
-               wal_replay_stats_t *stats, char *err, size_t errlen)
+int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud, wal_replay_stats_t *stats,
+               char *err, size_t errlen)
 {
     wal_replay_stats_t local;
     if (!stats)
@@ -896,8 +890,8 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
 
         if (last && outcome == SEG_TORN_HEADER) {
             /* the crash came while the segment was being created: it holds no record */
-            log_warn("wal", "removing a segment torn at creation", LF_S("file", path),
-                     LF_I("size", fsize), LF_S("reason", why));
+            log_warn("wal", "removing a segment torn at creation", LF_S("file", path), LF_I("size", fsize),
+                     LF_S("reason", why));
             close(fd);
             if (unlinkat(dirfd, name, 0) != 0) {
                 seterr(err, errlen, "wal: remove %s: %s", path, strerror(errno));
@@ -910,13 +904,12 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
         }
         if (outcome == SEG_BAD_RECORD) {
             if (last)
-                log_warn("wal", "torn or corrupt WAL tail, truncating", LF_S("file", path),
-                         LF_I("offset", bad_off), LF_I("dropped_bytes", fsize - bad_off),
-                         LF_S("reason", why));
+                log_warn("wal", "torn or corrupt WAL tail, truncating", LF_S("file", path), LF_I("offset", bad_off),
+                         LF_I("dropped_bytes", fsize - bad_off), LF_S("reason", why));
             else
                 log_error("wal", "corrupt WAL segment, truncating it and setting later segments aside",
-                          LF_S("file", path), LF_I("offset", bad_off),
-                          LF_I("dropped_bytes", fsize - bad_off), LF_S("reason", why));
+                          LF_S("file", path), LF_I("offset", bad_off), LF_I("dropped_bytes", fsize - bad_off),
+                          LF_S("reason", why));
             int tr = ftruncate(fd, (off_t)bad_off);
             int te = errno;
             if (tr == 0 && fsync(fd) != 0) {
@@ -934,8 +927,8 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
             i++; /* this segment keeps its good prefix; set aside only the later ones */
         } else {
             close(fd);
-            log_error("wal", "corrupt WAL segment header, setting it and later segments aside",
-                      LF_S("file", path), LF_S("reason", why));
+            log_error("wal", "corrupt WAL segment header, setting it and later segments aside", LF_S("file", path),
+                      LF_S("reason", why));
         }
         if (i < n)
             stats->corrupt_middle = true;

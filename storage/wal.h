@@ -95,17 +95,17 @@ typedef struct {
 
 /* Self-metrics for /metrics. Counters since wal_open; gauges marked. */
 typedef struct {
-    uint64_t records_written;    /* records that reached the file */
-    uint64_t bytes_written;      /* bytes that reached the file (headers included) */
-    uint64_t writes;             /* write(2) batches */
-    uint64_t fsyncs;             /* successful fsyncs */
-    uint64_t fsync_duration_ns;  /* sum over all fsync calls */
-    uint64_t write_errors;       /* failed write batches */
-    uint64_t fsync_errors;       /* failed fsyncs */
-    uint64_t segments_created;   /* segment files started (including the first) */
-    uint32_t segment_current;    /* gauge: number of the segment being written */
-    uint32_t segments_on_disk;   /* gauge: segment files wal_open found or created, minus removed */
-    uint64_t segment_bytes;      /* gauge: size of the current segment */
+    uint64_t records_written;   /* records that reached the file */
+    uint64_t bytes_written;     /* bytes that reached the file (headers included) */
+    uint64_t writes;            /* write(2) batches */
+    uint64_t fsyncs;            /* successful fsyncs */
+    uint64_t fsync_duration_ns; /* sum over all fsync calls */
+    uint64_t write_errors;      /* failed write batches */
+    uint64_t fsync_errors;      /* failed fsyncs */
+    uint64_t segments_created;  /* segment files started (including the first) */
+    uint32_t segment_current;   /* gauge: number of the segment being written */
+    uint32_t segments_on_disk;  /* gauge: segment files wal_open found or created, minus removed */
+    uint64_t segment_bytes;     /* gauge: size of the current segment */
 } wal_stats_t;
 
 /* Defaults: interval mode, 1000 ms, 64 MiB. */
@@ -158,19 +158,19 @@ typedef struct {
 } wal_replay_cb_t;
 
 typedef struct {
-    uint32_t segments;       /* segment files read */
-    uint32_t last_segment;   /* number of the last segment read (0 if none) */
-    uint64_t records;        /* good records delivered */
-    uint64_t series;         /* series entries delivered */
-    uint64_t samples;        /* samples delivered */
+    uint32_t segments;     /* segment files read */
+    uint32_t last_segment; /* number of the last segment read (0 if none) */
+    uint64_t records;      /* good records delivered */
+    uint64_t series;       /* series entries delivered */
+    uint64_t samples;      /* samples delivered */
     uint64_t blobs;
-    uint64_t skipped;        /* records of unknown type (well-formed, from a newer version) */
-    bool truncated;          /* a torn/corrupt tail was cut off */
-    bool corrupt_middle;     /* corruption before the last segment: later segments set aside */
+    uint64_t skipped;          /* records of unknown type (well-formed, from a newer version) */
+    bool truncated;            /* a torn/corrupt tail was cut off */
+    bool corrupt_middle;       /* corruption before the last segment: later segments set aside */
     uint32_t missing_segments; /* numbers missing between the first expected and the last (deleted
                                   files; logged, replay goes on with the later ones) */
-    uint64_t bytes_dropped;  /* bytes cut off or set aside */
-    uint64_t buffer_bytes;   /* largest payload buffer replay allocated (bounded by what the
+    uint64_t bytes_dropped;    /* bytes cut off or set aside */
+    uint64_t buffer_bytes;     /* largest payload buffer replay allocated (bounded by what the
                                 file holds, whatever a length field claims) */
 } wal_replay_stats_t;
 
@@ -183,7 +183,7 @@ typedef struct {
  * segment is renamed to NNNNNNNN.wal.corrupt (kept for inspection, never replayed), with a
  * log_error. stats may be NULL. Returns 0, WAL_ERR_ABORTED, WAL_ERR_IO (cannot read or repair)
  * or WAL_ERR_NOMEM. */
-int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud,
-               wal_replay_stats_t *stats, char *err, size_t errlen);
+int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *cb, void *ud, wal_replay_stats_t *stats,
+               char *err, size_t errlen);
 
 #endif

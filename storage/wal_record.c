@@ -52,7 +52,10 @@ static uint32_t get_u32le(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint16_t get_u16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t get_u16le(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
 static void buf_put_u64le(buf_t *b, uint64_t v)
 {
@@ -271,8 +274,7 @@ int wal_record_read_seg_header(int fd, uint32_t no, const char **why, char *err,
     return memcmp(h, zero, sizeof h) == 0 ? WAL_RECORD_TORN : WAL_RECORD_BAD;
 }
 
-int wal_record_read(int fd, uint64_t off, buf_t *payload, wal_record_t *rec, const char **why, char *err,
-                    size_t errlen)
+int wal_record_read(int fd, uint64_t off, buf_t *payload, wal_record_t *rec, const char **why, char *err, size_t errlen)
 {
     uint8_t rh[WAL_REC_HEADER_BYTES];
     size_t got;

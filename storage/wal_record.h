@@ -77,10 +77,10 @@ void wal_record_encode_blob(buf_t *b, uint8_t tag, const void *data, size_t len)
 
 /* Outcomes of the readers below (not errors: what the bytes on disk say). */
 enum {
-    WAL_RECORD_OK = 0,  /* a good segment header / a complete record with a good CRC */
-    WAL_RECORD_END = 1, /* wal_record_read: the file ends exactly at the offset */
+    WAL_RECORD_OK = 0,   /* a good segment header / a complete record with a good CRC */
+    WAL_RECORD_END = 1,  /* wal_record_read: the file ends exactly at the offset */
     WAL_RECORD_TORN = 2, /* wal_record_read_seg_header: short or all-zero (a crash at creation) */
-    WAL_RECORD_BAD = 3, /* anything else; *why says what */
+    WAL_RECORD_BAD = 3,  /* anything else; *why says what */
 };
 
 /* Checks the header of segment file fd against segment number `no`. Returns a WAL_RECORD_*

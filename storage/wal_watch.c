@@ -34,8 +34,8 @@
 struct wal_watch {
     char *dir;
     wal_pos_t pos;
-    int fd;         /* -1 = segment pos.segment not open */
-    buf_t payload;  /* the last record's payload (wal_record_read reuses it) */
+    int fd;        /* -1 = segment pos.segment not open */
+    buf_t payload; /* the last record's payload (wal_record_read reuses it) */
     wal_watch_stats_t stats;
 };
 
@@ -74,8 +74,14 @@ static uint32_t scan(const char *dir, uint32_t after, int want_max)
     return best;
 }
 
-uint32_t wal_watch_last_segment(const char *dir) { return scan(dir, 0, 1); }
-uint32_t wal_watch_next_segment(const char *dir, uint32_t after) { return scan(dir, after, 0); }
+uint32_t wal_watch_last_segment(const char *dir)
+{
+    return scan(dir, 0, 1);
+}
+uint32_t wal_watch_next_segment(const char *dir, uint32_t after)
+{
+    return scan(dir, after, 0);
+}
 
 /* ---- reader ---------------------------------------------------------------------------------- */
 
@@ -102,8 +108,14 @@ void wal_watch_close(wal_watch_t *w)
     free(w);
 }
 
-wal_pos_t wal_watch_pos(const wal_watch_t *w) { return w->pos; }
-void wal_watch_get_stats(const wal_watch_t *w, wal_watch_stats_t *out) { *out = w->stats; }
+wal_pos_t wal_watch_pos(const wal_watch_t *w)
+{
+    return w->pos;
+}
+void wal_watch_get_stats(const wal_watch_t *w, wal_watch_stats_t *out)
+{
+    *out = w->stats;
+}
 
 enum { WW_END, WW_MISSING, WW_TORN };
 
@@ -121,8 +133,7 @@ static int advance(wal_watch_t *w, uint32_t next, int why)
     if (gap) {
         w->stats.segments_skipped += gap;
         log_warn("wal_watch", "WAL segments skipped (deleted before they were read)", LF_S("dir", w->dir),
-                 LF_I("first_missing", why == WW_MISSING ? w->pos.segment : w->pos.segment + 1),
-                 LF_I("count", gap));
+                 LF_I("first_missing", why == WW_MISSING ? w->pos.segment : w->pos.segment + 1), LF_I("count", gap));
     }
     if (why == WW_TORN) {
         w->stats.torn_tails++;

@@ -34,10 +34,10 @@ typedef struct {
     int64_t max_series;
     int64_t max_series_per_request;
     int64_t max_samples_per_request;
-    char *wal_fsync;            /* "interval" | "always" */
+    char *wal_fsync; /* "interval" | "always" */
     int64_t wal_fsync_interval_ms;
     int64_t snapshot_interval_ms;
-    char *rollups;              /* "1m:15d,1h:400d" */
+    char *rollups; /* "1m:15d,1h:400d" */
     /* query */
     int64_t query_lookback_ms;
     int64_t query_timeout_ms;
@@ -50,19 +50,19 @@ typedef struct {
     int64_t push_group_ttl_ms;
     int64_t push_missed_intervals;
     /* rules and alerting */
-    char *rules_files;          /* repeatable: '\n'-joined */
+    char *rules_files; /* repeatable: '\n'-joined */
     int64_t rules_eval_interval_ms;
     char *rules_external_labels;
     int64_t rules_resend_delay_ms;
     int64_t rules_for_grace_ms;
     int64_t rules_outage_tolerance_ms;
     char *external_url;
-    char *alertmanager_urls;    /* repeatable: '\n'-joined */
+    char *alertmanager_urls; /* repeatable: '\n'-joined */
     int64_t alertmanager_queue_capacity;
     int64_t alertmanager_timeout_ms;
     /* remote write sender (api/forward) */
-    char *remote_write_urls;    /* repeatable: '\n'-joined "URL [key=value ...]" */
-    char *external_labels;      /* repeatable: '\n'-joined name=value */
+    char *remote_write_urls; /* repeatable: '\n'-joined "URL [key=value ...]" */
+    char *external_labels;   /* repeatable: '\n'-joined name=value */
     int64_t remote_write_shards;
     int64_t remote_write_max_samples_per_send;
     int64_t remote_write_timeout_ms;

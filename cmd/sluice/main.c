@@ -107,8 +107,14 @@ static int main_lock_data_dir(const char *path, char *err, size_t errlen)
     return fd; /* kept open (and locked) until exit */
 }
 
-static void main_http_metrics(void *ud, buf_t *out) { api_server_write_metrics(ud, out); }
-static void main_storage_metrics(void *ud, buf_t *out) { storage_write_metrics(ud, out); }
+static void main_http_metrics(void *ud, buf_t *out)
+{
+    api_server_write_metrics(ud, out);
+}
+static void main_storage_metrics(void *ud, buf_t *out)
+{
+    storage_write_metrics(ud, out);
+}
 
 static storage_t *main_storage_new(const config_t *c, char *err, size_t errlen)
 {
@@ -242,8 +248,8 @@ int main(int argc, char **argv)
     }
 
     config_format_flags_json(&cfg, &flags);
-    api_status_options_t sto = {.flags_json = flags.data, .storage_path = cfg.storage_path,
-                                .retention_raw_ms = cfg.retention_raw_ms};
+    api_status_options_t sto = {
+        .flags_json = flags.data, .storage_path = cfg.storage_path, .retention_raw_ms = cfg.retention_raw_ms};
     status = api_status_new(&sto);
     if (!status) {
         log_error("main", "out of memory");
@@ -252,9 +258,13 @@ int main(int argc, char **argv)
     api_status_register_routes(status, srv);
     api_tsdb_status_register_routes(storage, srv);
     config_format_yaml(&cfg, &config_yaml);
-    api_query_options_t qo = {.srv = srv, .storage = storage, .lookback_ms = cfg.query_lookback_ms,
-                              .timeout_ms = cfg.query_timeout_ms, .max_samples = cfg.query_max_samples,
-                              .max_concurrency = (int)cfg.query_max_concurrency, .config_yaml = config_yaml.data};
+    api_query_options_t qo = {.srv = srv,
+                              .storage = storage,
+                              .lookback_ms = cfg.query_lookback_ms,
+                              .timeout_ms = cfg.query_timeout_ms,
+                              .max_samples = cfg.query_max_samples,
+                              .max_concurrency = (int)cfg.query_max_concurrency,
+                              .config_yaml = config_yaml.data};
     query = api_query_new(&qo, err, sizeof(err));
     if (!query) {
         log_error("main", "cannot start the query engine", LF_S("err", err));
@@ -276,7 +286,8 @@ int main(int argc, char **argv)
         goto out;
     }
     api_push_register_routes(push, srv); /* pushed groups come first in /metrics, as in a Pushgateway */
-    api_remote_options_t rmo = {.storage = storage, .max_decoded_bytes = cfg.max_body_bytes,
+    api_remote_options_t rmo = {.storage = storage,
+                                .max_decoded_bytes = cfg.max_body_bytes,
                                 .read_sample_limit = (uint64_t)cfg.remote_read_sample_limit,
                                 .read_max_bytes_in_frame = (size_t)cfg.remote_read_max_bytes_in_frame};
     remote = api_remote_new(&rmo);
@@ -285,31 +296,41 @@ int main(int argc, char **argv)
         goto out;
     }
     api_remote_register_routes(remote, srv);
-    api_control_options_t cto = {.srv = srv, .storage_path = cfg.storage_path,
-                                 .token_file = cfg.control_token_file, .read_auth = cfg.control_read_auth};
+    api_control_options_t cto = {.srv = srv,
+                                 .storage_path = cfg.storage_path,
+                                 .token_file = cfg.control_token_file,
+                                 .read_auth = cfg.control_read_auth};
     control = api_control_new(&cto, err, sizeof(err));
     if (!control) {
         log_error("main", "cannot start flow control", LF_S("err", err));
         goto out;
     }
     api_control_register_routes(control, srv);
-    api_rules_options_t ruo = {
-        .srv = srv, .storage = storage, .control = control, .rule_files = cfg.rules_files,
-        .alertmanager_urls = cfg.alertmanager_urls, .external_labels = cfg.rules_external_labels,
-        .external_url = cfg.external_url, .config_file = cfg.config_file,
-        .eval_interval_ms = cfg.rules_eval_interval_ms, .resend_delay_ms = cfg.rules_resend_delay_ms,
-        .for_grace_ms = cfg.rules_for_grace_ms, .outage_tolerance_ms = cfg.rules_outage_tolerance_ms,
-        .lookback_ms = cfg.query_lookback_ms, .query_timeout_ms = cfg.query_timeout_ms,
-        .max_samples = cfg.query_max_samples, .am_queue_capacity = cfg.alertmanager_queue_capacity,
-        .am_timeout_ms = cfg.alertmanager_timeout_ms};
+    api_rules_options_t ruo = {.srv = srv,
+                               .storage = storage,
+                               .control = control,
+                               .rule_files = cfg.rules_files,
+                               .alertmanager_urls = cfg.alertmanager_urls,
+                               .external_labels = cfg.rules_external_labels,
+                               .external_url = cfg.external_url,
+                               .config_file = cfg.config_file,
+                               .eval_interval_ms = cfg.rules_eval_interval_ms,
+                               .resend_delay_ms = cfg.rules_resend_delay_ms,
+                               .for_grace_ms = cfg.rules_for_grace_ms,
+                               .outage_tolerance_ms = cfg.rules_outage_tolerance_ms,
+                               .lookback_ms = cfg.query_lookback_ms,
+                               .query_timeout_ms = cfg.query_timeout_ms,
+                               .max_samples = cfg.query_max_samples,
+                               .am_queue_capacity = cfg.alertmanager_queue_capacity,
+                               .am_timeout_ms = cfg.alertmanager_timeout_ms};
     rules = api_rules_new(&ruo, err, sizeof(err));
     if (!rules) {
         log_error("main", "cannot load rules", LF_S("err", err));
         goto out;
     }
     api_rules_register_routes(rules, srv);
-    api_flow_options_t fo = {.storage = storage, .srv = srv, .control_json = api_control_state_json,
-                             .control_ud = control};
+    api_flow_options_t fo = {
+        .storage = storage, .srv = srv, .control_json = api_control_state_json, .control_ud = control};
     flow = api_flow_new(&fo);
     if (!flow) {
         log_error("main", "out of memory");
@@ -323,13 +344,17 @@ int main(int argc, char **argv)
     metrics_register("storage", main_storage_metrics, storage);
     /* Remote-write sender: before recovery, so its WAL hold protects unsent segments from the first
      * snapshot on. */
-    api_forward_options_t fwo = {
-        .storage = storage, .data_dir = cfg.storage_path, .targets = cfg.remote_write_urls,
-        .external_labels = cfg.external_labels, .shards = (uint32_t)cfg.remote_write_shards,
-        .max_samples_per_send = (uint32_t)cfg.remote_write_max_samples_per_send,
-        .timeout_ms = cfg.remote_write_timeout_ms, .min_backoff_ms = cfg.remote_write_min_backoff_ms,
-        .max_backoff_ms = cfg.remote_write_max_backoff_ms, .retry_on_429 = cfg.remote_write_retry_on_429,
-        .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms};
+    api_forward_options_t fwo = {.storage = storage,
+                                 .data_dir = cfg.storage_path,
+                                 .targets = cfg.remote_write_urls,
+                                 .external_labels = cfg.external_labels,
+                                 .shards = (uint32_t)cfg.remote_write_shards,
+                                 .max_samples_per_send = (uint32_t)cfg.remote_write_max_samples_per_send,
+                                 .timeout_ms = cfg.remote_write_timeout_ms,
+                                 .min_backoff_ms = cfg.remote_write_min_backoff_ms,
+                                 .max_backoff_ms = cfg.remote_write_max_backoff_ms,
+                                 .retry_on_429 = cfg.remote_write_retry_on_429,
+                                 .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms};
     forward = api_forward_new(&fwo, err, sizeof(err));
     if (!forward && err[0]) {
         log_error("main", "bad remote-write settings", LF_S("err", err));
@@ -380,7 +405,7 @@ int main(int argc, char **argv)
     api_rules_shutdown(rules); /* before storage closes; its closed loop waits on the control thread */
     api_push_stop(push);
     api_forward_stop(forward); /* saves positions; the final snapshot keeps what is unsent */
-    storage_close(storage); /* final snapshot: a clean restart loses nothing */
+    storage_close(storage);    /* final snapshot: a clean restart loses nothing */
     storage = NULL;
     event_free(ev_term);
     event_free(ev_int);
@@ -391,8 +416,8 @@ int main(int argc, char **argv)
 out:
     api_rules_shutdown(rules);
     api_control_shutdown(control); /* before the workers' loops are freed: the control thread posts to them */
-    api_query_free(query); /* after the server stopped: no query is queued any more */
-    api_flow_free(flow); /* after the server stopped: its shutdown hook ended the streams */
+    api_query_free(query);         /* after the server stopped: no query is queued any more */
+    api_flow_free(flow);           /* after the server stopped: its shutdown hook ended the streams */
     api_server_destroy(srv);
     api_rules_free(rules); /* after the server: its routes point at the handles */
     api_control_free(control);

@@ -197,8 +197,8 @@ static void fmt_param(json_t *s, char *out, size_t cap)
 
 static void print_state_header(void)
 {
-    printf("%-28s %-13s %-18s %-8s %-24s %-20s %-24s %s\n", "JOB", "MODE", "LIMIT/DRAIN", "VERSION", "UPDATED",
-           "BY", "EXPIRES", "REASON");
+    printf("%-28s %-13s %-18s %-8s %-24s %-20s %-24s %s\n", "JOB", "MODE", "LIMIT/DRAIN", "VERSION", "UPDATED", "BY",
+           "EXPIRES", "REASON");
 }
 
 static void print_state_row(json_t *s)
@@ -207,8 +207,8 @@ static void print_state_row(json_t *s)
     fmt_param(s, param, sizeof(param));
     const char *upd = jstr(s, "updated_at");
     const char *exp = jstr(s, "expires_at");
-    printf("%-28s %-13s %-18s %-8lld %-24s %-20s %-24s %s\n", jstr(s, "job"), jstr(s, "mode"),
-           param[0] ? param : "-", (long long)json_integer_value(json_object_get(s, "version")), upd[0] ? upd : "-",
+    printf("%-28s %-13s %-18s %-8lld %-24s %-20s %-24s %s\n", jstr(s, "job"), jstr(s, "mode"), param[0] ? param : "-",
+           (long long)json_integer_value(json_object_get(s, "version")), upd[0] ? upd : "-",
            jstr(s, "updated_by")[0] ? jstr(s, "updated_by") : "-", exp[0] ? exp : "-", jstr(s, "reason"));
 }
 

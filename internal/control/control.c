@@ -95,7 +95,10 @@ void control_state_free(control_state_t *s)
     control_state_init(s);
 }
 
-static char *control_strdup0(const char *s) { return s ? strdup(s) : NULL; }
+static char *control_strdup0(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 
 int control_state_copy(control_state_t *dst, const control_state_t *src)
 {
@@ -145,8 +148,8 @@ bool control_state_check(const control_state_t *s)
 /* --- validation ----------------------------------------------------------------------------------- */
 
 /* Checks one user-supplied string: length, UTF-8, no control characters. */
-static int control_text_valid(const char *field, const char *s, size_t len, size_t max, bool allow_empty,
-                              char *err, size_t errlen)
+static int control_text_valid(const char *field, const char *s, size_t len, size_t max, bool allow_empty, char *err,
+                              size_t errlen)
 {
     if (len == 0 && !allow_empty) {
         snprintf(err, errlen, "%s must not be empty", field);
@@ -219,12 +222,12 @@ int control_spec_validate(const control_spec_t *s, char *err, size_t errlen)
     for (size_t i = 0; i < s->ndrain; i++) {
         char field[48];
         snprintf(field, sizeof(field), "match[%zu].attribute", i);
-        if (control_text_valid(field, s->drain[i].attribute, strlen(s->drain[i].attribute), CONTROL_MAX_ATTR_LEN,
-                               false, err, errlen) != 0)
+        if (control_text_valid(field, s->drain[i].attribute, strlen(s->drain[i].attribute), CONTROL_MAX_ATTR_LEN, false,
+                               err, errlen) != 0)
             return -1;
         snprintf(field, sizeof(field), "match[%zu].regex", i);
-        if (control_text_valid(field, s->drain[i].regex, strlen(s->drain[i].regex), CONTROL_MAX_REGEX_LEN, false,
-                               err, errlen) != 0)
+        if (control_text_valid(field, s->drain[i].regex, strlen(s->drain[i].regex), CONTROL_MAX_REGEX_LEN, false, err,
+                               errlen) != 0)
             return -1;
         if (control_regex_valid(s->drain[i].regex, err, errlen, i) != 0)
             return -1;
@@ -319,8 +322,8 @@ static int control_json_rate(json_t *v, int64_t *out)
     return -1;
 }
 
-int control_change_parse(control_req_kind_t kind, const char *body, size_t len, control_change_t *chg,
-                         char *reason_buf, char *field, size_t fieldlen, char *err, size_t errlen)
+int control_change_parse(control_req_kind_t kind, const char *body, size_t len, control_change_t *chg, char *reason_buf,
+                         char *field, size_t fieldlen, char *err, size_t errlen)
 {
 #define SETF(x) snprintf(field, fieldlen, "%s", (x))
     memset(chg, 0, sizeof(*chg));
@@ -346,8 +349,9 @@ int control_change_parse(control_req_kind_t kind, const char *body, size_t len, 
             return -1;
         }
     } else if (kind == CONTROL_REQ_PUT || kind == CONTROL_REQ_RATE_LIMIT) {
-        snprintf(err, errlen, kind == CONTROL_REQ_PUT ? "body must be a JSON object with \"mode\""
-                                                      : "body must be a JSON object with \"per_second\"");
+        snprintf(err, errlen,
+                 kind == CONTROL_REQ_PUT ? "body must be a JSON object with \"mode\""
+                                         : "body must be a JSON object with \"per_second\"");
         return -1;
     }
 
@@ -355,10 +359,22 @@ int control_change_parse(control_req_kind_t kind, const char *body, size_t len, 
     bool have_mode = false, have_rate = false, have_match = false;
     json_t *match = NULL;
     switch (kind) {
-    case CONTROL_REQ_PAUSE: chg->spec.mode = CONTROL_PAUSED; have_mode = true; break;
-    case CONTROL_REQ_RESUME: chg->spec.mode = CONTROL_RUNNING; have_mode = true; break;
-    case CONTROL_REQ_RATE_LIMIT: chg->spec.mode = CONTROL_RATE_LIMITED; have_mode = true; break;
-    case CONTROL_REQ_DRAIN: chg->spec.mode = CONTROL_DRAINING; have_mode = true; break;
+    case CONTROL_REQ_PAUSE:
+        chg->spec.mode = CONTROL_PAUSED;
+        have_mode = true;
+        break;
+    case CONTROL_REQ_RESUME:
+        chg->spec.mode = CONTROL_RUNNING;
+        have_mode = true;
+        break;
+    case CONTROL_REQ_RATE_LIMIT:
+        chg->spec.mode = CONTROL_RATE_LIMITED;
+        have_mode = true;
+        break;
+    case CONTROL_REQ_DRAIN:
+        chg->spec.mode = CONTROL_DRAINING;
+        have_mode = true;
+        break;
     case CONTROL_REQ_PUT: break;
     }
 
@@ -441,9 +457,9 @@ int control_change_parse(control_req_kind_t kind, const char *body, size_t len, 
                 }
                 chg->check_version = true;
                 chg->expect_version = (uint64_t)json_integer_value(v);
-            } else if (kind == CONTROL_REQ_PUT && (strcmp(key, "job") == 0 || strcmp(key, "updated_at") == 0 ||
-                                                   strcmp(key, "updated_at_ms") == 0 ||
-                                                   strcmp(key, "updated_by") == 0)) {
+            } else if (kind == CONTROL_REQ_PUT &&
+                       (strcmp(key, "job") == 0 || strcmp(key, "updated_at") == 0 ||
+                        strcmp(key, "updated_at_ms") == 0 || strcmp(key, "updated_by") == 0)) {
                 /* read-only fields a GET returned: a client may PUT back what it read */
             } else if (kind == CONTROL_REQ_PUT &&
                        (strcmp(key, "expires_at") == 0 || strcmp(key, "expires_at_ms") == 0 ||
@@ -500,8 +516,8 @@ out:
 
 /* --- transitions ---------------------------------------------------------------------------------- */
 
-int control_state_apply(const control_state_t *cur, const control_change_t *chg, int64_t now_ms,
-                        const char *updated_by, control_state_t *next)
+int control_state_apply(const control_state_t *cur, const control_change_t *chg, int64_t now_ms, const char *updated_by,
+                        control_state_t *next)
 {
     assert(control_state_check(cur));
     control_state_init(next);
@@ -558,8 +574,8 @@ void control_format_time(int64_t ms, char *out, size_t cap)
     struct tm tm;
     gmtime_r(&s, &tm);
     char tmp[96]; /* room for any int values, so the format cannot truncate; then cut to cap */
-    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    snprintf(tmp, sizeof(tmp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
     size_t n = strlen(tmp);
     if (cap) {
         n = n < cap - 1 ? n : cap - 1;

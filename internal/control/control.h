@@ -75,17 +75,17 @@ typedef struct {
     int64_t updated_at_ms;
     char *updated_by;
     char *reason;
-    int64_t expires_at_ms;   /* 0 = no expiry */
-    bool has_revert;         /* true iff expires_at_ms != 0 */
-    control_spec_t revert;   /* the state that comes back at expires_at */
+    int64_t expires_at_ms; /* 0 = no expiry */
+    bool has_revert;       /* true iff expires_at_ms != 0 */
+    control_spec_t revert; /* the state that comes back at expires_at */
 } control_state_t;
 
 /* A requested change: the spec plus who/why and an optional duration. */
 typedef struct {
     control_spec_t spec;
-    const char *reason;    /* may be NULL */
-    int64_t for_ms;        /* 0 = until changed again */
-    bool check_version;    /* optimistic concurrency: PUT with "version" */
+    const char *reason; /* may be NULL */
+    int64_t for_ms;     /* 0 = until changed again */
+    bool check_version; /* optimistic concurrency: PUT with "version" */
     uint64_t expect_version;
 } control_change_t;
 
@@ -121,14 +121,14 @@ typedef enum {
  * naming the field (written to err; the field's name is copied to field). On success
  * chg->spec is owned by chg (release with control_spec_free) and chg->reason points into
  * reason_buf (caller provides >= CONTROL_MAX_REASON_LEN + 1 bytes). */
-int control_change_parse(control_req_kind_t kind, const char *body, size_t len, control_change_t *chg,
-                         char *reason_buf, char *field, size_t fieldlen, char *err, size_t errlen);
+int control_change_parse(control_req_kind_t kind, const char *body, size_t len, control_change_t *chg, char *reason_buf,
+                         char *field, size_t fieldlen, char *err, size_t errlen);
 
 /* --- transitions ------------------------------------------------------------------------------- */
 /* Applies chg to cur, producing next (version + 1, updated_* set, expiry/revert set from
  * chg->for_ms: the spec being replaced is what comes back). next is initialised by the call. */
-int control_state_apply(const control_state_t *cur, const control_change_t *chg, int64_t now_ms,
-                        const char *updated_by, control_state_t *next);
+int control_state_apply(const control_state_t *cur, const control_change_t *chg, int64_t now_ms, const char *updated_by,
+                        control_state_t *next);
 /* The expiry transition: next = cur's revert spec, no expiry, version + 1, updated_by
  * "sluice (expiry)". Precondition: cur->has_revert. */
 int control_state_revert(const control_state_t *cur, int64_t now_ms, control_state_t *next);

@@ -283,8 +283,8 @@ uint64_t control_store_last_event_id(control_store_t *st)
 
 /* Writes next as job's new state plus its audit row, in one transaction, then installs it in the
  * cache. Takes ownership of next. */
-static int store_commit(control_store_t *st, const char *job, control_state_t *next, control_event_t **evp,
-                        char *err, size_t errlen)
+static int store_commit(control_store_t *st, const char *job, control_state_t *next, control_event_t **evp, char *err,
+                        size_t errlen)
 {
     buf_t json = BUF_INIT;
     control_state_to_json(next, job, &json);
@@ -410,8 +410,8 @@ int64_t control_store_next_expiry(control_store_t *st)
     return next;
 }
 
-int control_store_expire_due(control_store_t *st, int64_t now_ms, void (*fn)(control_event_t *ev, void *ud),
-                             void *ud, char *err, size_t errlen)
+int control_store_expire_due(control_store_t *st, int64_t now_ms, void (*fn)(control_event_t *ev, void *ud), void *ud,
+                             char *err, size_t errlen)
 {
     int n = 0;
     pthread_mutex_lock(&st->db_mu);
@@ -472,8 +472,8 @@ static void store_put_entry(buf_t *out, uint64_t id, const char *json, size_t le
         out->data[--out->len] = '}';
 }
 
-int control_store_history_json(control_store_t *st, const char *job, uint64_t before, int limit, buf_t *out,
-                               char *err, size_t errlen)
+int control_store_history_json(control_store_t *st, const char *job, uint64_t before, int limit, buf_t *out, char *err,
+                               size_t errlen)
 {
     sqlite3_stmt *q = NULL;
     pthread_mutex_lock(&st->db_mu);

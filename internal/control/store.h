@@ -35,11 +35,11 @@ typedef struct control_store control_store_t;
 
 /* One change, as the stream and the long-polls see it. Heap-allocated, owned by the receiver. */
 typedef struct {
-    uint64_t id;      /* global event id */
+    uint64_t id; /* global event id */
     char *job;
     uint64_t version; /* the job's version after the change */
     int64_t at_ms;
-    char *json;       /* control_state_to_json of the new state */
+    char *json; /* control_state_to_json of the new state */
     size_t json_len;
 } control_event_t;
 
@@ -74,15 +74,15 @@ int control_store_apply(control_store_t *st, const char *job, const control_chan
 int64_t control_store_next_expiry(control_store_t *st);
 /* Reverts every job whose expiry is <= now_ms (control_state_revert), each as one durable change,
  * handing each event to fn (which takes ownership). Returns the number reverted, or -1 + err. */
-int control_store_expire_due(control_store_t *st, int64_t now_ms, void (*fn)(control_event_t *ev, void *ud),
-                             void *ud, char *err, size_t errlen);
+int control_store_expire_due(control_store_t *st, int64_t now_ms, void (*fn)(control_event_t *ev, void *ud), void *ud,
+                             char *err, size_t errlen);
 
 /* The audit log of one job, newest first: appends
  *   {"job":J,"entries":[{"event_id":E, <state fields>}...],"next_before":V|null}
  * with at most `limit` entries of version < before (before = 0: from the newest). next_before is
  * the value to pass for the next page. 0 or -1 + err. */
-int control_store_history_json(control_store_t *st, const char *job, uint64_t before, int limit, buf_t *out,
-                               char *err, size_t errlen);
+int control_store_history_json(control_store_t *st, const char *job, uint64_t before, int limit, buf_t *out, char *err,
+                               size_t errlen);
 /* Events with id > after_id, oldest first, at most limit, for one job or all (job NULL), each
  * handed to fn (which takes ownership). Returns the number of events, or -1 + err. */
 int control_store_events_since(control_store_t *st, uint64_t after_id, const char *job, int limit,

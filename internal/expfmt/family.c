@@ -139,7 +139,7 @@ int expfmt_type_to_proto(expfmt_type_t t)
 
 expfmt_type_t expfmt_type_from_proto(int v, bool *ok)
 {
-    static const expfmt_type_t map[] = {EXPFMT_COUNTER, EXPFMT_GAUGE, EXPFMT_SUMMARY,
+    static const expfmt_type_t map[] = {EXPFMT_COUNTER, EXPFMT_GAUGE,     EXPFMT_SUMMARY,
                                         EXPFMT_UNTYPED, EXPFMT_HISTOGRAM, EXPFMT_GAUGE_HISTOGRAM};
     bool good = v >= 0 && v < (int)(sizeof(map) / sizeof(map[0]));
     if (ok)
@@ -149,9 +149,8 @@ expfmt_type_t expfmt_type_from_proto(int v, bool *ok)
 
 /* ------------------------------------------------------------------------ numbers */
 
-static const double pow10_exact[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                       1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                       1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+static const double pow10_exact[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                       1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 static const uint64_t pow10_u64[20] = {
     UINT64_C(1),
@@ -495,8 +494,7 @@ static size_t count_kept(const expfmt_sample_t *s, const char *const *ignore, si
     return k;
 }
 
-static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b,
-                        const char *const *ignore, size_t nignore)
+static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b, const char *const *ignore, size_t nignore)
 {
     if (strcmp(a->name, b->name) != 0)
         return false;
@@ -530,9 +528,8 @@ static bool dup_eq(uint64_t v, const void *ctx)
     return same_series(o, k->s, k->ignore, k->nignore);
 }
 
-int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore,
-                            arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err,
-                            size_t errlen)
+int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, arena_t *a,
+                            size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen)
 {
     if (r->nsamples == 0)
         return 0;
@@ -569,12 +566,10 @@ int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore,
                 size_t off = (size_t)snprintf(err, errlen, "collected metric %s {", q);
                 for (uint32_t k = 0; k < s->nlabels && off < errlen; k++) {
                     expfmt_go_quote(q, sizeof(q), s->labels[k].value, strlen(s->labels[k].value));
-                    off += (size_t)snprintf(err + off, errlen - off, "%s%s=%s", k ? "," : "",
-                                            s->labels[k].name, q);
+                    off += (size_t)snprintf(err + off, errlen - off, "%s%s=%s", k ? "," : "", s->labels[k].name, q);
                 }
                 if (off < errlen)
-                    snprintf(err + off, errlen - off,
-                             "} was collected before with the same name and label values");
+                    snprintf(err + off, errlen - off, "} was collected before with the same name and label values");
             }
             return 1;
         }

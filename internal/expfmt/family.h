@@ -64,8 +64,8 @@ typedef enum {
 } expfmt_kind_t;
 
 typedef struct {
-    const char *name;   /* series name, suffix included ("rpc_count") */
-    label_t *labels;    /* body order, no __name__; see the top of this file */
+    const char *name; /* series name, suffix included ("rpc_count") */
+    label_t *labels;  /* body order, no __name__; see the top of this file */
     uint32_t nlabels;
     uint8_t kind;       /* expfmt_kind_t */
     bool has_timestamp; /* the push handler rejects pushed timestamps, the parser does not */
@@ -92,10 +92,10 @@ typedef struct {
  * EXPFMT_ELIMIT with a line-numbered reason. Memory is further bounded by the arena's limit
  * (EXPFMT_ENOMEM). */
 typedef struct {
-    size_t max_samples;     /* per body [unlimited] */
-    size_t max_labels;      /* per sample, quantile/le included [256] */
-    size_t max_name_len;    /* metric and label names [1024] */
-    size_t max_value_len;   /* label values after unescaping [16384] */
+    size_t max_samples;   /* per body [unlimited] */
+    size_t max_labels;    /* per sample, quantile/le included [256] */
+    size_t max_name_len;  /* metric and label names [1024] */
+    size_t max_value_len; /* label values after unescaping [16384] */
 } expfmt_limits_t;
 
 /* Body formats, chosen from the Content-Type the way the Pushgateway chooses (anything it does
@@ -127,9 +127,8 @@ expfmt_type_t expfmt_type_from_proto(int proto_type, bool *ok);
  * Returns 0 when none, 1 when found (then *fam, *s1 < *s2 locate them and err says which), or
  * EXPFMT_ENOMEM. Scratch memory comes from `a`. O(samples).
  */
-int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore,
-                            arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err,
-                            size_t errlen);
+int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, arena_t *a,
+                            size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen);
 
 /* Appends Go's strconv.Quote(s[0:n]) rendering (the %q of the Pushgateway's messages) to
  * out[0:outlen], always NUL-terminating; returns the length it wanted. */

@@ -100,15 +100,9 @@ static const metric_t task_metrics[] = {
 };
 
 static const metric_t op_metrics[] = {
-    {"numRecordsIn", V_COUNTER},
-    {"numRecordsOut", V_COUNTER},
-    {"numRecordsInPerSecond", V_RATE},
-    {"numRecordsOutPerSecond", V_RATE},
-    {"currentInputWatermark", V_WATERMARK},
-    {"currentOutputWatermark", V_WATERMARK},
-    {"numLateRecordsDropped", V_SMALL},
-    {"watermarkAlignmentDrift", V_SMALL},
-    {"processingLatencyMs", V_HIST},
+    {"numRecordsIn", V_COUNTER},        {"numRecordsOut", V_COUNTER},           {"numRecordsInPerSecond", V_RATE},
+    {"numRecordsOutPerSecond", V_RATE}, {"currentInputWatermark", V_WATERMARK}, {"currentOutputWatermark", V_WATERMARK},
+    {"numLateRecordsDropped", V_SMALL}, {"watermarkAlignmentDrift", V_SMALL},   {"processingLatencyMs", V_HIST},
     {"stateAccessLatencyNs", V_HIST},
 };
 
@@ -121,9 +115,8 @@ static const double qv[] = {0.5, 0.75, 0.95, 0.98, 0.99, 0.999};
 
 static const char *const task_names[NTASKS] = {"Source:_Kafka_Orders____Map____Filter",
                                                "Window_TumblingEventTimeWindows____Sink:_Kafka_Enriched"};
-static const char *const op_names[NTASKS][NOPS] = {
-    {"Source:_Kafka_Orders", "Map", "Filter"},
-    {"Window_TumblingEventTimeWindows_", "Map", "Sink:_Kafka_Enriched"}};
+static const char *const op_names[NTASKS][NOPS] = {{"Source:_Kafka_Orders", "Map", "Filter"},
+                                                   {"Window_TumblingEventTimeWindows_", "Map", "Sink:_Kafka_Enriched"}};
 
 /* ------------------------------------------------------------------------ helpers */
 
@@ -247,8 +240,8 @@ static void header(gen_t *g, const char *scope, const char *metric, bool summary
             if (*c == '.')
                 *c = '_';
     }
-    buf_printf(g->b, "# HELP %s %s (scope: %s%s)\n# TYPE %s %s\n", fam, last ? last + 1 : metric, scope,
-               groups, fam, summary ? "summary" : "gauge");
+    buf_printf(g->b, "# HELP %s %s (scope: %s%s)\n# TYPE %s %s\n", fam, last ? last + 1 : metric, scope, groups, fam,
+               summary ? "summary" : "gauge");
 }
 
 static void labels_tm(gen_t *g)
@@ -264,8 +257,7 @@ static void labels_task(gen_t *g, unsigned task, unsigned sub)
     buf_printf(g->b,
                "{host=\"%s\",tm_id=\"%s\",job_id=\"%s\",job_name=\"%s\",task_id=\"%s\",task_name=\"%s\","
                "task_attempt_id=\"%s\",task_attempt_num=\"0\",subtask_index=\"%u\",",
-               g->host, g->tm_id, g->job_id, g->job_name, task_id, task_names[task], attempt,
-               g->tm * NSUB + sub);
+               g->host, g->tm_id, g->job_id, g->job_name, task_id, task_names[task], attempt, g->tm * NSUB + sub);
 }
 
 static void labels_op(gen_t *g, unsigned task, unsigned sub, unsigned op)
@@ -277,8 +269,7 @@ static void labels_op(gen_t *g, unsigned task, unsigned sub, unsigned op)
 }
 
 /* One child of a family: a gauge line, or the quantile lines and _count of a summary. */
-static void child(gen_t *g, const char *fam, int kind, uint64_t id, int scope, unsigned task, unsigned sub,
-                  unsigned op)
+static void child(gen_t *g, const char *fam, int kind, uint64_t id, int scope, unsigned task, unsigned sub, unsigned op)
 {
     buf_t *b = g->b;
     if (kind != V_HIST) {
@@ -329,8 +320,8 @@ size_t flinkgen_taskmanager(buf_t *b, unsigned tm, uint64_t seed, uint64_t tick)
 {
     char host[64], tm_id[96], job_id[33], fam[256];
     snprintf(host, sizeof(host), "flink_taskmanager_%u", tm);
-    snprintf(tm_id, sizeof(tm_id), "container_e05_1700000000000_%04llu_01_%06u",
-             (unsigned long long)(seed % 10000), tm + 2);
+    snprintf(tm_id, sizeof(tm_id), "container_e05_1700000000000_%04llu_01_%06u", (unsigned long long)(seed % 10000),
+             tm + 2);
     hex32(job_id, seed * 31 + 1);
     gen_t g = {b, host, tm_id, job_id, "order_enrichment", tm, seed, tick, 0};
     uint64_t fid = 0;
@@ -339,20 +330,18 @@ size_t flinkgen_taskmanager(buf_t *b, unsigned tm, uint64_t seed, uint64_t tick)
         child(&g, fam, tm_metrics[m].kind, mix(fid) ^ tm, 0, 0, 0, 0);
     }
     for (size_t m = 0; m < sizeof(task_metrics) / sizeof(task_metrics[0]); m++, fid++) {
-        header(&g, "taskmanager_job_task", task_metrics[m].name, task_metrics[m].kind == V_HIST, fam,
-               sizeof(fam));
+        header(&g, "taskmanager_job_task", task_metrics[m].name, task_metrics[m].kind == V_HIST, fam, sizeof(fam));
         for (unsigned t = 0; t < NTASKS; t++)
             for (unsigned s = 0; s < NSUB; s++)
                 child(&g, fam, task_metrics[m].kind, mix(fid) ^ ((uint64_t)tm << 20 | t << 8 | s), 1, t, s, 0);
     }
     for (size_t m = 0; m < sizeof(op_metrics) / sizeof(op_metrics[0]); m++, fid++) {
-        header(&g, "taskmanager_job_task_operator", op_metrics[m].name, op_metrics[m].kind == V_HIST, fam,
-               sizeof(fam));
+        header(&g, "taskmanager_job_task_operator", op_metrics[m].name, op_metrics[m].kind == V_HIST, fam, sizeof(fam));
         for (unsigned t = 0; t < NTASKS; t++)
             for (unsigned s = 0; s < NSUB; s++)
                 for (unsigned o = 0; o < NOPS; o++)
-                    child(&g, fam, op_metrics[m].kind,
-                          mix(fid) ^ ((uint64_t)tm << 20 | t << 12 | s << 4 | o), 2, t, s, o);
+                    child(&g, fam, op_metrics[m].kind, mix(fid) ^ ((uint64_t)tm << 20 | t << 12 | s << 4 | o), 2, t, s,
+                          o);
     }
     return g.series;
 }

@@ -69,7 +69,10 @@ static int pp_fail(pp_t *pp, int rc, const char *fmt, ...)
     return rc;
 }
 
-static void *pp_alloc(void *data, size_t size) { return arena_try_alloc((arena_t *)data, size); }
+static void *pp_alloc(void *data, size_t size)
+{
+    return arena_try_alloc((arena_t *)data, size);
+}
 static void pp_free(void *data, void *ptr) {}
 
 static bool valid_name(const char *s, bool metric)
@@ -78,8 +81,8 @@ static bool valid_name(const char *s, bool metric)
         return false;
     for (size_t i = 0; s[i]; i++) {
         char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                  (metric && c == ':') || (i > 0 && c >= '0' && c <= '9');
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (metric && c == ':') ||
+                  (i > 0 && c >= '0' && c <= '9');
         if (!ok)
             return false;
     }
@@ -104,13 +107,9 @@ static int read_len(pp_t *pp, const uint8_t *body, size_t len, size_t *off, uint
 {
     const uint8_t *p = body + *off;
     switch (varint_get_max(&p, body + len, 5, n)) { /* a varint32, as Go's pbutil.ReadDelimited */
-    case VARINT_OK:
-        *off = (size_t)(p - body);
-        return 0;
-    case VARINT_ETRUNC:
-        return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: truncated length)", pp->record);
-    default:
-        return pp_fail(pp, EXPFMT_EPARSE, "invalid varint32 encountered");
+    case VARINT_OK: *off = (size_t)(p - body); return 0;
+    case VARINT_ETRUNC: return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: truncated length)", pp->record);
+    default: return pp_fail(pp, EXPFMT_EPARSE, "invalid varint32 encountered");
     }
 }
 
@@ -119,8 +118,7 @@ static int read_len(pp_t *pp, const uint8_t *body, size_t len, size_t *off, uint
 static int check_labels(pp_t *pp, const pb_family_t *mf, const pb_metric_t *m, size_t extra)
 {
     if (m->n_label + extra > pp->max_labels)
-        return pp_fail(pp, EXPFMT_ELIMIT, "metric %s: more than %zu labels in one sample", mf->name,
-                       pp->max_labels);
+        return pp_fail(pp, EXPFMT_ELIMIT, "metric %s: more than %zu labels in one sample", mf->name, pp->max_labels);
     for (size_t i = 0; i < m->n_label; i++) {
         const char *ln = m->label[i]->name ? m->label[i]->name : "";
         const char *lv = m->label[i]->value ? m->label[i]->value : "";
@@ -130,8 +128,8 @@ static int check_labels(pp_t *pp, const pb_family_t *mf, const pb_metric_t *m, s
         if (lvn > pp->max_value)
             return pp_fail(pp, EXPFMT_ELIMIT, "label value longer than %zu bytes", pp->max_value);
         if (!valid_name(ln, false) || strcmp(ln, "__name__") == 0)
-            return pp_fail(pp, EXPFMT_EPARSE,
-                           "collected metric \"%s\" has a label with an invalid name: %s", mf->name, ln);
+            return pp_fail(pp, EXPFMT_EPARSE, "collected metric \"%s\" has a label with an invalid name: %s", mf->name,
+                           ln);
         if ((mf->type == IO__PROMETHEUS__CLIENT__METRIC_TYPE__SUMMARY && strcmp(ln, "quantile") == 0) ||
             ((mf->type == IO__PROMETHEUS__CLIENT__METRIC_TYPE__HISTOGRAM ||
               mf->type == IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM) &&
@@ -142,14 +140,13 @@ static int check_labels(pp_t *pp, const pb_family_t *mf, const pb_metric_t *m, s
             char q[320];
             expfmt_go_quote(q, sizeof(q), lv, lvn);
             return pp_fail(pp, EXPFMT_EPARSE,
-                           "collected metric \"%s\" has a label named \"%s\" whose value is not utf8: %s",
-                           mf->name, ln, q);
+                           "collected metric \"%s\" has a label named \"%s\" whose value is not utf8: %s", mf->name, ln,
+                           q);
         }
         for (size_t j = 0; j < i; j++)
             if (m->label[j]->name && strcmp(m->label[j]->name, ln) == 0)
                 return pp_fail(pp, EXPFMT_EPARSE,
-                               "collected metric \"%s\" has two or more labels with the same name: %s",
-                               mf->name, ln);
+                               "collected metric \"%s\" has two or more labels with the same name: %s", mf->name, ln);
     }
     return 0;
 }
@@ -183,15 +180,12 @@ static size_t samples_of(const pb_family_t *mf)
     for (size_t i = 0; i < mf->n_metric; i++) {
         const pb_metric_t *m = mf->metric[i];
         switch (mf->type) {
-        case IO__PROMETHEUS__CLIENT__METRIC_TYPE__SUMMARY:
-            n += (m->summary ? m->summary->n_quantile : 0) + 2;
-            break;
+        case IO__PROMETHEUS__CLIENT__METRIC_TYPE__SUMMARY: n += (m->summary ? m->summary->n_quantile : 0) + 2; break;
         case IO__PROMETHEUS__CLIENT__METRIC_TYPE__HISTOGRAM:
         case IO__PROMETHEUS__CLIENT__METRIC_TYPE__GAUGE_HISTOGRAM:
             n += (m->histogram ? m->histogram->n_bucket : 0) + 2;
             break;
-        default:
-            n += 1;
+        default: n += 1;
         }
     }
     return n;
@@ -202,8 +196,7 @@ typedef struct {
     size_t n;
 } out_t;
 
-static void put(out_t *o, const char *name, label_t *l, size_t nl, expfmt_kind_t kind, double v,
-                const pb_metric_t *m)
+static void put(out_t *o, const char *name, label_t *l, size_t nl, expfmt_kind_t kind, double v, const pb_metric_t *m)
 {
     expfmt_sample_t *s = &o->s[o->n++];
     s->name = name;
@@ -221,8 +214,7 @@ static int flatten(pp_t *pp, const pb_family_t *mf, expfmt_family_t *f)
     bool ok;
     f->type = expfmt_type_from_proto((int)mf->type, &ok);
     if (!ok)
-        return pp_fail(pp, EXPFMT_EPARSE, "metric family \"%s\": unknown metric type %d", mf->name,
-                       (int)mf->type);
+        return pp_fail(pp, EXPFMT_EPARSE, "metric family \"%s\": unknown metric type %d", mf->name, (int)mf->type);
     f->name = mf->name;
     f->help = mf->help;
     f->unit = NULL;
@@ -236,27 +228,33 @@ static int flatten(pp_t *pp, const pb_family_t *mf, expfmt_family_t *f)
         count_name = arena_sprintf(pp->a, "%s_count", mf->name);
         bucket_name = arena_sprintf(pp->a, "%s_bucket", mf->name);
     }
-    static const char *const want[] = {"counter", "gauge", "summary", "untyped", "histogram",
-                                       "gauge histogram"};
+    static const char *const want[] = {"counter", "gauge", "summary", "untyped", "histogram", "gauge histogram"};
     for (size_t i = 0; i < mf->n_metric; i++) {
         const pb_metric_t *m = mf->metric[i];
-        bool quant = f->type == EXPFMT_SUMMARY, hist = f->type == EXPFMT_HISTOGRAM ||
-                                                         f->type == EXPFMT_GAUGE_HISTOGRAM;
+        bool quant = f->type == EXPFMT_SUMMARY, hist = f->type == EXPFMT_HISTOGRAM || f->type == EXPFMT_GAUGE_HISTOGRAM;
         int rc = check_labels(pp, mf, m, quant || hist);
         if (rc)
             return rc;
         const void *field = NULL;
         double v = 0;
         switch (f->type) {
-        case EXPFMT_COUNTER: field = m->counter; v = m->counter ? m->counter->value : 0; break;
-        case EXPFMT_GAUGE: field = m->gauge; v = m->gauge ? m->gauge->value : 0; break;
-        case EXPFMT_UNTYPED: field = m->untyped; v = m->untyped ? m->untyped->value : 0; break;
+        case EXPFMT_COUNTER:
+            field = m->counter;
+            v = m->counter ? m->counter->value : 0;
+            break;
+        case EXPFMT_GAUGE:
+            field = m->gauge;
+            v = m->gauge ? m->gauge->value : 0;
+            break;
+        case EXPFMT_UNTYPED:
+            field = m->untyped;
+            v = m->untyped ? m->untyped->value : 0;
+            break;
         case EXPFMT_SUMMARY: field = m->summary; break;
         default: field = m->histogram; break;
         }
         if (!field)
-            return pp_fail(pp, EXPFMT_EPARSE, "collected metric \"%s\" is not a %s", mf->name,
-                           want[mf->type]);
+            return pp_fail(pp, EXPFMT_EPARSE, "collected metric \"%s\" is not a %s", mf->name, want[mf->type]);
         label_t *base = copy_labels(pp, m, false);
         if (m->n_label && !base)
             return pp_fail(pp, EXPFMT_ENOMEM, "request too large (memory limit reached)");
@@ -290,8 +288,7 @@ static int flatten(pp_t *pp, const pb_family_t *mf, expfmt_family_t *f)
                     return pp_fail(pp, EXPFMT_ENOMEM, "request too large (memory limit reached)");
                 l[nl].name = "le";
                 l[nl].value = le;
-                double c = bk->has_cumulative_count_float ? bk->cumulative_count_float
-                                                          : (double)bk->cumulative_count;
+                double c = bk->has_cumulative_count_float ? bk->cumulative_count_float : (double)bk->cumulative_count;
                 put(&o, bucket_name, l, nl + 1, EXPFMT_KIND_BUCKET, c, m);
             }
             if (h->has_sample_sum)
@@ -323,8 +320,8 @@ static int parse_all(pp_t *pp, const uint8_t *body, size_t len, expfmt_result_t 
         if (rc)
             return rc;
         if (n > len - off)
-            return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: %llu bytes announced, %zu left)",
-                           pp->record, (unsigned long long)n, len - off);
+            return pp_fail(pp, EXPFMT_EPARSE, "unexpected EOF (record %zu: %llu bytes announced, %zu left)", pp->record,
+                           (unsigned long long)n, len - off);
         pb_family_t *mf = io__prometheus__client__metric_family__unpack(&alloc, (size_t)n, body + off);
         if (!mf)
             return pp_fail(pp, EXPFMT_EPARSE, "record %zu: invalid MetricFamily protobuf (or memory limit reached)",
@@ -387,8 +384,8 @@ static int parse_all(pp_t *pp, const uint8_t *body, size_t len, expfmt_result_t 
     return 0;
 }
 
-int expfmt_parse_proto(const uint8_t *body, size_t len, const expfmt_limits_t *lim, arena_t *a,
-                       expfmt_result_t *out, char *err, size_t errlen)
+int expfmt_parse_proto(const uint8_t *body, size_t len, const expfmt_limits_t *lim, arena_t *a, expfmt_result_t *out,
+                       char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
     if (errlen)

@@ -16,8 +16,8 @@
  * `lim` may be NULL for defaults. Returns 0, or EXPFMT_EPARSE / EXPFMT_ELIMIT / EXPFMT_ENOMEM
  * with the reason in err[0:errlen]; on error *out is left empty.
  */
-int expfmt_parse_proto(const uint8_t *body, size_t len, const expfmt_limits_t *lim, arena_t *a,
-                       expfmt_result_t *out, char *err, size_t errlen);
+int expfmt_parse_proto(const uint8_t *body, size_t len, const expfmt_limits_t *lim, arena_t *a, expfmt_result_t *out,
+                       char *err, size_t errlen);
 
 /* Appends one delimited record (uvarint length + msg[0:n]) to out[0:cap]; returns the bytes
  * written or 0 when it does not fit. For tests and the benchmark. */

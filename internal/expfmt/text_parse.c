@@ -73,7 +73,7 @@
 
 enum { SUB_NONE = 0, SUB_COUNT, SUB_SUM, SUB_BUCKET, SUB_TOTAL, SUB_CREATED, SUB_GCOUNT, SUB_GSUM, SUB_INFO };
 
-static const char *const sub_suffix[] = {"", "_count", "_sum", "_bucket", "_total",
+static const char *const sub_suffix[] = {"",         "_count",  "_sum",  "_bucket", "_total",
                                          "_created", "_gcount", "_gsum", "_info"};
 
 typedef struct {
@@ -98,7 +98,7 @@ typedef struct {
     tfam_t *fams;
     size_t nfams, capfams;
     hashmap_t fam_by_hash; /* XXH3(name) -> family index (a multimap, in the arena) */
-    size_t cur; /* last family used + 1 (0 = none): most lines belong to the previous family */
+    size_t cur;            /* last family used + 1 (0 = none): most lines belong to the previous family */
 
     expfmt_sample_t *smp;
     uint32_t *sfam;
@@ -152,7 +152,10 @@ static int tp_fail(tp_t *tp, int rc, const char *fmt, ...)
     return rc;
 }
 
-static int tp_eof(tp_t *tp) { return tp_fail(tp, EXPFMT_EPARSE, "unexpected end of input stream"); }
+static int tp_eof(tp_t *tp)
+{
+    return tp_fail(tp, EXPFMT_EPARSE, "unexpected end of input stream");
+}
 
 static int tp_nomem(tp_t *tp)
 {
@@ -160,8 +163,8 @@ static int tp_nomem(tp_t *tp)
 }
 
 /* Go %q of s[0:n] into a stack buffer for messages. */
-#define QUOTE(var, s, n)                                                                            \
-    char var[320];                                                                                  \
+#define QUOTE(var, s, n)                                                                                               \
+    char var[320];                                                                                                     \
     expfmt_go_quote(var, sizeof(var), (s), (n))
 
 /* ------------------------------------------------------------------------ character classes */
@@ -173,15 +176,69 @@ static const unsigned char cls[256] = {
 #define L2 8 /* label name continuation */
     ['_'] = M1 | M2 | L1 | L2,
     [':'] = M1 | M2,
-    ['0'] = M2 | L2, ['1'] = M2 | L2, ['2'] = M2 | L2, ['3'] = M2 | L2, ['4'] = M2 | L2,
-    ['5'] = M2 | L2, ['6'] = M2 | L2, ['7'] = M2 | L2, ['8'] = M2 | L2, ['9'] = M2 | L2,
+    ['0'] = M2 | L2,
+    ['1'] = M2 | L2,
+    ['2'] = M2 | L2,
+    ['3'] = M2 | L2,
+    ['4'] = M2 | L2,
+    ['5'] = M2 | L2,
+    ['6'] = M2 | L2,
+    ['7'] = M2 | L2,
+    ['8'] = M2 | L2,
+    ['9'] = M2 | L2,
 #define AZ(c) [c] = M1 | M2 | L1 | L2
-    AZ('a'), AZ('b'), AZ('c'), AZ('d'), AZ('e'), AZ('f'), AZ('g'), AZ('h'), AZ('i'), AZ('j'),
-    AZ('k'), AZ('l'), AZ('m'), AZ('n'), AZ('o'), AZ('p'), AZ('q'), AZ('r'), AZ('s'), AZ('t'),
-    AZ('u'), AZ('v'), AZ('w'), AZ('x'), AZ('y'), AZ('z'),
-    AZ('A'), AZ('B'), AZ('C'), AZ('D'), AZ('E'), AZ('F'), AZ('G'), AZ('H'), AZ('I'), AZ('J'),
-    AZ('K'), AZ('L'), AZ('M'), AZ('N'), AZ('O'), AZ('P'), AZ('Q'), AZ('R'), AZ('S'), AZ('T'),
-    AZ('U'), AZ('V'), AZ('W'), AZ('X'), AZ('Y'), AZ('Z'),
+    AZ('a'),
+    AZ('b'),
+    AZ('c'),
+    AZ('d'),
+    AZ('e'),
+    AZ('f'),
+    AZ('g'),
+    AZ('h'),
+    AZ('i'),
+    AZ('j'),
+    AZ('k'),
+    AZ('l'),
+    AZ('m'),
+    AZ('n'),
+    AZ('o'),
+    AZ('p'),
+    AZ('q'),
+    AZ('r'),
+    AZ('s'),
+    AZ('t'),
+    AZ('u'),
+    AZ('v'),
+    AZ('w'),
+    AZ('x'),
+    AZ('y'),
+    AZ('z'),
+    AZ('A'),
+    AZ('B'),
+    AZ('C'),
+    AZ('D'),
+    AZ('E'),
+    AZ('F'),
+    AZ('G'),
+    AZ('H'),
+    AZ('I'),
+    AZ('J'),
+    AZ('K'),
+    AZ('L'),
+    AZ('M'),
+    AZ('N'),
+    AZ('O'),
+    AZ('P'),
+    AZ('Q'),
+    AZ('R'),
+    AZ('S'),
+    AZ('T'),
+    AZ('U'),
+    AZ('V'),
+    AZ('W'),
+    AZ('X'),
+    AZ('Y'),
+    AZ('Z'),
 #undef AZ
 };
 #define IS(c, m) (cls[(unsigned char)(c)] & (m))
@@ -263,8 +320,7 @@ static bool sub_allowed(bool om, expfmt_type_t t, int sub)
     switch (t) {
     case EXPFMT_COUNTER: return sub == SUB_TOTAL || sub == SUB_CREATED;
     case EXPFMT_SUMMARY: return sub == SUB_COUNT || sub == SUB_SUM || sub == SUB_CREATED;
-    case EXPFMT_HISTOGRAM:
-        return sub == SUB_COUNT || sub == SUB_SUM || sub == SUB_BUCKET || sub == SUB_CREATED;
+    case EXPFMT_HISTOGRAM: return sub == SUB_COUNT || sub == SUB_SUM || sub == SUB_BUCKET || sub == SUB_CREATED;
     case EXPFMT_GAUGE_HISTOGRAM: return sub == SUB_BUCKET || sub == SUB_GCOUNT || sub == SUB_GSUM;
     case EXPFMT_INFO: return sub == SUB_INFO;
     default: return false;
@@ -283,7 +339,7 @@ static size_t fam_resolve(tp_t *tp, const char *name, size_t len, int *sub)
     if (fi)
         return tp->cur = fi;
     static const int text_subs[] = {SUB_COUNT, SUB_SUM, SUB_BUCKET};
-    static const int om_subs[] = {SUB_TOTAL, SUB_COUNT, SUB_SUM,    SUB_BUCKET,
+    static const int om_subs[] = {SUB_TOTAL,   SUB_COUNT,  SUB_SUM,  SUB_BUCKET,
                                   SUB_CREATED, SUB_GCOUNT, SUB_GSUM, SUB_INFO};
     const int *subs = tp->om ? om_subs : text_subs;
     size_t nsubs = tp->om ? sizeof(om_subs) / sizeof(om_subs[0]) : 3;
@@ -385,8 +441,7 @@ static const char *float_label(tp_t *tp, const char *in, double v)
             return tp->fcache[i].out;
     buf_reset(&tp->fbuf);
     buf_put_float(&tp->fbuf, v);
-    const char *out = strcmp(tp->fbuf.data, in) == 0 ? in
-                                                      : arena_strndup(tp->a, tp->fbuf.data, tp->fbuf.len);
+    const char *out = strcmp(tp->fbuf.data, in) == 0 ? in : arena_strndup(tp->a, tp->fbuf.data, tp->fbuf.len);
     tp->fcache[tp->fnext].in = in;
     tp->fcache[tp->fnext].out = out;
     tp->fnext = (tp->fnext + 1) & 7;
@@ -417,8 +472,7 @@ static int read_label_value(tp_t *tp, char **pp, char **val, size_t *vlen, bool 
     while (e - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        uint64_t m = swar_eq(w, ONES * '"') | swar_eq(w, ONES * '\\') | swar_eq(w, ONES * '\n') |
-                     swar_eq(w, 0);
+        uint64_t m = swar_eq(w, ONES * '"') | swar_eq(w, ONES * '\\') | swar_eq(w, ONES * '\n') | swar_eq(w, 0);
         if (m) {
             unsigned k = (unsigned)__builtin_ctzll(m) / 8;
             uint64_t keep = k ? (~UINT64_C(0) >> (64 - 8 * k)) : 0;
@@ -478,8 +532,7 @@ typedef struct {
     const char *raw;
 } special_t;
 
-static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t **lab, size_t *n,
-                       special_t *sp)
+static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t **lab, size_t *n, special_t *sp)
 {
     char *p = *pp, *e = tp->end;
     size_t total = 0; /* labels incl. special, for the limit */
@@ -507,9 +560,8 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
         if (prefix && *n < tp->nprev) {
             const struct lrec *q = &prev[*n];
             size_t need = (size_t)q->nlen + q->vlen + 3;
-            if (q->raw && (size_t)(e - p) > need && p[q->nlen] == '=' &&
-                p[q->nlen + 1] == '"' && p[need - 1] == '"' && memcmp(p, q->name, q->nlen) == 0 &&
-                memcmp(p + q->nlen + 2, q->value, q->vlen) == 0 &&
+            if (q->raw && (size_t)(e - p) > need && p[q->nlen] == '=' && p[q->nlen + 1] == '"' && p[need - 1] == '"' &&
+                memcmp(p, q->name, q->nlen) == 0 && memcmp(p + q->nlen + 2, q->value, q->vlen) == 0 &&
                 !((q->nlen == 8 && memcmp(q->name, "quantile", 8) == 0) ||
                   (q->nlen == 2 && q->name[0] == 'l' && q->name[1] == 'e'))) {
                 if (++total > tp->max_labels)
@@ -547,11 +599,10 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
             return tp_fail(tp, EXPFMT_EPARSE, "label name \"__name__\" is reserved");
         if (lnlen > tp->max_name)
             return tp_fail(tp, EXPFMT_ELIMIT, "label name longer than %zu bytes", tp->max_name);
-        bool special = !exemplar &&
-                       (((fam->type == EXPFMT_SUMMARY) && lnlen == 8 && memcmp(ln, "quantile", 8) == 0) ||
-                        ((fam->type == EXPFMT_HISTOGRAM ||
-                          (tp->om && fam->type == EXPFMT_GAUGE_HISTOGRAM)) &&
-                         lnlen == 2 && ln[0] == 'l' && ln[1] == 'e'));
+        bool special =
+            !exemplar && (((fam->type == EXPFMT_SUMMARY) && lnlen == 8 && memcmp(ln, "quantile", 8) == 0) ||
+                          ((fam->type == EXPFMT_HISTOGRAM || (tp->om && fam->type == EXPFMT_GAUGE_HISTOGRAM)) &&
+                           lnlen == 2 && ln[0] == 'l' && ln[1] == 'e'));
         char *lend = p;
         if (BLANK(*p)) {
             p = skip_blank(p, e);
@@ -621,8 +672,7 @@ static int read_labels(tp_t *tp, tfam_t *fam, bool exemplar, char **pp, label_t 
         if (special) {
             if (expfmt__parse_float(val, vlen, &sp->v) < 0) {
                 QUOTE(q, val, vlen);
-                return tp_fail(tp, EXPFMT_EPARSE, "expected float as value for '%s' label, got %s",
-                               ln, q);
+                return tp_fail(tp, EXPFMT_EPARSE, "expected float as value for '%s' label, got %s", ln, q);
             }
             sp->has = true;
             sp->raw = val;
@@ -665,13 +715,17 @@ static int parse_type_word(bool om, const char *s, size_t n, expfmt_type_t *t)
     static const struct {
         const char *w;
         expfmt_type_t t;
-    } text[] = {{"COUNTER", EXPFMT_COUNTER},   {"GAUGE", EXPFMT_GAUGE},
-                {"SUMMARY", EXPFMT_SUMMARY},   {"UNTYPED", EXPFMT_UNTYPED},
+    } text[] = {{"COUNTER", EXPFMT_COUNTER},     {"GAUGE", EXPFMT_GAUGE},
+                {"SUMMARY", EXPFMT_SUMMARY},     {"UNTYPED", EXPFMT_UNTYPED},
                 {"HISTOGRAM", EXPFMT_HISTOGRAM}, {"GAUGE_HISTOGRAM", EXPFMT_GAUGE_HISTOGRAM}},
-      omt[] = {{"counter", EXPFMT_COUNTER},     {"gauge", EXPFMT_GAUGE},
-               {"summary", EXPFMT_SUMMARY},     {"histogram", EXPFMT_HISTOGRAM},
-               {"gaugehistogram", EXPFMT_GAUGE_HISTOGRAM}, {"info", EXPFMT_INFO},
-               {"stateset", EXPFMT_STATESET},   {"unknown", EXPFMT_UNKNOWN}};
+      omt[] = {{"counter", EXPFMT_COUNTER},
+               {"gauge", EXPFMT_GAUGE},
+               {"summary", EXPFMT_SUMMARY},
+               {"histogram", EXPFMT_HISTOGRAM},
+               {"gaugehistogram", EXPFMT_GAUGE_HISTOGRAM},
+               {"info", EXPFMT_INFO},
+               {"stateset", EXPFMT_STATESET},
+               {"unknown", EXPFMT_UNKNOWN}};
     if (om) {
         for (size_t i = 0; i < sizeof(omt) / sizeof(omt[0]); i++)
             if (kw_is(s, n, omt[i].w)) {
@@ -818,8 +872,7 @@ static int parse_comment(tp_t *tp, char **pp)
     } else if (k == K_TYPE) {
         if (fam->type_set) {
             QUOTE(q, fam->name, fam->namelen);
-            return tp_fail(tp, EXPFMT_EPARSE,
-                           "second TYPE line for metric name %s, or TYPE reported after samples", q);
+            return tp_fail(tp, EXPFMT_EPARSE, "second TYPE line for metric name %s, or TYPE reported after samples", q);
         }
         char *nl = memchr(p, '\n', (size_t)(e - p));
         if (!nl)
@@ -901,8 +954,7 @@ static int parse_sample(tp_t *tp, char **pp)
     if (!IS(*p, M1))
         return tp_fail(tp, EXPFMT_EPARSE, "invalid metric name");
     /* Consecutive samples mostly share their name: one memcmp instead of a byte loop. */
-    if (tp->pnlen && (size_t)(e - p) > tp->pnlen && !IS(p[tp->pnlen], M2) &&
-        memcmp(p, tp->pname, tp->pnlen) == 0)
+    if (tp->pnlen && (size_t)(e - p) > tp->pnlen && !IS(p[tp->pnlen], M2) && memcmp(p, tp->pname, tp->pnlen) == 0)
         p += tp->pnlen;
     else
         while (++p < e && IS(*p, M2))
@@ -983,8 +1035,7 @@ static int parse_sample(tp_t *tp, char **pp)
                 return TP_EOF;
             if (tp->om) {
                 double secs;
-                if (expfmt__parse_float(t, (size_t)(p - t), &secs) < 0 || !isfinite(secs) ||
-                    fabs(secs) >= 9.2e15) {
+                if (expfmt__parse_float(t, (size_t)(p - t), &secs) < 0 || !isfinite(secs) || fabs(secs) >= 9.2e15) {
                     QUOTE(q, t, (size_t)(p - t));
                     return tp_fail(tp, EXPFMT_EPARSE, "expected float seconds as timestamp, got %s", q);
                 }
@@ -1170,8 +1221,8 @@ static int tp_finish(tp_t *tp, expfmt_result_t *out)
     return 0;
 }
 
-int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim,
-                      arena_t *a, expfmt_result_t *out, char *err, size_t errlen)
+int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+                      expfmt_result_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
     if (errlen)

@@ -22,7 +22,7 @@
  * EXPFMT_ENOMEM with the reason (1-based line number included) in err[0:errlen]. On error *out
  * is left empty.
  */
-int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim,
-                      arena_t *a, expfmt_result_t *out, char *err, size_t errlen);
+int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+                      expfmt_result_t *out, char *err, size_t errlen);
 
 #endif

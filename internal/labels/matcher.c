@@ -145,8 +145,14 @@ static _Thread_local uint32_t tl_md_pairs;
 /* A thread's match data is freed when the thread exits (query pool threads come and go). */
 static pthread_key_t tl_md_key;
 static pthread_once_t tl_md_once = PTHREAD_ONCE_INIT;
-static void tl_md_destroy(void *md) { pcre2_match_data_free(md); }
-static void tl_md_key_init(void) { (void)pthread_key_create(&tl_md_key, tl_md_destroy); }
+static void tl_md_destroy(void *md)
+{
+    pcre2_match_data_free(md);
+}
+static void tl_md_key_init(void)
+{
+    (void)pthread_key_create(&tl_md_key, tl_md_destroy);
+}
 
 static int compile_pcre(matcher_t *m, const char *re, char *err, size_t errlen)
 {
@@ -162,9 +168,8 @@ static int compile_pcre(matcher_t *m, const char *re, char *err, size_t errlen)
     int ec;
     PCRE2_SIZE eo;
     m->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY |
-                              PCRE2_NEVER_BACKSLASH_C,
-                          &ec, &eo, NULL);
+                          PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C, &ec,
+                          &eo, NULL);
     free(pat);
     if (!m->re) {
         PCRE2_UCHAR msg[256];
@@ -212,8 +217,7 @@ static bool pcre_match(const matcher_t *m, const char *v, size_t n)
 
 static bool match_raw(const matcher_t *m, const char *v, size_t n);
 
-static matcher_t *build(matcher_type_t type, const char *name, const char *value, bool fast,
-                        char *err, size_t errlen)
+static matcher_t *build(matcher_type_t type, const char *name, const char *value, bool fast, char *err, size_t errlen)
 {
     char dummy[1];
     if (!err) {
@@ -288,14 +292,12 @@ oom:
     return NULL;
 }
 
-matcher_t *matcher_new(matcher_type_t type, const char *name, const char *value, char *err,
-                       size_t errlen)
+matcher_t *matcher_new(matcher_type_t type, const char *name, const char *value, char *err, size_t errlen)
 {
     return build(type, name, value, true, err, errlen);
 }
 
-matcher_t *matcher__new_no_fastpath(matcher_type_t type, const char *name, const char *value,
-                                    char *err, size_t errlen)
+matcher_t *matcher__new_no_fastpath(matcher_type_t type, const char *name, const char *value, char *err, size_t errlen)
 {
     return build(type, name, value, false, err, errlen);
 }
@@ -344,19 +346,14 @@ static bool match_raw(const matcher_t *m, const char *v, size_t n)
     if (!v)
         v = "", n = 0;
     switch (m->kind) {
-    case K_LITERAL:
-        return n == m->litlen && memcmp(v, m->lit, n) == 0;
-    case K_SET:
-        return in_set(m, v, n);
-    case K_ANY:
-        return memchr(v, '\n', n) == NULL;
-    case K_NONEMPTY:
-        return n > 0 && memchr(v, '\n', n) == NULL;
+    case K_LITERAL: return n == m->litlen && memcmp(v, m->lit, n) == 0;
+    case K_SET: return in_set(m, v, n);
+    case K_ANY: return memchr(v, '\n', n) == NULL;
+    case K_NONEMPTY: return n > 0 && memchr(v, '\n', n) == NULL;
     case K_PREFIX:
         return n >= m->litlen && memcmp(v, m->lit, m->litlen) == 0 &&
                memchr(v + m->litlen, '\n', n - m->litlen) == NULL;
-    case K_PCRE:
-        return pcre_match(m, v, n);
+    case K_PCRE: return pcre_match(m, v, n);
     }
     return false;
 }

@@ -37,8 +37,7 @@ typedef struct matcher matcher_t;
 
 /* Builds a matcher; copies name and value. Returns NULL with a message in err on a bad regex
  * ("error parsing regexp: ...") or OOM. Free with matcher_free. */
-matcher_t *matcher_new(matcher_type_t type, const char *name, const char *value, char *err,
-                       size_t errlen);
+matcher_t *matcher_new(matcher_type_t type, const char *name, const char *value, char *err, size_t errlen);
 /* m may be NULL. */
 void matcher_free(matcher_t *m);
 
@@ -62,7 +61,6 @@ const char *matcher_format(const matcher_t *m, char *buf, size_t len);
 
 /* Shared inside labels/ and with tests: a matcher that skips every fast path (always PCRE2 for
  * regex types), to check the fast paths agree with PCRE2. */
-matcher_t *matcher__new_no_fastpath(matcher_type_t type, const char *name, const char *value,
-                                    char *err, size_t errlen);
+matcher_t *matcher__new_no_fastpath(matcher_type_t type, const char *name, const char *value, char *err, size_t errlen);
 
 #endif

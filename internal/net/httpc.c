@@ -70,7 +70,8 @@ int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
         memcpy(out->host, hp, n);
     }
     if (colon) {
-        if (!colon[1] || strlen(colon + 1) >= sizeof(out->port) || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+        if (!colon[1] || strlen(colon + 1) >= sizeof(out->port) ||
+            strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
             snprintf(err, errlen, "invalid port in URL %s", url);
             return -1;
         }
@@ -122,7 +123,10 @@ void httpc_response_init(httpc_response_t *r)
     r->retry_after_ms = -1;
 }
 
-void httpc_response_free(httpc_response_t *r) { buf_free(&r->body); }
+void httpc_response_free(httpc_response_t *r)
+{
+    buf_free(&r->body);
+}
 
 static int wait_fd(int fd, short ev, int64_t deadline)
 {
@@ -371,13 +375,13 @@ short_body:
     return -1;
 }
 
-int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
-               size_t max_body, httpc_response_t *resp, char *err, size_t errlen)
+int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms, size_t max_body,
+               httpc_response_t *resp, char *err, size_t errlen)
 {
     int64_t deadline = clock_mono_ms() + (timeout_ms > 0 ? timeout_ms : 30000);
     buf_t req = BUF_INIT;
-    buf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice\r\nContent-Length: %zu\r\n%s\r\n",
-               c->u.path, c->u.hostport, len, headers ? headers : "");
+    buf_printf(&req, "POST %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: sluice\r\nContent-Length: %zu\r\n%s\r\n", c->u.path,
+               c->u.hostport, len, headers ? headers : "");
     int rc = -1;
     for (int attempt = 0; attempt < 2; attempt++) {
         bool reused = c->fd >= 0;

@@ -57,8 +57,8 @@ void httpc_response_free(httpc_response_t *r);
  * httpc_response_init, owned by the caller) is overwritten; it keeps at most max_body bytes of the
  * body, NUL-terminated when any were kept. Returns 0 with resp filled (any status), or -1 with a
  * message in err for a network error or timeout (the connection is closed then). */
-int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms,
-               size_t max_body, httpc_response_t *resp, char *err, size_t errlen);
+int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t len, int64_t timeout_ms, size_t max_body,
+               httpc_response_t *resp, char *err, size_t errlen);
 
 /* Standard base64 (RFC 4648, with padding), for basic auth. */
 void httpc_base64(buf_t *out, const void *data, size_t len);

@@ -211,8 +211,8 @@ static uint64_t grouping_key(pq_ctx_t *c, labels_t m, const char *const *g, size
     return labels_hash(&k);
 }
 
-void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param,
-                  const char *sparam, pq_vec_t *out)
+void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param, const char *sparam,
+                  pq_vec_t *out)
 {
     promql_op_t op = e->u.agg.op;
     const char **g = e->u.agg.grouping.names;
@@ -288,9 +288,7 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
             grp->count = 1;
             switch (op) {
             case PROMQL_AGG_STDVAR:
-            case PROMQL_AGG_STDDEV:
-                grp->value = 0;
-                break;
+            case PROMQL_AGG_STDDEV: grp->value = 0; break;
             case PROMQL_AGG_TOPK:
             case PROMQL_AGG_BOTTOMK:
                 grp->heap.reverse = op == PROMQL_AGG_BOTTOMK;
@@ -301,18 +299,13 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
                 grp->qvals = arena_alloc(c->sa, grp->capq * sizeof(double));
                 grp->qvals[grp->nq++] = s.v;
                 break;
-            case PROMQL_AGG_GROUP:
-                grp->value = 1;
-                break;
-            default:
-                break;
+            case PROMQL_AGG_GROUP: grp->value = 1; break;
+            default: break;
             }
             continue;
         }
         switch (op) {
-        case PROMQL_AGG_SUM:
-            grp->value += s.v;
-            break;
+        case PROMQL_AGG_SUM: grp->value += s.v; break;
         case PROMQL_AGG_AVG:
             grp->count++;
             if (isinf(grp->mean)) {
@@ -323,8 +316,7 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
             }
             grp->mean += s.v / (double)grp->count - grp->mean / (double)grp->count;
             break;
-        case PROMQL_AGG_GROUP:
-            break;
+        case PROMQL_AGG_GROUP: break;
         case PROMQL_AGG_MAX:
             if (grp->value < s.v || isnan(grp->value))
                 grp->value = s.v;
@@ -334,9 +326,7 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
                 grp->value = s.v;
             break;
         case PROMQL_AGG_COUNT:
-        case PROMQL_AGG_COUNT_VALUES:
-            grp->count++;
-            break;
+        case PROMQL_AGG_COUNT_VALUES: grp->count++; break;
         case PROMQL_AGG_STDVAR:
         case PROMQL_AGG_STDDEV: {
             grp->count++;
@@ -368,27 +358,18 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
             }
             grp->qvals[grp->nq++] = s.v;
             break;
-        default:
-            break;
+        default: break;
         }
     }
 
     for (size_t i = 0; i < ngroups; i++) {
         group_t *grp = &groups[i];
         switch (op) {
-        case PROMQL_AGG_AVG:
-            grp->value = grp->mean;
-            break;
+        case PROMQL_AGG_AVG: grp->value = grp->mean; break;
         case PROMQL_AGG_COUNT:
-        case PROMQL_AGG_COUNT_VALUES:
-            grp->value = (double)grp->count;
-            break;
-        case PROMQL_AGG_STDVAR:
-            grp->value = grp->value / (double)grp->count;
-            break;
-        case PROMQL_AGG_STDDEV:
-            grp->value = sqrt(grp->value / (double)grp->count);
-            break;
+        case PROMQL_AGG_COUNT_VALUES: grp->value = (double)grp->count; break;
+        case PROMQL_AGG_STDVAR: grp->value = grp->value / (double)grp->count; break;
+        case PROMQL_AGG_STDDEV: grp->value = sqrt(grp->value / (double)grp->count); break;
         case PROMQL_AGG_TOPK:
         case PROMQL_AGG_BOTTOMK:
             if (grp->heap.n > 1)
@@ -397,11 +378,8 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
             for (size_t j = 0; j < grp->heap.n; j++)
                 pq_vec_push(c, out, grp->heap.v[j].metric, grp->heap.v[j].t, grp->heap.v[j].v);
             continue;
-        case PROMQL_AGG_QUANTILE:
-            grp->value = pq_quantile(param, grp->qvals, grp->nq);
-            break;
-        default:
-            break;
+        case PROMQL_AGG_QUANTILE: grp->value = pq_quantile(param, grp->qvals, grp->nq); break;
+        default: break;
         }
         pq_vec_push(c, out, grp->labels, 0, grp->value);
     }

@@ -117,9 +117,9 @@ static void put_duration(buf_t *b, int64_t ms)
         const char *unit;
         int64_t ms;
         bool exact;
-    } units[] = {{"y", 365LL * 86400000, true}, {"w", 7LL * 86400000, true}, {"d", 86400000, false},
-                 {"h", 3600000, false},         {"m", 60000, false},         {"s", 1000, false},
-                 {"ms", 1, false}};
+    } units[] = {
+        {"y", 365LL * 86400000, true}, {"w", 7LL * 86400000, true}, {"d", 86400000, false}, {"h", 3600000, false},
+        {"m", 60000, false},           {"s", 1000, false},          {"ms", 1, false}};
     if (ms == 0) {
         buf_puts(b, "0s");
         return;
@@ -152,7 +152,10 @@ static void put_at_offset(buf_t *b, promql_at_t at, int64_t at_ms, int64_t offse
     }
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void put_selector_core(buf_t *b, const promql_expr_t *e)
 {
@@ -240,12 +243,8 @@ static void put_subquery_suffix(buf_t *b, const promql_expr_t *e)
 void promql_format_expr(const promql_expr_t *e, buf_t *b)
 {
     switch (e->kind) {
-    case PROMQL_NODE_NUMBER:
-        buf_put_float_go(b, e->u.number, 'g');
-        break;
-    case PROMQL_NODE_STRING:
-        put_go_quoted(b, e->u.string);
-        break;
+    case PROMQL_NODE_NUMBER: buf_put_float_go(b, e->u.number, 'g'); break;
+    case PROMQL_NODE_STRING: put_go_quoted(b, e->u.string); break;
     case PROMQL_NODE_VECTOR_SEL:
         put_selector_core(b, e);
         put_at_offset(b, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms);
@@ -275,8 +274,8 @@ void promql_format_expr(const promql_expr_t *e, buf_t *b)
          * applied to the power (^ binds tighter): parenthesize it so the text parses to the same
          * tree. Prometheus prints it bare; this only differs for such folded literals. */
         const promql_expr_t *l = e->u.bin.lhs;
-        bool signed_pow = e->u.bin.op == PROMQL_OP_POW && l->kind == PROMQL_NODE_NUMBER &&
-                          !isnan(l->u.number) && (signbit(l->u.number) || isinf(l->u.number));
+        bool signed_pow = e->u.bin.op == PROMQL_OP_POW && l->kind == PROMQL_NODE_NUMBER && !isnan(l->u.number) &&
+                          (signbit(l->u.number) || isinf(l->u.number));
         if (signed_pow)
             buf_putc(b, '(');
         promql_format_expr(l, b);
@@ -428,4 +427,7 @@ static void pretty(const promql_expr_t *e, int level, buf_t *b)
     }
 }
 
-void promql_format_pretty(const promql_expr_t *e, buf_t *out) { pretty(e, 0, out); }
+void promql_format_pretty(const promql_expr_t *e, buf_t *out)
+{
+    pretty(e, 0, out);
+}

@@ -65,14 +65,35 @@ typedef enum {
 /* Operators: binary, unary and aggregation. */
 typedef enum {
     PROMQL_OP_NONE = 0,
-    PROMQL_OP_ADD, PROMQL_OP_SUB, PROMQL_OP_MUL, PROMQL_OP_DIV, PROMQL_OP_MOD, PROMQL_OP_POW,
+    PROMQL_OP_ADD,
+    PROMQL_OP_SUB,
+    PROMQL_OP_MUL,
+    PROMQL_OP_DIV,
+    PROMQL_OP_MOD,
+    PROMQL_OP_POW,
     PROMQL_OP_ATAN2,
-    PROMQL_OP_EQLC, PROMQL_OP_NEQ, PROMQL_OP_GTR, PROMQL_OP_LSS, PROMQL_OP_GTE, PROMQL_OP_LTE,
-    PROMQL_OP_AND, PROMQL_OP_OR, PROMQL_OP_UNLESS,
+    PROMQL_OP_EQLC,
+    PROMQL_OP_NEQ,
+    PROMQL_OP_GTR,
+    PROMQL_OP_LSS,
+    PROMQL_OP_GTE,
+    PROMQL_OP_LTE,
+    PROMQL_OP_AND,
+    PROMQL_OP_OR,
+    PROMQL_OP_UNLESS,
     /* aggregations */
-    PROMQL_AGG_SUM, PROMQL_AGG_AVG, PROMQL_AGG_COUNT, PROMQL_AGG_MIN, PROMQL_AGG_MAX,
-    PROMQL_AGG_GROUP, PROMQL_AGG_STDDEV, PROMQL_AGG_STDVAR, PROMQL_AGG_TOPK, PROMQL_AGG_BOTTOMK,
-    PROMQL_AGG_COUNT_VALUES, PROMQL_AGG_QUANTILE,
+    PROMQL_AGG_SUM,
+    PROMQL_AGG_AVG,
+    PROMQL_AGG_COUNT,
+    PROMQL_AGG_MIN,
+    PROMQL_AGG_MAX,
+    PROMQL_AGG_GROUP,
+    PROMQL_AGG_STDDEV,
+    PROMQL_AGG_STDVAR,
+    PROMQL_AGG_TOPK,
+    PROMQL_AGG_BOTTOMK,
+    PROMQL_AGG_COUNT_VALUES,
+    PROMQL_AGG_QUANTILE,
 } promql_op_t;
 
 const char *promql_op_name(promql_op_t op);
@@ -82,8 +103,8 @@ bool promql_op_is_set(promql_op_t op);
 /* Vector matching cardinality. */
 typedef enum {
     PROMQL_CARD_ONE_TO_ONE = 0,
-    PROMQL_CARD_MANY_TO_ONE, /* group_left */
-    PROMQL_CARD_ONE_TO_MANY, /* group_right */
+    PROMQL_CARD_MANY_TO_ONE,  /* group_left */
+    PROMQL_CARD_ONE_TO_MANY,  /* group_right */
     PROMQL_CARD_MANY_TO_MANY, /* set operators */
 } promql_card_t;
 
@@ -109,8 +130,8 @@ struct promql_expr {
     int pos;             /* byte offset of the first character in the query */
     union {
         double number;
-        const char *string; /* unquoted */
-        struct {            /* VECTOR_SEL and MATRIX_SEL */
+        const char *string;       /* unquoted */
+        struct {                  /* VECTOR_SEL and MATRIX_SEL */
             const char *name;     /* metric name written before the braces, or NULL */
             matcher_t **matchers; /* owned by the AST; includes __name__="name" when name set */
             size_t nmatchers;
@@ -141,9 +162,9 @@ struct promql_expr {
             bool return_bool;
             /* vector matching (only meaningful when both sides are vectors) */
             promql_card_t card;
-            bool on;                 /* on(...) rather than ignoring(...) */
-            bool matching_given;     /* on/ignoring was written */
-            promql_strlist_t labels; /* on / ignoring labels */
+            bool on;                  /* on(...) rather than ignoring(...) */
+            bool matching_given;      /* on/ignoring was written */
+            promql_strlist_t labels;  /* on / ignoring labels */
             promql_strlist_t include; /* group_left / group_right labels */
         } bin;
         struct {

@@ -299,12 +299,8 @@ static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, 
         prepare(c, pp, e->u.subq.expr, bs - e->u.subq.range_ms, be, NULL);
         return;
     }
-    case PROMQL_NODE_PAREN:
-        prepare(c, pp, e->u.paren.expr, s, en, fn);
-        return;
-    case PROMQL_NODE_UNARY:
-        prepare(c, pp, e->u.unary.expr, s, en, NULL);
-        return;
+    case PROMQL_NODE_PAREN: prepare(c, pp, e->u.paren.expr, s, en, fn); return;
+    case PROMQL_NODE_UNARY: prepare(c, pp, e->u.unary.expr, s, en, NULL); return;
     case PROMQL_NODE_BINARY:
         prepare(c, pp, e->u.bin.lhs, s, en, NULL);
         prepare(c, pp, e->u.bin.rhs, s, en, NULL);
@@ -318,8 +314,7 @@ static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, 
         for (size_t i = 0; i < e->u.call.nargs; i++)
             prepare(c, pp, e->u.call.args[i], s, en, e->u.call.func->name);
         return;
-    default:
-        return;
+    default: return;
     }
 }
 
@@ -337,10 +332,10 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
         if (!sd->needed)
             continue;
         const promql_expr_t *e = pp.nodes[id];
-        querier_hints_t h = {c->start, c->end, c->interval,
-                             e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0, pp.funcs[id]};
-        querier_set_t *set = querier_select(c->q, (const matcher_t *const *)e->u.sel.matchers,
-                                            e->u.sel.nmatchers, sd->mint, sd->maxt, &h);
+        querier_hints_t h = {c->start, c->end, c->interval, e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0,
+                             pp.funcs[id]};
+        querier_set_t *set = querier_select(c->q, (const matcher_t *const *)e->u.sel.matchers, e->u.sel.nmatchers,
+                                            sd->mint, sd->maxt, &h);
         if (!set)
             pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory selecting series");
         size_t cap = 0;
@@ -490,7 +485,11 @@ typedef struct {
     hashmap_t idx;
 } acc_t;
 
-static void acc_init(pq_ctx_t *c, acc_t *a) { memset(a, 0, sizeof(*a)); hmap_init(c, &a->idx, 16); }
+static void acc_init(pq_ctx_t *c, acc_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    hmap_init(c, &a->idx, 16);
+}
 
 static void acc_push(arena_t *ar, acc_series_t *s, int64_t t, double v)
 {
@@ -779,8 +778,7 @@ static labels_t result_metric(pq_ctx_t *c, const promql_expr_t *e, labels_t l, l
     return m;
 }
 
-static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec_t *rhs, int64_t t,
-                         pq_vec_t *out)
+static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec_t *rhs, int64_t t, pq_vec_t *out)
 {
     promql_card_t card = e->u.bin.card;
     bool on = e->u.bin.on;
@@ -802,8 +800,7 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
             pq_errorf(c, PROMQL_ERR_EXECUTION,
                       "found duplicate series for the match group %s on the %s hand-side of the operation: "
                       "[%s, %s];many-to-many matching not allowed: matching labels must be unique on one side",
-                      labels_str(c, ml), side, labels_str(c, rhs->v[i].metric),
-                      labels_str(c, rhs->v[*slot].metric));
+                      labels_str(c, ml), side, labels_str(c, rhs->v[i].metric), labels_str(c, rhs->v[*slot].metric));
         }
     }
     hashmap_t matched;
@@ -834,8 +831,9 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
         if (card == PROMQL_CARD_ONE_TO_ONE) {
             hmap_put(c, &matched, sig, 0, &ex);
             if (ex)
-                pq_errorf(c, PROMQL_ERR_EXECUTION,
-                          "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)");
+                pq_errorf(
+                    c, PROMQL_ERR_EXECUTION,
+                    "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)");
         } else {
             uint64_t k = sig ^ (labels_hash(&m) * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL);
             hmap_put(c, &matched, k, 0, &ex);
@@ -879,8 +877,7 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
             if (!hashmap_has(&set, signature(c, lhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -997,20 +994,12 @@ pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     pq_val_t r = {.type = e->type};
     switch (e->kind) {
-    case PROMQL_NODE_NUMBER:
-        r.scalar = e->u.number;
-        return r;
-    case PROMQL_NODE_STRING:
-        r.str = e->u.string;
-        return r;
-    case PROMQL_NODE_VECTOR_SEL:
-        return eval_vector_sel(c, e, t, false);
-    case PROMQL_NODE_MATRIX_SEL:
-        return eval_matrix_sel(c, e, t);
-    case PROMQL_NODE_SUBQUERY:
-        return eval_subquery(c, e, t);
-    case PROMQL_NODE_PAREN:
-        return pq_eval(c, e->u.paren.expr, t);
+    case PROMQL_NODE_NUMBER: r.scalar = e->u.number; return r;
+    case PROMQL_NODE_STRING: r.str = e->u.string; return r;
+    case PROMQL_NODE_VECTOR_SEL: return eval_vector_sel(c, e, t, false);
+    case PROMQL_NODE_MATRIX_SEL: return eval_matrix_sel(c, e, t);
+    case PROMQL_NODE_SUBQUERY: return eval_subquery(c, e, t);
+    case PROMQL_NODE_PAREN: return pq_eval(c, e->u.paren.expr, t);
     case PROMQL_NODE_UNARY: {
         pq_val_t v = pq_eval(c, e->u.unary.expr, t);
         if (e->u.unary.op != PROMQL_OP_SUB)
@@ -1026,8 +1015,7 @@ pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
         check_dups(c, &v.vec);
         return v;
     }
-    case PROMQL_NODE_BINARY:
-        return eval_binary(c, e, t);
+    case PROMQL_NODE_BINARY: return eval_binary(c, e, t);
     case PROMQL_NODE_AGG: {
         double param = 0;
         const char *sparam = NULL;
@@ -1045,8 +1033,7 @@ pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
             r.vec.v[i].t = t;
         return r;
     }
-    case PROMQL_NODE_CALL:
-        return eval_call(c, e, t);
+    case PROMQL_NODE_CALL: return eval_call(c, e, t);
     }
     return r;
 }
@@ -1089,8 +1076,8 @@ static int cmp_series(const void *a, const void *b)
 }
 
 /* Runs the query; interval 0 = instant. */
-static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t start, int64_t end,
-                             int64_t interval, const promql_opts_t *o)
+static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t start, int64_t end, int64_t interval,
+                             const promql_opts_t *o)
 {
     promql_result_t *res = result_new();
     promql_opts_t def = {0};
@@ -1136,12 +1123,8 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         out->type = v.type;
         out->t = start;
         switch (v.type) {
-        case PROMQL_VT_SCALAR:
-            out->scalar = v.scalar;
-            break;
-        case PROMQL_VT_STRING:
-            out->string = arena_strdup(c->qa, v.str);
-            break;
+        case PROMQL_VT_SCALAR: out->scalar = v.scalar; break;
+        case PROMQL_VT_STRING: out->string = arena_strdup(c->qa, v.str); break;
         case PROMQL_VT_VECTOR:
             out->samples = arena_alloc(c->qa, (v.vec.n ? v.vec.n : 1) * sizeof(promql_sample_t));
             out->nsamples = v.vec.n;
@@ -1162,8 +1145,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
                 memcpy(s->points, v.mat.v[i].pts, s->npoints * sizeof(promql_point_t));
             }
             break;
-        default:
-            break;
+        default: break;
         }
     } else {
         acc_t acc;
@@ -1215,14 +1197,13 @@ done:
     return res;
 }
 
-promql_result_t *promql_exec_instant(querier_t *q, const promql_ast_t *ast, int64_t t_ms,
-                                     const promql_opts_t *opts)
+promql_result_t *promql_exec_instant(querier_t *q, const promql_ast_t *ast, int64_t t_ms, const promql_opts_t *opts)
 {
     return exec(q, ast, t_ms, t_ms, 0, opts);
 }
 
-promql_result_t *promql_exec_range(querier_t *q, const promql_ast_t *ast, int64_t start_ms,
-                                   int64_t end_ms, int64_t step_ms, const promql_opts_t *opts)
+promql_result_t *promql_exec_range(querier_t *q, const promql_ast_t *ast, int64_t start_ms, int64_t end_ms,
+                                   int64_t step_ms, const promql_opts_t *opts)
 {
     if (step_ms <= 0 || end_ms < start_ms) {
         promql_result_t *r = result_new();

@@ -26,10 +26,10 @@
 #include "storage/querier.h"
 
 typedef struct {
-    int64_t lookback_ms;      /* 0: 5 minutes */
-    int64_t timeout_ms;       /* 0: no timeout */
-    int64_t max_samples;      /* 0: 50,000,000 */
-    int64_t subquery_step_ms; /* default subquery step; 0: 60 s */
+    int64_t lookback_ms;        /* 0: 5 minutes */
+    int64_t timeout_ms;         /* 0: no timeout */
+    int64_t max_samples;        /* 0: 50,000,000 */
+    int64_t subquery_step_ms;   /* default subquery step; 0: 60 s */
     const volatile int *cancel; /* optional: evaluation stops with PROMQL_ERR_CANCELED when != 0 */
 } promql_opts_t;
 
@@ -46,22 +46,21 @@ typedef enum {
 const char *promql_errkind_name(promql_errkind_t k); /* "bad_data", "execution", ... */
 
 typedef struct {
-    arena_t *arena;        /* owns everything value points at */
-    promql_value_t value;  /* valid when err_kind == PROMQL_ERR_NONE */
+    arena_t *arena;       /* owns everything value points at */
+    promql_value_t value; /* valid when err_kind == PROMQL_ERR_NONE */
     promql_errkind_t err_kind;
     char err[512];
-    int64_t peak_samples;   /* statistic: the most samples held at once */
+    int64_t peak_samples; /* statistic: the most samples held at once */
 } promql_result_t;
 
 /* Instant query at t_ms. Never NULL (aborts on OOM). The value is a SCALAR, STRING, VECTOR or,
  * for a range-vector expression, a MATRIX. The AST is not modified. */
-promql_result_t *promql_exec_instant(querier_t *q, const promql_ast_t *ast, int64_t t_ms,
-                                     const promql_opts_t *opts);
+promql_result_t *promql_exec_instant(querier_t *q, const promql_ast_t *ast, int64_t t_ms, const promql_opts_t *opts);
 /* Range query: steps start, start+step, ... <= end (step > 0, end >= start; the caller checks
  * the API's limits). The value is a MATRIX sorted by labels; scalar results become one series
  * with no labels. */
-promql_result_t *promql_exec_range(querier_t *q, const promql_ast_t *ast, int64_t start_ms,
-                                   int64_t end_ms, int64_t step_ms, const promql_opts_t *opts);
+promql_result_t *promql_exec_range(querier_t *q, const promql_ast_t *ast, int64_t start_ms, int64_t end_ms,
+                                   int64_t step_ms, const promql_opts_t *opts);
 void promql_result_free(promql_result_t *r);
 
 #endif

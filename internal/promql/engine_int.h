@@ -81,8 +81,7 @@ typedef struct pq_ctx {
 } pq_ctx_t;
 
 /* Raises an evaluation error (longjmp to the query entry). */
-_Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+_Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 void pq_vec_push(pq_ctx_t *c, pq_vec_t *v, labels_t m, int64_t t, double val);
 /* Sample accounting against max_samples. */
@@ -103,21 +102,19 @@ pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t);
 /* Context of one call at one step. */
 typedef struct {
     const promql_expr_t *call;
-    int64_t t;        /* evaluation time of the step */
-    int64_t range_ms; /* matrix argument's range */
-    int64_t win_end;  /* matrix argument's window end (t - offset, or @ - offset) */
-    double sargs[4];  /* scalar arguments by position */
+    int64_t t;            /* evaluation time of the step */
+    int64_t range_ms;     /* matrix argument's range */
+    int64_t win_end;      /* matrix argument's window end (t - offset, or @ - offset) */
+    double sargs[4];      /* scalar arguments by position */
     int64_t rollup_until; /* of the series a range-vector function is applied to (0: all raw) */
 } pq_fcall_t;
 
 /* Range-vector function applied to one series' window (n >= 1); false: no output. */
-typedef bool (*pq_mfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point_t *p, size_t n,
-                         double *out);
+typedef bool (*pq_mfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point_t *p, size_t n, double *out);
 /* Elementwise function on an instant vector's values. */
 typedef double (*pq_efn_t)(double v);
 /* Anything else: receives evaluated arguments, writes the result. */
-typedef void (*pq_gfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *args, size_t nargs,
-                         pq_val_t *out);
+typedef void (*pq_gfn_t)(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *args, size_t nargs, pq_val_t *out);
 
 struct promql_func {
     const char *name;
@@ -137,8 +134,8 @@ void pq_func_caches_free(pq_ctx_t *c);
 
 /* Aggregation over one step's vector. param: scalar (topk, bottomk, quantile) or string
  * (count_values). */
-void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param,
-                  const char *sparam, pq_vec_t *out);
+void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param, const char *sparam,
+                  pq_vec_t *out);
 
 /* quantile of values (sorts them), Prometheus' rules for q outside [0,1] and empty input. */
 double pq_quantile(double q, double *vals, size_t n);

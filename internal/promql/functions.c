@@ -63,8 +63,7 @@ static double go_min(double x, double y)
     return x < y ? x : y;
 }
 
-static void linear_regression(const promql_point_t *p, size_t n, int64_t intercept_t, double *slope,
-                              double *intercept)
+static void linear_regression(const promql_point_t *p, size_t n, int64_t intercept_t, double *slope, double *intercept)
 {
     double cnt = 0, sx = 0, cx = 0, sy = 0, cy = 0, sxy = 0, cxy = 0, sx2 = 0, cx2 = 0;
     double init_y = p[0].v;
@@ -101,8 +100,8 @@ static void linear_regression(const promql_point_t *p, size_t n, int64_t interce
 
 /* ---- range-vector functions ----------------------------------------------------------------- */
 
-static bool extrapolated_rate(const pq_fcall_t *fc, const promql_point_t *p, size_t n, bool counter,
-                              bool is_rate, double *out)
+static bool extrapolated_rate(const pq_fcall_t *fc, const promql_point_t *p, size_t n, bool counter, bool is_rate,
+                              double *out)
 {
     if (n < 2)
         return false;
@@ -370,29 +369,98 @@ static bool f_holt_winters(pq_ctx_t *c, const pq_fcall_t *fc, const promql_point
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
-static double e_abs(double v) { return fabs(v); }
-static double e_ceil(double v) { return ceil(v); }
-static double e_floor(double v) { return floor(v); }
-static double e_exp(double v) { return exp(v); }
-static double e_sqrt(double v) { return sqrt(v); }
-static double e_ln(double v) { return log(v); }
-static double e_log2(double v) { return log2(v); }
-static double e_log10(double v) { return log10(v); }
-static double e_sgn(double v) { return v < 0 ? -1 : (v > 0 ? 1 : v); }
-static double e_deg(double v) { return v * 180 / M_PI; }
-static double e_rad(double v) { return v * M_PI / 180; }
-static double e_sin(double v) { return sin(v); }
-static double e_cos(double v) { return cos(v); }
-static double e_tan(double v) { return tan(v); }
-static double e_asin(double v) { return asin(v); }
-static double e_acos(double v) { return acos(v); }
-static double e_atan(double v) { return atan(v); }
-static double e_sinh(double v) { return sinh(v); }
-static double e_cosh(double v) { return cosh(v); }
-static double e_tanh(double v) { return tanh(v); }
-static double e_asinh(double v) { return asinh(v); }
-static double e_acosh(double v) { return acosh(v); }
-static double e_atanh(double v) { return atanh(v); }
+static double e_abs(double v)
+{
+    return fabs(v);
+}
+static double e_ceil(double v)
+{
+    return ceil(v);
+}
+static double e_floor(double v)
+{
+    return floor(v);
+}
+static double e_exp(double v)
+{
+    return exp(v);
+}
+static double e_sqrt(double v)
+{
+    return sqrt(v);
+}
+static double e_ln(double v)
+{
+    return log(v);
+}
+static double e_log2(double v)
+{
+    return log2(v);
+}
+static double e_log10(double v)
+{
+    return log10(v);
+}
+static double e_sgn(double v)
+{
+    return v < 0 ? -1 : (v > 0 ? 1 : v);
+}
+static double e_deg(double v)
+{
+    return v * 180 / M_PI;
+}
+static double e_rad(double v)
+{
+    return v * M_PI / 180;
+}
+static double e_sin(double v)
+{
+    return sin(v);
+}
+static double e_cos(double v)
+{
+    return cos(v);
+}
+static double e_tan(double v)
+{
+    return tan(v);
+}
+static double e_asin(double v)
+{
+    return asin(v);
+}
+static double e_acos(double v)
+{
+    return acos(v);
+}
+static double e_atan(double v)
+{
+    return atan(v);
+}
+static double e_sinh(double v)
+{
+    return sinh(v);
+}
+static double e_cosh(double v)
+{
+    return cosh(v);
+}
+static double e_tanh(double v)
+{
+    return tanh(v);
+}
+static double e_asinh(double v)
+{
+    return asinh(v);
+}
+static double e_acosh(double v)
+{
+    return acosh(v);
+}
+static double e_atanh(double v)
+{
+    return atanh(v);
+}
 
 /* ---- general -------------------------------------------------------------------------------- */
 
@@ -576,18 +644,39 @@ static double d_dim(const struct tm *tm)
         return 29;
     return days[m];
 }
-static double d_dom(const struct tm *tm) { return tm->tm_mday; }
-static double d_dow(const struct tm *tm) { return tm->tm_wday; }
-static double d_doy(const struct tm *tm) { return tm->tm_yday + 1; }
-static double d_hour(const struct tm *tm) { return tm->tm_hour; }
-static double d_minute(const struct tm *tm) { return tm->tm_min; }
-static double d_month(const struct tm *tm) { return tm->tm_mon + 1; }
-static double d_year(const struct tm *tm) { return tm->tm_year + 1900; }
+static double d_dom(const struct tm *tm)
+{
+    return tm->tm_mday;
+}
+static double d_dow(const struct tm *tm)
+{
+    return tm->tm_wday;
+}
+static double d_doy(const struct tm *tm)
+{
+    return tm->tm_yday + 1;
+}
+static double d_hour(const struct tm *tm)
+{
+    return tm->tm_hour;
+}
+static double d_minute(const struct tm *tm)
+{
+    return tm->tm_min;
+}
+static double d_month(const struct tm *tm)
+{
+    return tm->tm_mon + 1;
+}
+static double d_year(const struct tm *tm)
+{
+    return tm->tm_year + 1900;
+}
 
-#define DATE_FN(fname, df)                                                                          \
-    static void fname(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)     \
-    {                                                                                               \
-        date_wrap(c, fc, a, n, out, df);                                                            \
+#define DATE_FN(fname, df)                                                                                             \
+    static void fname(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)                         \
+    {                                                                                                                  \
+        date_wrap(c, fc, a, n, out, df);                                                                               \
     }
 DATE_FN(g_days_in_month, d_dim)
 DATE_FN(g_day_of_month, d_dom)
@@ -715,8 +804,7 @@ static void g_histogram_quantile(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a,
 
 /* label_replace / label_join */
 
-static void expand_template(buf_t *dst, const char *tmpl, const char *src, PCRE2_SIZE *ov, int rc,
-                            pcre2_code *re)
+static void expand_template(buf_t *dst, const char *tmpl, const char *src, PCRE2_SIZE *ov, int rc, pcre2_code *re)
 {
     const char *t = tmpl;
     while (*t) {
@@ -801,8 +889,8 @@ static void g_label_replace(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size
         char *pat = arena_sprintf(c->sa, "^(?:%s)$", regex);
         int ec;
         PCRE2_SIZE eo;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY,
-                                       &ec, &eo, NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
         if (!re)
             pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid regular expression in label_replace(): %s", regex);
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
@@ -870,9 +958,18 @@ static void g_label_join(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t 
 #define M PROMQL_VT_MATRIX
 #define STR PROMQL_VT_STRING
 
-#define MFN(nm, f) {nm, {M}, 1, 0, V, f, NULL, NULL, false}
-#define EFN(nm, f) {nm, {V}, 1, 0, V, NULL, f, NULL, false}
-#define DFN(nm, f) {nm, {V}, 1, 1, V, NULL, NULL, f, false}
+#define MFN(nm, f)                                                                                                     \
+    {                                                                                                                  \
+        nm, {M}, 1, 0, V, f, NULL, NULL, false                                                                         \
+    }
+#define EFN(nm, f)                                                                                                     \
+    {                                                                                                                  \
+        nm, {V}, 1, 0, V, NULL, f, NULL, false                                                                         \
+    }
+#define DFN(nm, f)                                                                                                     \
+    {                                                                                                                  \
+        nm, {V}, 1, 1, V, NULL, NULL, f, false                                                                         \
+    }
 
 static const promql_func_t funcs[] = {
     EFN("abs", e_abs),

@@ -54,16 +54,28 @@ static const keyword_t keywords[] = {
     {"nan", TK_NUMBER, PROMQL_OP_NONE},
 };
 
-static bool is_alpha(int c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-static bool is_digit(int c) { return c >= '0' && c <= '9'; }
-static bool is_alnum(int c) { return is_alpha(c) || is_digit(c); }
+static bool is_alpha(int c)
+{
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+static bool is_digit(int c)
+{
+    return c >= '0' && c <= '9';
+}
+static bool is_alnum(int c)
+{
+    return is_alpha(c) || is_digit(c);
+}
 
 typedef struct {
     const char *q;
     size_t len, i;
 } lx_t;
 
-static int peekc(const lx_t *l, size_t k) { return l->i + k < l->len ? (unsigned char)l->q[l->i + k] : 0; }
+static int peekc(const lx_t *l, size_t k)
+{
+    return l->i + k < l->len ? (unsigned char)l->q[l->i + k] : 0;
+}
 
 static bool accept(lx_t *l, const char *set)
 {
@@ -113,8 +125,7 @@ static bool accept_remaining_duration(lx_t *l)
     return !is_alnum(peekc(l, 0));
 }
 
-int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *errpos, char *err,
-                size_t errlen)
+int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *errpos, char *err, size_t errlen)
 {
     lx_t l = {q, strlen(q), 0};
     size_t cap = 16, cnt = 0;
@@ -173,8 +184,7 @@ int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *e
                 while (l.i < l.len && is_alnum(q[l.i]))
                     l.i++;
                 *errpos = (int)st;
-                snprintf(err, errlen, "bad number or duration syntax: \"%.*s\"", (int)(l.i - st),
-                         q + st);
+                snprintf(err, errlen, "bad number or duration syntax: \"%.*s\"", (int)(l.i - st), q + st);
                 return -1;
             }
         } else if (is_alpha(c) || (c == ':' && brace == 0 && bracket == 0)) {
@@ -201,19 +211,51 @@ int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *e
             switch (c) {
             case '(': t->kind = TK_LPAREN; break;
             case ')': t->kind = TK_RPAREN; break;
-            case '{': t->kind = TK_LBRACE; brace++; break;
-            case '}': t->kind = TK_RBRACE; if (brace > 0) brace--; break;
-            case '[': t->kind = TK_LBRACKET; bracket++; break;
-            case ']': t->kind = TK_RBRACKET; if (bracket > 0) bracket--; break;
+            case '{':
+                t->kind = TK_LBRACE;
+                brace++;
+                break;
+            case '}':
+                t->kind = TK_RBRACE;
+                if (brace > 0)
+                    brace--;
+                break;
+            case '[':
+                t->kind = TK_LBRACKET;
+                bracket++;
+                break;
+            case ']':
+                t->kind = TK_RBRACKET;
+                if (bracket > 0)
+                    bracket--;
+                break;
             case ',': t->kind = TK_COMMA; break;
             case ':': t->kind = TK_COLON; break;
             case '@': t->kind = TK_AT; break;
-            case '+': t->kind = TK_OP; t->op = PROMQL_OP_ADD; break;
-            case '-': t->kind = TK_OP; t->op = PROMQL_OP_SUB; break;
-            case '*': t->kind = TK_OP; t->op = PROMQL_OP_MUL; break;
-            case '/': t->kind = TK_OP; t->op = PROMQL_OP_DIV; break;
-            case '%': t->kind = TK_OP; t->op = PROMQL_OP_MOD; break;
-            case '^': t->kind = TK_OP; t->op = PROMQL_OP_POW; break;
+            case '+':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_ADD;
+                break;
+            case '-':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_SUB;
+                break;
+            case '*':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_MUL;
+                break;
+            case '/':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_DIV;
+                break;
+            case '%':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_MOD;
+                break;
+            case '^':
+                t->kind = TK_OP;
+                t->op = PROMQL_OP_POW;
+                break;
             case '=':
                 if (accept(&l, "=")) {
                     t->kind = TK_OP;
@@ -378,13 +420,19 @@ void promql__tok_desc(const char *q, const promql_tok_t *t, char *out, size_t ou
             snprintf(out, outlen, "<op:%.*s>", len, txt);
         break;
     case TK_AGG: snprintf(out, outlen, "<aggr:%.*s>", len, txt); break;
-    case TK_OFFSET: case TK_BY: case TK_WITHOUT: case TK_ON: case TK_IGNORING:
-    case TK_GROUP_LEFT: case TK_GROUP_RIGHT: case TK_BOOL: case TK_START: case TK_END:
-        snprintf(out, outlen, "<%.*s>", len, txt);
-        break;
-    case TK_EQL: case TK_EQL_REGEX: case TK_NEQ_REGEX:
-        snprintf(out, outlen, "<op:%.*s>", len, txt);
-        break;
+    case TK_OFFSET:
+    case TK_BY:
+    case TK_WITHOUT:
+    case TK_ON:
+    case TK_IGNORING:
+    case TK_GROUP_LEFT:
+    case TK_GROUP_RIGHT:
+    case TK_BOOL:
+    case TK_START:
+    case TK_END: snprintf(out, outlen, "<%.*s>", len, txt); break;
+    case TK_EQL:
+    case TK_EQL_REGEX:
+    case TK_NEQ_REGEX: snprintf(out, outlen, "<op:%.*s>", len, txt); break;
     default: snprintf(out, outlen, "\"%.*s\"", len, txt); break;
     }
 }

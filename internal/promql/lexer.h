@@ -21,15 +21,30 @@ typedef enum {
     TK_NUMBER,
     TK_DURATION,
     TK_STRING, /* still quoted; unquote with promql__unquote */
-    TK_LPAREN, TK_RPAREN, TK_LBRACE, TK_RBRACE, TK_LBRACKET, TK_RBRACKET,
-    TK_COMMA, TK_COLON, TK_AT,
+    TK_LPAREN,
+    TK_RPAREN,
+    TK_LBRACE,
+    TK_RBRACE,
+    TK_LBRACKET,
+    TK_RBRACKET,
+    TK_COMMA,
+    TK_COLON,
+    TK_AT,
     TK_EQL,       /* = */
     TK_EQL_REGEX, /* =~ */
     TK_NEQ_REGEX, /* !~ */
     TK_OP,        /* binary operator incl. keyword ones (and, or, unless, atan2); see .op */
     TK_AGG,       /* aggregation keyword; see .op */
-    TK_OFFSET, TK_BY, TK_WITHOUT, TK_ON, TK_IGNORING, TK_GROUP_LEFT, TK_GROUP_RIGHT, TK_BOOL,
-    TK_START, TK_END,
+    TK_OFFSET,
+    TK_BY,
+    TK_WITHOUT,
+    TK_ON,
+    TK_IGNORING,
+    TK_GROUP_LEFT,
+    TK_GROUP_RIGHT,
+    TK_BOOL,
+    TK_START,
+    TK_END,
 } promql_tok_kind_t;
 
 typedef struct {
@@ -40,8 +55,7 @@ typedef struct {
 
 /* Tokenises q. Returns 0 and an array ending with TK_EOF (arena-allocated) in *out, or -1 with
  * *errpos and a message in err. */
-int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *errpos, char *err,
-                size_t errlen);
+int promql__lex(arena_t *a, const char *q, promql_tok_t **out, size_t *n, int *errpos, char *err, size_t errlen);
 /* Unquotes a "..", '..' or `..` literal (Go escapes). Returns NULL with a message on bad input. */
 char *promql__unquote(arena_t *a, const char *s, size_t n, char *err, size_t errlen);
 /* Human description of a token for error messages, e.g. `"offset"`, `number "5"`. */

@@ -66,8 +66,14 @@ static _Noreturn __attribute__((format(printf, 3, 4))) void perr(ps_t *p, int po
     longjmp(p->jb, 1);
 }
 
-static const promql_tok_t *peek(const ps_t *p) { return &p->t[p->i]; }
-static const promql_tok_t *peek2(const ps_t *p) { return p->i + 1 < p->n ? &p->t[p->i + 1] : &p->t[p->n - 1]; }
+static const promql_tok_t *peek(const ps_t *p)
+{
+    return &p->t[p->i];
+}
+static const promql_tok_t *peek2(const ps_t *p)
+{
+    return p->i + 1 < p->n ? &p->t[p->i + 1] : &p->t[p->n - 1];
+}
 static const promql_tok_t *next(ps_t *p)
 {
     const promql_tok_t *t = &p->t[p->i];
@@ -98,7 +104,10 @@ static const promql_tok_t *expect(ps_t *p, promql_tok_kind_t k, const char *ctx)
     return next(p);
 }
 
-static char *tok_str(ps_t *p, const promql_tok_t *t) { return arena_strndup(p->a, p->q + t->pos, (size_t)t->len); }
+static char *tok_str(ps_t *p, const promql_tok_t *t)
+{
+    return arena_strndup(p->a, p->q + t->pos, (size_t)t->len);
+}
 
 static promql_expr_t *new_node(ps_t *p, promql_node_kind_t k, int pos)
 {
@@ -161,11 +170,10 @@ static promql_strlist_t parse_label_list(ps_t *p)
         if (t->kind == TK_RPAREN)
             break;
         bool ok = t->kind == TK_IDENT || t->kind == TK_AGG || t->kind == TK_OFFSET || t->kind == TK_BY ||
-                  t->kind == TK_WITHOUT || t->kind == TK_ON || t->kind == TK_IGNORING ||
-                  t->kind == TK_GROUP_LEFT || t->kind == TK_GROUP_RIGHT || t->kind == TK_BOOL ||
-                  t->kind == TK_START || t->kind == TK_END ||
-                  (t->kind == TK_OP && (t->op == PROMQL_OP_AND || t->op == PROMQL_OP_OR ||
-                                        t->op == PROMQL_OP_UNLESS || t->op == PROMQL_OP_ATAN2)) ||
+                  t->kind == TK_WITHOUT || t->kind == TK_ON || t->kind == TK_IGNORING || t->kind == TK_GROUP_LEFT ||
+                  t->kind == TK_GROUP_RIGHT || t->kind == TK_BOOL || t->kind == TK_START || t->kind == TK_END ||
+                  (t->kind == TK_OP && (t->op == PROMQL_OP_AND || t->op == PROMQL_OP_OR || t->op == PROMQL_OP_UNLESS ||
+                                        t->op == PROMQL_OP_ATAN2)) ||
                   (t->kind == TK_NUMBER && labels_valid_name(p->q + t->pos, (size_t)t->len));
         if (!ok)
             unexpected(p, t, "in grouping opts, expected label");
@@ -288,11 +296,18 @@ static int op_prec(promql_op_t op)
     case PROMQL_OP_OR: return 1;
     case PROMQL_OP_AND:
     case PROMQL_OP_UNLESS: return 2;
-    case PROMQL_OP_EQLC: case PROMQL_OP_NEQ: case PROMQL_OP_GTR: case PROMQL_OP_LSS:
-    case PROMQL_OP_GTE: case PROMQL_OP_LTE: return 3;
+    case PROMQL_OP_EQLC:
+    case PROMQL_OP_NEQ:
+    case PROMQL_OP_GTR:
+    case PROMQL_OP_LSS:
+    case PROMQL_OP_GTE:
+    case PROMQL_OP_LTE: return 3;
     case PROMQL_OP_ADD:
     case PROMQL_OP_SUB: return 4;
-    case PROMQL_OP_MUL: case PROMQL_OP_DIV: case PROMQL_OP_MOD: case PROMQL_OP_ATAN2: return 5;
+    case PROMQL_OP_MUL:
+    case PROMQL_OP_DIV:
+    case PROMQL_OP_MOD:
+    case PROMQL_OP_ATAN2: return 5;
     case PROMQL_OP_POW: return 6;
     default: return 0;
     }
@@ -303,8 +318,7 @@ static int op_prec(promql_op_t op)
 static void expect_type(ps_t *p, const promql_expr_t *e, promql_vtype_t want, const char *ctx)
 {
     if (e->type != want)
-        perr(p, e->pos, "expected type %s in %s, got %s", promql_vtype_name(want), ctx,
-             promql_vtype_name(e->type));
+        perr(p, e->pos, "expected type %s in %s, got %s", promql_vtype_name(want), ctx, promql_vtype_name(e->type));
 }
 
 static promql_expr_t *parse_call(ps_t *p, const promql_tok_t *name)
@@ -333,7 +347,7 @@ static promql_expr_t *parse_call(ps_t *p, const promql_tok_t *name)
             continue;
         }
         if (t->kind != TK_RPAREN)
-            unexpected(p, t, "in call to function, expected \",\" or \")\"" );
+            unexpected(p, t, "in call to function, expected \",\" or \")\"");
     }
     next(p);
     e->u.call.args = args;
@@ -346,8 +360,8 @@ static promql_expr_t *parse_call(ps_t *p, const promql_tok_t *name)
         if ((size_t)(na - 1) > n)
             perr(p, e->pos, "expected at least %d argument(s) in call to \"%s\", got %zu", na - 1, f->name, n);
         if (f->variadic > 0 && (size_t)(na - 1 + f->variadic) < n)
-            perr(p, e->pos, "expected at most %d argument(s) in call to \"%s\", got %zu",
-                 na - 1 + f->variadic, f->name, n);
+            perr(p, e->pos, "expected at most %d argument(s) in call to \"%s\", got %zu", na - 1 + f->variadic, f->name,
+                 n);
     }
     char ctx[96];
     snprintf(ctx, sizeof(ctx), "call to function \"%s\"", f->name);
@@ -392,12 +406,11 @@ static promql_expr_t *parse_agg(ps_t *p)
         e->u.agg.grouping = parse_label_list(p);
     }
     promql_op_t op = opt->op;
-    bool has_param = op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK || op == PROMQL_AGG_QUANTILE ||
-                     op == PROMQL_AGG_COUNT_VALUES;
+    bool has_param =
+        op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK || op == PROMQL_AGG_QUANTILE || op == PROMQL_AGG_COUNT_VALUES;
     size_t want = has_param ? 2 : 1;
     if (n != want)
-        perr(p, e->pos, "wrong number of arguments for aggregate expression provided, expected %zu, got %zu",
-             want, n);
+        perr(p, e->pos, "wrong number of arguments for aggregate expression provided, expected %zu, got %zu", want, n);
     if (has_param) {
         e->u.agg.param = args[0];
         e->u.agg.expr = args[1];
@@ -415,12 +428,14 @@ static promql_expr_t *parse_agg(ps_t *p)
 static bool tok_is_metric_ident_keyword(const promql_tok_t *t)
 {
     switch (t->kind) {
-    case TK_AGG: case TK_BY: case TK_WITHOUT: case TK_OFFSET: case TK_START: case TK_END:
-        return true;
-    case TK_OP:
-        return t->op == PROMQL_OP_AND || t->op == PROMQL_OP_OR || t->op == PROMQL_OP_UNLESS;
-    default:
-        return false;
+    case TK_AGG:
+    case TK_BY:
+    case TK_WITHOUT:
+    case TK_OFFSET:
+    case TK_START:
+    case TK_END: return true;
+    case TK_OP: return t->op == PROMQL_OP_AND || t->op == PROMQL_OP_OR || t->op == PROMQL_OP_UNLESS;
+    default: return false;
     }
 }
 
@@ -454,13 +469,12 @@ static promql_expr_t *parse_primary(ps_t *p)
         if (r->kind != TK_RPAREN) {
             if (r->kind == TK_EOF)
                 perr(p, r->pos, "unclosed left parenthesis");
-            unexpected(p, r, "in paren expression, expected \")\"" );
+            unexpected(p, r, "in paren expression, expected \")\"");
         }
         next(p);
         return e;
     }
-    case TK_LBRACE:
-        return parse_selector(p, NULL, t->pos);
+    case TK_LBRACE: return parse_selector(p, NULL, t->pos);
     case TK_IDENT:
         if (peek2(p)->kind == TK_LPAREN) {
             next(p);
@@ -468,16 +482,13 @@ static promql_expr_t *parse_primary(ps_t *p)
         }
         next(p);
         return parse_selector(p, t, t->pos);
-    case TK_METRIC_IDENT:
-        next(p);
-        return parse_selector(p, t, t->pos);
+    case TK_METRIC_IDENT: next(p); return parse_selector(p, t, t->pos);
     case TK_AGG:
         if (peek2(p)->kind == TK_LPAREN || peek2(p)->kind == TK_BY || peek2(p)->kind == TK_WITHOUT)
             return parse_agg(p);
         next(p);
         return parse_selector(p, t, t->pos);
-    case TK_EOF:
-        perr(p, t->pos, "unexpected end of input");
+    case TK_EOF: perr(p, t->pos, "unexpected end of input");
     default:
         if (tok_is_metric_ident_keyword(t)) {
             next(p);
@@ -498,7 +509,8 @@ static void set_at(ps_t *p, promql_expr_t *e, const promql_tok_t *at)
         kind = &e->u.subq.at;
         ms = &e->u.subq.at_ms;
     } else {
-        perr(p, at->pos, "@ modifier must be preceded by an instant vector selector or range vector selector or a subquery");
+        perr(p, at->pos,
+             "@ modifier must be preceded by an instant vector selector or range vector selector or a subquery");
     }
     if (*kind != PROMQL_AT_NONE)
         perr(p, at->pos, "@ <timestamp> may not be set multiple times");
@@ -573,7 +585,9 @@ static promql_expr_t *parse_postfix(ps_t *p, promql_expr_t *e)
             else if (e->kind == PROMQL_NODE_SUBQUERY)
                 off = &e->u.subq.offset_ms;
             else
-                perr(p, t->pos, "offset modifier must be preceded by an instant vector selector or range vector selector or a subquery");
+                perr(p, t->pos,
+                     "offset modifier must be preceded by an instant vector selector or range vector selector or a "
+                     "subquery");
             if (*off != 0)
                 perr(p, t->pos, "offset may not be set multiple times");
             int64_t sign = 1;
@@ -610,7 +624,8 @@ static promql_expr_t *parse_unary(ps_t *p)
             e = x;
         } else {
             if (x->type != PROMQL_VT_SCALAR && x->type != PROMQL_VT_VECTOR)
-                perr(p, x->pos, "unary expression only allowed on expressions of type scalar or instant vector, got \"%s\"",
+                perr(p, x->pos,
+                     "unary expression only allowed on expressions of type scalar or instant vector, got \"%s\"",
                      promql_vtype_name(x->type));
             e = new_node(p, PROMQL_NODE_UNARY, t->pos);
             e->u.unary.op = t->op;

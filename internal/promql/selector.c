@@ -48,8 +48,8 @@ static matcher_type_t sel_op(promql_tok_kind_t k, promql_op_t op)
 }
 
 /* Builds the matchers of an already syntax-checked selector from its tokens [0, end). */
-static int sel_build(arena_t *a, const char *q, const promql_tok_t *t, size_t end, promql_selector_t *out,
-                     char *err, size_t errlen)
+static int sel_build(arena_t *a, const char *q, const promql_tok_t *t, size_t end, promql_selector_t *out, char *err,
+                     size_t errlen)
 {
     size_t cap = end + 1, n = 0;
     matcher_t **ms = calloc(cap, sizeof(*ms));

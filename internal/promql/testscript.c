@@ -158,8 +158,8 @@ static int cmp_qseries(const void *a, const void *b)
     return labels_compare(&((const querier_series_t *)a)->labels, &((const querier_series_t *)b)->labels);
 }
 
-static querier_set_t *mq_select(querier_t *q, const matcher_t *const *ms, size_t nm, int64_t mint,
-                                int64_t maxt, const querier_hints_t *hints)
+static querier_set_t *mq_select(querier_t *q, const matcher_t *const *ms, size_t nm, int64_t mint, int64_t maxt,
+                                const querier_hints_t *hints)
 {
     (void)hints;
     promql_memstore_t *m = ((mquerier_t *)q)->m;
@@ -210,7 +210,10 @@ static querier_set_t *mq_select(querier_t *q, const matcher_t *const *ms, size_t
     return &set->base;
 }
 
-static void mq_close(querier_t *q) { free(q); }
+static void mq_close(querier_t *q)
+{
+    free(q);
+}
 
 static const querier_ops_t mq_ops = {.select = mq_select, .close = mq_close};
 
@@ -540,19 +543,13 @@ static char *run_variant(run_t *r, const evalcmd_t *ev, const char *query, int64
     }
     bool was_scalar = false;
     switch (res->value.type) {
-    case PROMQL_VT_VECTOR:
-        res_msg = compare_vector(ev, res->value.samples, res->value.nsamples);
-        break;
+    case PROMQL_VT_VECTOR: res_msg = compare_vector(ev, res->value.samples, res->value.nsamples); break;
     case PROMQL_VT_SCALAR:
         was_scalar = true;
         res_msg = compare_scalar(ev, res->value.scalar);
         break;
-    case PROMQL_VT_MATRIX:
-        res_msg = strdup("received range result on instant evaluation");
-        break;
-    default:
-        res_msg = strdup("unexpected string result");
-        break;
+    case PROMQL_VT_MATRIX: res_msg = strdup("received range result on instant evaluation"); break;
+    default: res_msg = strdup("unexpected string result"); break;
     }
     if (res_msg) {
         char *m2 = malloc(strlen(res_msg) + strlen(query) + 64);
@@ -599,9 +596,9 @@ out:
     return res_msg;
 }
 
-static const char *const at_unsafe[] = {"days_in_month", "day_of_month", "day_of_week", "day_of_year",
-                                         "hour", "minute", "month", "year", "predict_linear", "time",
-                                         "timestamp"};
+static const char *const at_unsafe[] = {"days_in_month",  "day_of_month", "day_of_week", "day_of_year",
+                                        "hour",           "minute",       "month",       "year",
+                                        "predict_linear", "time",         "timestamp"};
 
 static bool has_unsafe(const promql_expr_t *e)
 {
@@ -618,8 +615,7 @@ static bool has_unsafe(const promql_expr_t *e)
     case PROMQL_NODE_PAREN: return has_unsafe(e->u.paren.expr);
     case PROMQL_NODE_UNARY: return has_unsafe(e->u.unary.expr);
     case PROMQL_NODE_BINARY: return has_unsafe(e->u.bin.lhs) || has_unsafe(e->u.bin.rhs);
-    case PROMQL_NODE_AGG:
-        return (e->u.agg.param && has_unsafe(e->u.agg.param)) || has_unsafe(e->u.agg.expr);
+    case PROMQL_NODE_AGG: return (e->u.agg.param && has_unsafe(e->u.agg.param)) || has_unsafe(e->u.agg.expr);
     default: return false;
     }
 }

@@ -33,9 +33,9 @@ typedef struct {
 
 typedef struct {
     promql_vtype_t type;
-    int64_t t;          /* SCALAR / STRING: evaluation time */
-    double scalar;      /* SCALAR */
-    const char *string; /* STRING */
+    int64_t t;                /* SCALAR / STRING: evaluation time */
+    double scalar;            /* SCALAR */
+    const char *string;       /* STRING */
     promql_sample_t *samples; /* VECTOR */
     size_t nsamples;
     promql_series_t *series; /* MATRIX (range queries, and instant queries of range vectors) */

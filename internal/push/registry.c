@@ -54,8 +54,8 @@ typedef struct {
 typedef struct {
     label_t *labels; /* sorted by name; grouping applied; instance defaulted; no quantile/le */
     uint32_t nlabels;
-    uint32_t nq;     /* quantiles (summary) or buckets (histogram) */
-    double value;    /* counter, gauge, untyped */
+    uint32_t nq;  /* quantiles (summary) or buckets (histogram) */
+    double value; /* counter, gauge, untyped */
     double sum, count;
     double *qb, *qv; /* quantile / upper bound, and value / cumulative count */
     const char **qs; /* qb as the body wrote it, normalized (NULL after a restore: format qb) */
@@ -75,16 +75,16 @@ typedef struct {
 typedef struct push_group {
     struct push_group *next; /* hash chain */
     uint64_t hash;
-    char *key;               /* canonical grouping key */
-    labels_t grouping;       /* sorted; strings owned via `strings` */
+    char *key;         /* canonical grouping key */
+    labels_t grouping; /* sorted; strings owned via `strings` */
     char *strings;
-    push_family_t **fams;    /* sorted by name */
+    push_family_t **fams; /* sorted by name */
     size_t nfams, cap;
     int64_t push_ms, fail_ms; /* 0 = never */
     bool last_ok;
     int64_t first_push_ms;
-    double interval_ms;       /* smoothed interval between successful pushes; 0 = unknown */
-    uint64_t shape;           /* combined family shapes, as of the last logged full record */
+    double interval_ms; /* smoothed interval between successful pushes; 0 = unknown */
+    uint64_t shape;     /* combined family shapes, as of the last logged full record */
 } push_group_t;
 
 typedef struct push_type {
@@ -114,12 +114,15 @@ struct push_pending {
     size_t nfams;
     push_batch_t *batch;
     int64_t now_ms;
-    arena_t *arena;          /* the request's: the pending push and its samples live there */
-    push_sample_t *samples;  /* what the push stores (staleness markers are added by settle) */
+    arena_t *arena;         /* the request's: the pending push and its samples live there */
+    push_sample_t *samples; /* what the push stores (staleness markers are added by settle) */
     size_t nsamples, samples_cap;
 };
 
-static uint64_t push_hash_str(const char *s) { return XXH3_64bits(s, strlen(s)); }
+static uint64_t push_hash_str(const char *s)
+{
+    return XXH3_64bits(s, strlen(s));
+}
 
 /* ---- type index ------------------------------------------------------------------------------ */
 
@@ -369,8 +372,8 @@ static int label_cmp_name(const void *a, const void *b)
 
 /* The labels a sample is exposed with (without quantile/le): body labels overridden by grouping
  * labels, plus instance="" when absent. Sorted; strings interned into the batch. */
-static label_t *push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st,
-                                   arena_t *a, uint32_t *out_n)
+static label_t *push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st, arena_t *a,
+                                   uint32_t *out_n)
 {
     uint32_t nbody = s->nlabels;
     if (s->kind == EXPFMT_KIND_QUANTILE || s->kind == EXPFMT_KIND_BUCKET)
@@ -552,8 +555,8 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
 /* ---- series of a family (what storage sees) ----------------------------------------------------- */
 
 /* extra_s: the quantile/le value as text when known (else NULL: format extra). */
-typedef void (*push_series_fn)(void *ud, const char *name, const push_metric_t *m, const char *extra_name,
-                               double extra, const char *extra_s, double v);
+typedef void (*push_series_fn)(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
+                               const char *extra_s, double v);
 
 /* Calls fn for every component series of f: (series name, metric, quantile/le label or NULL, its
  * value as a number, sample value). Summaries without _sum/_count in the body still expose 0 in
@@ -687,8 +690,9 @@ static void collect_series(void *ud, const char *name, const push_metric_t *m, c
     ls[k++] = (label_t){LABEL_METRIC_NAME, c->stale ? arena_strdup(c->a, name) : name};
     for (uint32_t i = 0; i < m->nlabels; i++)
         if (m->labels[i].value[0]) /* an empty value is the same as no label */
-            ls[k++] = c->stale ? (label_t){arena_strdup(c->a, m->labels[i].name), arena_strdup(c->a, m->labels[i].value)}
-                               : m->labels[i];
+            ls[k++] = c->stale
+                          ? (label_t){arena_strdup(c->a, m->labels[i].name), arena_strdup(c->a, m->labels[i].value)}
+                          : m->labels[i];
     if (extra_name)
         ls[k++] = (label_t){extra_name, extra_s};
     labels_t set = {ls, k};
@@ -703,8 +707,8 @@ static void ser_labels(buf_t *out, const label_t *ls, size_t n);
 static void delta_commit(buf_t *delta, push_group_t *g);
 
 /* Only records the hash of each series (the keep set of a push, see push_registry_settle). */
-static void collect_keep_only(void *ud, const char *name, const push_metric_t *m, const char *extra_name,
-                              double extra, const char *extra_str, double v)
+static void collect_keep_only(void *ud, const char *name, const push_metric_t *m, const char *extra_name, double extra,
+                              const char *extra_str, double v)
 {
     push_collect_t *c = ud;
     (void)v;
@@ -744,13 +748,15 @@ void push_registry_free(push_registry_t *r)
     free(r);
 }
 
-static const char *push_type_upper(expfmt_type_t t) { return expfmt_type_proto_name(t); }
+static const char *push_type_upper(expfmt_type_t t)
+{
+    return expfmt_type_proto_name(t);
+}
 
 static const char push_err_prefix[] = "pushed metrics are invalid or inconsistent with existing metrics: ";
 
-int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode,
-                        const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
-                        char *err, size_t errlen)
+int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode, const expfmt_result_t *body,
+                        int64_t now_ms, arena_t *a, push_pending_t **pending, char *err, size_t errlen)
 {
     (void)r;
     /* Sorted copy of the grouping labels. */
@@ -779,7 +785,8 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     for (size_t i = 0; i < body->nfamilies; i++) {
         const char *n = body->families[i].name;
         if (strcmp(n, PUSH_TIME_NAME) == 0 || strcmp(n, PUSH_FAIL_NAME) == 0) {
-            snprintf(err, errlen, "%spushed metric %s is reserved for the gateway's own bookkeeping", push_err_prefix, n);
+            snprintf(err, errlen, "%spushed metric %s is reserved for the gateway's own bookkeeping", push_err_prefix,
+                     n);
             return PUSH_ERR_INVALID;
         }
     }
@@ -898,9 +905,9 @@ int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *e
     return PUSH_OK;
 }
 
-int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
-                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
-                          push_effect_t *effect, char *err, size_t errlen)
+int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode, const expfmt_result_t *body,
+                          int64_t now_ms, arena_t *a, push_pending_t **pending, push_effect_t *effect, char *err,
+                          size_t errlen)
 {
     int rc = push_registry_build(r, grouping, mode, body, now_ms, a, pending, err, errlen);
     if (rc != PUSH_OK)
@@ -1329,12 +1336,15 @@ static void json_time(buf_t *b, int64_t ms)
         snprintf(tmp, sizeof(tmp), "\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
     else
-        snprintf(tmp, sizeof(tmp), "\"%04d-%02d-%02dT%02d:%02d:%02dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
-                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        snprintf(tmp, sizeof(tmp), "\"%04d-%02d-%02dT%02d:%02d:%02dZ\"", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                 tm.tm_hour, tm.tm_min, tm.tm_sec);
     buf_puts(b, tmp);
 }
 
-static void json_str(buf_t *b, const char *s) { buf_put_json_string(b, s, strlen(s)); }
+static void json_str(buf_t *b, const char *s)
+{
+    buf_put_json_string(b, s, strlen(s));
+}
 
 static void json_float_str(buf_t *b, double v)
 {
@@ -1424,8 +1434,10 @@ void push_registry_write_json(push_registry_t *r, buf_t *out)
             mf.nlabels = mt.nlabels;
             mf.value = (double)g->fail_ms / 1000.0;
             int64_t ts = g->push_ms > g->fail_ms ? g->push_ms : g->fail_ms;
-            push_family_t ft = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE, .metrics = &mt, .n = 1};
-            push_family_t ff = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE, .metrics = &mf, .n = 1};
+            push_family_t ft = {
+                .name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE, .metrics = &mt, .n = 1};
+            push_family_t ff = {
+                .name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE, .metrics = &mf, .n = 1};
             buf_putc(out, ',');
             json_family(out, &ft, ts);
             buf_putc(out, ',');
@@ -1440,11 +1452,16 @@ void push_registry_write_json(push_registry_t *r, buf_t *out)
 void push_registry_write_metrics(push_registry_t *r, buf_t *out)
 {
     buf_printf(out,
-               "# HELP sluice_push_groups Push groups currently held.\n# TYPE sluice_push_groups gauge\nsluice_push_groups %zu\n"
-               "# HELP sluice_push_pushes_total Pushes accepted (PUT and POST).\n# TYPE sluice_push_pushes_total counter\nsluice_push_pushes_total %llu\n"
-               "# HELP sluice_push_failures_total Pushes refused.\n# TYPE sluice_push_failures_total counter\nsluice_push_failures_total %llu\n"
-               "# HELP sluice_push_groups_expired_total Groups removed by expiry.\n# TYPE sluice_push_groups_expired_total counter\nsluice_push_groups_expired_total %llu\n"
-               "# HELP sluice_push_groups_deleted_total Groups removed by DELETE.\n# TYPE sluice_push_groups_deleted_total counter\nsluice_push_groups_deleted_total %llu\n",
+               "# HELP sluice_push_groups Push groups currently held.\n# TYPE sluice_push_groups "
+               "gauge\nsluice_push_groups %zu\n"
+               "# HELP sluice_push_pushes_total Pushes accepted (PUT and POST).\n# TYPE sluice_push_pushes_total "
+               "counter\nsluice_push_pushes_total %llu\n"
+               "# HELP sluice_push_failures_total Pushes refused.\n# TYPE sluice_push_failures_total "
+               "counter\nsluice_push_failures_total %llu\n"
+               "# HELP sluice_push_groups_expired_total Groups removed by expiry.\n# TYPE "
+               "sluice_push_groups_expired_total counter\nsluice_push_groups_expired_total %llu\n"
+               "# HELP sluice_push_groups_deleted_total Groups removed by DELETE.\n# TYPE "
+               "sluice_push_groups_deleted_total counter\nsluice_push_groups_deleted_total %llu\n",
                push_registry_group_count(r), (unsigned long long)atomic_load(&r->pushes),
                (unsigned long long)atomic_load(&r->failures), (unsigned long long)atomic_load(&r->expired),
                (unsigned long long)atomic_load(&r->deleted));
@@ -1471,9 +1488,18 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out)
  *   'W'                                         every group removed (admin wipe)
  */
 
-static void ser_u32(buf_t *b, uint32_t v) { buf_append(b, &v, 4); }
-static void ser_u64(buf_t *b, uint64_t v) { buf_append(b, &v, 8); }
-static void ser_f64(buf_t *b, double v) { buf_append(b, &v, 8); }
+static void ser_u32(buf_t *b, uint32_t v)
+{
+    buf_append(b, &v, 4);
+}
+static void ser_u64(buf_t *b, uint64_t v)
+{
+    buf_append(b, &v, 8);
+}
+static void ser_f64(buf_t *b, double v)
+{
+    buf_append(b, &v, 8);
+}
 static void ser_str(buf_t *b, const char *s)
 {
     uint32_t n = (uint32_t)strlen(s);

@@ -47,7 +47,7 @@ enum {
 };
 
 typedef struct {
-    int64_t group_ttl_ms;     /* expire a group this long after its last push; 0 = never */
+    int64_t group_ttl_ms;      /* expire a group this long after its last push; 0 = never */
     uint32_t missed_intervals; /* expire after this many of its own push intervals without a push; 0 = never */
 } push_options_t;
 
@@ -77,9 +77,9 @@ void push_registry_free(push_registry_t *r);
  * *effect set (both in arena a), or PUSH_ERR_INVALID with the Pushgateway's message in err (then
  * call push_registry_fail to stamp push_failure_time_seconds).
  */
-int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
-                          const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
-                          push_effect_t *effect, char *err, size_t errlen);
+int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mode_t mode, const expfmt_result_t *body,
+                          int64_t now_ms, arena_t *a, push_pending_t **pending, push_effect_t *effect, char *err,
+                          size_t errlen);
 /*
  * Persistence: every function that changes state takes `delta` (may be NULL) and appends a record
  * describing the change, to be logged (storage_log_state) and replayed with
@@ -92,11 +92,9 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mod
  * called under the caller's lock, checks types against the other groups and adds staleness
  * markers for dropped series to the effect (skipped when every replaced family kept its shape,
  * the steady state of a periodic reporter). On a settle error call push_registry_abort. */
-int push_registry_build(push_registry_t *r, const labels_t *grouping, push_mode_t mode,
-                        const expfmt_result_t *body, int64_t now_ms, arena_t *a, push_pending_t **pending,
-                        char *err, size_t errlen);
-int push_registry_settle(push_registry_t *r, push_pending_t *pending, push_effect_t *effect, char *err,
-                         size_t errlen);
+int push_registry_build(push_registry_t *r, const labels_t *grouping, push_mode_t mode, const expfmt_result_t *body,
+                        int64_t now_ms, arena_t *a, push_pending_t **pending, char *err, size_t errlen);
+int push_registry_settle(push_registry_t *r, push_pending_t *pending, push_effect_t *effect, char *err, size_t errlen);
 
 /* Makes a prepared push visible (after its samples were stored). */
 void push_registry_commit(push_registry_t *r, push_pending_t *pending, buf_t *delta);

@@ -44,8 +44,8 @@ typedef struct {
 
 typedef struct {
     char *alert, *job;
-    uint64_t version;     /* the job's version after our change */
-    control_spec_t prev;  /* what to restore */
+    uint64_t version;    /* the job's version after our change */
+    control_spec_t prev; /* what to restore */
     bool revert_on_resolve;
 } act_active_t;
 
@@ -69,8 +69,17 @@ enum {
     ACT_NRESULTS
 };
 static const char *const act_result_names[ACT_NRESULTS] = {
-    "applied", "reverted", "dry_run", "skipped_not_running", "skipped_cooldown", "skipped_max_active",
-    "skipped_no_job", "skipped_no_input_rate", "conflict", "revert_skipped_newer_change", "error",
+    "applied",
+    "reverted",
+    "dry_run",
+    "skipped_not_running",
+    "skipped_cooldown",
+    "skipped_max_active",
+    "skipped_no_job",
+    "skipped_no_input_rate",
+    "conflict",
+    "revert_skipped_newer_change",
+    "error",
 };
 
 struct rules_actions {
@@ -172,8 +181,9 @@ static int act_parse_binding(yaml_document_t *doc, yaml_node_t *n, act_binding_t
             else if (strcmp(val, "drain") == 0)
                 b->mode = CONTROL_DRAINING;
             else {
-                snprintf(err, errlen, "config file %s: line %zu: actions: unknown action \"%s\" (pause, rate_limit, drain)",
-                         path, vl, val);
+                snprintf(err, errlen,
+                         "config file %s: line %zu: actions: unknown action \"%s\" (pause, rate_limit, drain)", path,
+                         vl, val);
                 return -1;
             }
         } else if (strcmp(key, "job_label") == 0) {
@@ -199,8 +209,8 @@ static int act_parse_binding(yaml_document_t *doc, yaml_node_t *n, act_binding_t
                 b->revert_after_ms = 0;
             else if (parse_duration_ms(val, &b->revert_after_ms) != 0 || b->revert_after_ms <= 0 ||
                      b->revert_after_ms > CONTROL_MAX_FOR_MS) {
-                snprintf(err, errlen, "config file %s: line %zu: actions: revert must be on_resolve or a duration", path,
-                         vl);
+                snprintf(err, errlen, "config file %s: line %zu: actions: revert must be on_resolve or a duration",
+                         path, vl);
                 return -1;
             }
         } else if (strcmp(key, "cooldown") == 0) {
@@ -219,8 +229,8 @@ static int act_parse_binding(yaml_document_t *doc, yaml_node_t *n, act_binding_t
                 return -1;
             }
         } else {
-            snprintf(err, errlen, "config file %s: line %zu: actions: unknown field '%s'", path,
-                     k->start_mark.line + 1, key);
+            snprintf(err, errlen, "config file %s: line %zu: actions: unknown field '%s'", path, k->start_mark.line + 1,
+                     key);
             return -1;
         }
     }
@@ -473,8 +483,8 @@ static void act_fire(rules_actions_t *a, const act_binding_t *b, const rules_ale
                 ac->version = cur.version;
                 ac->prev.mode = CONTROL_RUNNING;
                 ac->revert_on_resolve = true;
-                log_info("rules", "closed loop: adopted a state this rule set before a restart", LF_S("alertname", alert),
-                         LF_S("job", job));
+                log_info("rules", "closed loop: adopted a state this rule set before a restart",
+                         LF_S("alertname", alert), LF_S("job", job));
             }
         } else {
             act_count(a, ACT_SKIPPED_NOT_RUNNING, alert, job,
@@ -495,7 +505,8 @@ static void act_fire(rules_actions_t *a, const act_binding_t *b, const rules_ale
                 rate = 1;
         }
         if (rate < 1) {
-            act_count(a, ACT_SKIPPED_NO_RATE, alert, job, "closed loop: no input rate known for a fractional rate limit");
+            act_count(a, ACT_SKIPPED_NO_RATE, alert, job,
+                      "closed loop: no input rate known for a fractional rate limit");
             control_state_free(&cur);
             return;
         }
@@ -522,7 +533,8 @@ static void act_fire(rules_actions_t *a, const act_binding_t *b, const rules_ale
     chg.expect_version = cur.version;
     if (b->dry_run) {
         log_info("rules", "closed loop (dry run): would change the job", LF_S("alertname", alert), LF_S("job", job),
-                 LF_S("mode", control_mode_name(b->mode)), LF_I("rate_limit_per_second", chg.spec.rate_limit_per_second));
+                 LF_S("mode", control_mode_name(b->mode)),
+                 LF_I("rate_limit_per_second", chg.spec.rate_limit_per_second));
         a->results[ACT_DRY_RUN]++;
     } else {
         uint64_t version = 0;

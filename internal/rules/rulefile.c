@@ -276,8 +276,8 @@ static int rf_rule(rf_ctx_t *x, yaml_node_t *n, const char *group, size_t idx, r
         else if (strcmp(key, "annotations") == 0)
             f = &rn.annotations;
         if (!f) {
-            buf_printf(&x->unmarshal, "\n  line %zu: field %s not found in type rulefmt.RuleNode", k->start_mark.line + 1,
-                       key);
+            buf_printf(&x->unmarshal, "\n  line %zu: field %s not found in type rulefmt.RuleNode",
+                       k->start_mark.line + 1, key);
             x->nunmarshal++;
             continue;
         }
@@ -309,15 +309,16 @@ static int rf_rule(rf_ctx_t *x, yaml_node_t *n, const char *group, size_t idx, r
         nerr += rf_rule_error(x, rec_node, alert_node, true, group, idx, rname,
                               "only one of 'record' and 'alert' must be set%s", "");
     if (!record[0] && !alert[0])
-        nerr += rf_rule_error(x, rec_node, NULL, true, group, idx, rname,
-                              "one of 'record' or 'alert' must be set%s", "");
+        nerr +=
+            rf_rule_error(x, rec_node, NULL, true, group, idx, rname, "one of 'record' or 'alert' must be set%s", "");
     if (!expr[0]) {
         nerr += rf_rule_error(x, rn.expr.node, NULL, true, group, idx, rname, "field 'expr' must be set in rule%s", "");
     } else {
         char perr[512];
         r->ast = promql_parse(expr, perr, sizeof(perr));
         if (!r->ast)
-            nerr += rf_rule_error(x, rn.expr.node, NULL, true, group, idx, rname, "could not parse expression: %s", perr);
+            nerr +=
+                rf_rule_error(x, rn.expr.node, NULL, true, group, idx, rname, "could not parse expression: %s", perr);
     }
     if (record[0]) {
         if (rn.annotations.node && r->annotations.n > 0)
@@ -330,7 +331,8 @@ static int rf_rule(rf_ctx_t *x, yaml_node_t *n, const char *group, size_t idx, r
             nerr += rf_rule_error(x, rec_node, NULL, true, group, idx, rname,
                                   "invalid field 'keep_firing_for' in recording rule%s", "");
         if (!labels_valid_metric_name(record, strlen(record)))
-            nerr += rf_rule_error(x, rec_node, NULL, true, group, idx, rname, "invalid recording rule name: %s", record);
+            nerr +=
+                rf_rule_error(x, rec_node, NULL, true, group, idx, rname, "invalid recording rule name: %s", record);
     }
     for (size_t i = 0; i < r->labels.n; i++) {
         const char *k = r->labels.v[i].name;
@@ -462,7 +464,8 @@ int rules_file_load(rules_file_t *f, const char *path, buf_t *errs)
             if (rules && rules->type == YAML_SEQUENCE_NODE) {
                 size_t rc = (size_t)(rules->data.sequence.items.top - rules->data.sequence.items.start);
                 g->rules = calloc(rc ? rc : 1, sizeof(*g->rules));
-                for (yaml_node_item_t *ri = rules->data.sequence.items.start; ri < rules->data.sequence.items.top; ri++) {
+                for (yaml_node_item_t *ri = rules->data.sequence.items.start; ri < rules->data.sequence.items.top;
+                     ri++) {
                     rules_rule_def_t *r = &g->rules[g->nrules++];
                     nerr += rf_rule(&x, yaml_document_get_node(&doc, *ri), g->name, g->nrules, r);
                 }

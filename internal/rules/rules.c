@@ -178,7 +178,8 @@ static void rl_alert_free(rl_alert_t *a)
 
 /* The alert invariants (rules.h). */
 __attribute__((unused)) /* only in assert(), compiled out with NDEBUG */
-static bool rl_alert_check(const rl_alert_t *a)
+static bool
+rl_alert_check(const rl_alert_t *a)
 {
     switch (a->state) {
     case RL_PENDING: return a->resolved_at == 0 && a->fired_at == 0;
@@ -313,8 +314,8 @@ static promql_result_t *rl_query_eval(rules_manager_t *m, const rl_rule_t *r, in
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    promql_opts_t po = {.lookback_ms = m->o.lookback_ms, .timeout_ms = m->o.query_timeout_ms,
-                        .max_samples = m->o.max_samples};
+    promql_opts_t po = {
+        .lookback_ms = m->o.lookback_ms, .timeout_ms = m->o.query_timeout_ms, .max_samples = m->o.max_samples};
     promql_result_t *res = promql_exec_instant(q, r->def->ast, ts, &po);
     querier_close(q);
     if (res->err_kind != PROMQL_ERR_NONE) {
@@ -451,8 +452,8 @@ static void rl_eval_recording(rules_manager_t *m, rl_group_t *g, rl_rule_t *r, i
 static void rl_expand(rules_manager_t *m, const char *tname, const labels_t *tmpl, const labels_t *metric, double v,
                       rl_lb_t *into)
 {
-    rules_tmpl_data_t d = {.labels = metric, .external_labels = &m->external_labels,
-                           .external_url = m->external_url, .value = v};
+    rules_tmpl_data_t d = {
+        .labels = metric, .external_labels = &m->external_labels, .external_url = m->external_url, .value = v};
     for (size_t k = 0; k < tmpl->n; k++) {
         buf_t b = BUF_INIT;
         rules_tmpl_expand(tname, tmpl->v[k].value, &d, &b);
@@ -483,11 +484,16 @@ static void rl_note_add(rl_notes_t *ns, const rl_alert_t *a, const char *rule, c
         abort();
     rules_labels_dup(&l[0], &a->labels);
     rules_labels_dup(&l[1], &a->annotations);
-    ns->v[ns->n] = (rules_alert_note_t){
-        .alertname = rule, .group = group, .labels = &l[0], .annotations = &l[1], .value = a->value,
-        .active_at_ms = a->active_at, .starts_at_ms = a->fired_at,
-        .ends_at_ms = a->resolved_at ? a->resolved_at : a->valid_until, .resolved = a->resolved_at != 0,
-        .generator_url = url};
+    ns->v[ns->n] = (rules_alert_note_t){.alertname = rule,
+                                        .group = group,
+                                        .labels = &l[0],
+                                        .annotations = &l[1],
+                                        .value = a->value,
+                                        .active_at_ms = a->active_at,
+                                        .starts_at_ms = a->fired_at,
+                                        .ends_at_ms = a->resolved_at ? a->resolved_at : a->valid_until,
+                                        .resolved = a->resolved_at != 0,
+                                        .generator_url = url};
     ns->firing[ns->n] = firing;
     ns->n++;
 }
@@ -609,8 +615,7 @@ static void rl_eval_alerting(rules_manager_t *m, rl_group_t *g, rl_rule_t *r, in
                 keep = ts - a->keep_firing_since < r->def->keep_firing_for_ms;
             }
             if (!keep) {
-                if (a->state == RL_PENDING ||
-                    (a->resolved_at != 0 && ts - a->resolved_at > RL_RESOLVED_RETENTION_MS)) {
+                if (a->state == RL_PENDING || (a->resolved_at != 0 && ts - a->resolved_at > RL_RESOLVED_RETENTION_MS)) {
                     rl_alert_free(a);
                     r->alerts[i] = r->alerts[--r->nalerts];
                     continue;
@@ -723,9 +728,9 @@ static void rl_restore_for_state(rules_manager_t *m, rl_group_t *g, int64_t now_
                     nm++;
             }
             querier_t *q = storage_querier(m->o.storage);
-            querier_set_t *set = q ? querier_select(q, (const matcher_t *const *)ms, nm,
-                                                    now_ms - m->o.outage_tolerance_ms, now_ms, NULL)
-                                   : NULL;
+            querier_set_t *set =
+                q ? querier_select(q, (const matcher_t *const *)ms, nm, now_ms - m->o.outage_tolerance_ms, now_ms, NULL)
+                  : NULL;
             const querier_series_t *s;
             int64_t t = 0;
             double v = 0;
@@ -890,7 +895,8 @@ int rules_manager_load(rules_manager_t *m, const char *const *patterns, size_t n
             r->query = buf_steal(&q, NULL);
             r->restored = m->loaded_once;
         }
-        g->next_ns = rules_group_eval_timestamp_ns(d->name, d->file, g->interval_ms, now_ns) + g->interval_ms * 1000000LL;
+        g->next_ns =
+            rules_group_eval_timestamp_ns(d->name, d->file, g->interval_ms, now_ns) + g->interval_ms * 1000000LL;
         /* the same group before: keep its alerts and previous series (CopyState) */
         for (size_t oi = 0; oi < m->ngroups; oi++) {
             rl_group_t *og = &m->groups[oi];

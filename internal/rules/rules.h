@@ -59,7 +59,7 @@ typedef struct rules_manager rules_manager_t;
 typedef struct {
     const char *alertname;
     const char *group;
-    const labels_t *labels;      /* alertname included; external labels not */
+    const labels_t *labels; /* alertname included; external labels not */
     const labels_t *annotations;
     double value;
     int64_t active_at_ms;
@@ -80,13 +80,13 @@ typedef struct {
 
 typedef struct {
     storage_t *storage;
-    int64_t default_interval_ms;  /* 0 = 1m (Prometheus' global evaluation_interval) */
-    const labels_t *external_labels; /* copied; for templates ($externalLabels) */
-    const char *external_url;     /* copied; for templates and generatorURL; NULL = "" */
+    int64_t default_interval_ms;                        /* 0 = 1m (Prometheus' global evaluation_interval) */
+    const labels_t *external_labels;                    /* copied; for templates ($externalLabels) */
+    const char *external_url;                           /* copied; for templates and generatorURL; NULL = "" */
     int64_t lookback_ms, query_timeout_ms, max_samples; /* PromQL options; 0 = defaults */
-    int64_t resend_delay_ms;      /* 0 = 1m */
-    int64_t outage_tolerance_ms;  /* 0 = 1h */
-    int64_t for_grace_period_ms;  /* 0 = 10m */
+    int64_t resend_delay_ms;                            /* 0 = 1m */
+    int64_t outage_tolerance_ms;                        /* 0 = 1h */
+    int64_t for_grace_period_ms;                        /* 0 = 10m */
     rules_hooks_t hooks;
 } rules_options_t;
 

@@ -130,7 +130,7 @@ typedef struct {
 } tmpl_parser_t;
 
 __attribute__((noreturn, format(printf, 3, 4))) static void tmpl_perr(tmpl_parser_t *p, size_t pos, const char *fmt,
-                                                                    ...)
+                                                                      ...)
 {
     int line, col;
     tmpl_linecol(p->s, (int)pos, &line, &col);
@@ -253,9 +253,7 @@ static void tmpl_parse_string(tmpl_parser_t *p, tmpl_arg_t *a)
                 buf_putc(&b, (char)v);
                 break;
             }
-            default:
-                buf_free(&b);
-                tmpl_perr(p, st, "invalid syntax");
+            default: buf_free(&b); tmpl_perr(p, st, "invalid syntax");
             }
         } else {
             buf_putc(&b, c);
@@ -272,8 +270,9 @@ static void tmpl_parse_number(tmpl_parser_t *p, tmpl_arg_t *a)
     size_t st = p->i;
     if (p->s[p->i] == '+' || p->s[p->i] == '-')
         p->i++;
-    while (p->i < p->n && (isalnum((unsigned char)p->s[p->i]) || p->s[p->i] == '.' || p->s[p->i] == '_' ||
-                           ((p->s[p->i] == '+' || p->s[p->i] == '-') && (p->s[p->i - 1] == 'e' || p->s[p->i - 1] == 'E'))))
+    while (p->i < p->n &&
+           (isalnum((unsigned char)p->s[p->i]) || p->s[p->i] == '.' || p->s[p->i] == '_' ||
+            ((p->s[p->i] == '+' || p->s[p->i] == '-') && (p->s[p->i - 1] == 'e' || p->s[p->i - 1] == 'E'))))
         p->i++;
     char tmp[64];
     size_t len = p->i - st;
@@ -344,7 +343,8 @@ static bool tmpl_parse_arg(tmpl_parser_t *p, tmpl_arg_t *a, int depth)
         a->kind = A_DOT;
         return true;
     }
-    if (isdigit((unsigned char)c) || ((c == '-' || c == '+') && p->i + 1 < p->n && (isdigit((unsigned char)p->s[p->i + 1]) || p->s[p->i + 1] == '.'))) {
+    if (isdigit((unsigned char)c) || ((c == '-' || c == '+') && p->i + 1 < p->n &&
+                                      (isdigit((unsigned char)p->s[p->i + 1]) || p->s[p->i + 1] == '.'))) {
         tmpl_parse_number(p, a);
         return true;
     }
@@ -368,9 +368,31 @@ static bool tmpl_parse_arg(tmpl_parser_t *p, tmpl_arg_t *a, int depth)
 }
 
 static const char *const tmpl_funcs[] = {
-    "humanize", "humanize1024", "humanizePercentage", "humanizeDuration", "humanizeTimestamp", "printf",
-    "toUpper", "toLower", "title", "stripPort", "reReplaceAll", "match", "eq", "ne", "lt", "le", "gt", "ge",
-    "and", "or", "not", "len", "print", "println", NULL,
+    "humanize",
+    "humanize1024",
+    "humanizePercentage",
+    "humanizeDuration",
+    "humanizeTimestamp",
+    "printf",
+    "toUpper",
+    "toLower",
+    "title",
+    "stripPort",
+    "reReplaceAll",
+    "match",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "len",
+    "print",
+    "println",
+    NULL,
 };
 
 static bool tmpl_func_known(const char *name)
@@ -662,8 +684,8 @@ __attribute__((noreturn, format(printf, 3, 4))) static void tmpl_xerr(tmpl_exec_
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    snprintf(x->err, x->errlen, "template: %s:%d:%d: executing \"%s\" at <%.*s>: %s", x->t->name, line, col,
-             x->t->name, (int)len, s, msg);
+    snprintf(x->err, x->errlen, "template: %s:%d:%d: executing \"%s\" at <%.*s>: %s", x->t->name, line, col, x->t->name,
+             (int)len, s, msg);
     longjmp(x->jb, 1);
 }
 
@@ -750,8 +772,7 @@ static double tmpl_to_float(tmpl_exec_t *x, int pos, const char *fn, const tmpl_
         tmpl_xerr(x, pos, "error calling %s: strconv.ParseFloat: parsing \"%.*s\": invalid syntax", fn,
                   (int)(v->n > 64 ? 64 : v->n), v->s);
     }
-    default:
-        tmpl_xerr(x, pos, "error calling %s: can't convert %s to float", fn, tmpl_type_name(v->k));
+    default: tmpl_xerr(x, pos, "error calling %s: can't convert %s to float", fn, tmpl_type_name(v->k));
     }
 }
 
@@ -885,8 +906,8 @@ static void tmpl_humanize_timestamp(buf_t *b, double v)
     long ns = (long)msf * 1000000L;
     struct tm tm;
     gmtime_r(&s, &tm);
-    buf_printf(b, "%04d-%02d-%02d %02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-               tm.tm_min, tm.tm_sec);
+    buf_printf(b, "%04d-%02d-%02d %02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+               tm.tm_sec);
     if (ns) {
         char frac[32];
         snprintf(frac, sizeof(frac), "%09ld", ns);
@@ -943,7 +964,10 @@ static void tmpl_printf(tmpl_exec_t *x, buf_t *b, const char *fmt, size_t flen, 
             if (strchr("eEfFgG", verb) && !(strchr("gG", verb) && !has_prec)) {
                 snprintf(cspec, sizeof(cspec), "%.*s%c", (int)sl, spec, verb);
                 if (isnan(v->f) || isinf(v->f))
-                    tmpl_print(b, &(tmpl_val_t){.k = V_STR, .s = isnan(v->f) ? "NaN" : v->f > 0 ? "+Inf" : "-Inf",
+                    tmpl_print(b, &(tmpl_val_t){.k = V_STR,
+                                                .s = isnan(v->f) ? "NaN"
+                                                     : v->f > 0  ? "+Inf"
+                                                                 : "-Inf",
                                                 .n = isnan(v->f) ? 3 : 4});
                 else
                     buf_printf(b, cspec, v->f);

@@ -120,7 +120,10 @@ char *arena_strndup(arena_t *a, const char *s, size_t n)
     return p;
 }
 
-char *arena_strdup(arena_t *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+char *arena_strdup(arena_t *a, const char *s)
+{
+    return arena_strndup(a, s, strlen(s));
+}
 
 char *arena_sprintf(arena_t *a, const char *fmt, ...)
 {
@@ -135,4 +138,7 @@ char *arena_sprintf(arena_t *a, const char *fmt, ...)
     return p;
 }
 
-size_t arena_used(const arena_t *a) { return a->total; }
+size_t arena_used(const arena_t *a)
+{
+    return a->total;
+}

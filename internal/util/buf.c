@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void buf_init(buf_t *b) { *b = BUF_INIT; }
+void buf_init(buf_t *b)
+{
+    *b = BUF_INIT;
+}
 
 void buf_free(buf_t *b)
 {
@@ -58,7 +61,10 @@ void buf_append(buf_t *b, const void *p, size_t n)
     b->data[b->len] = 0;
 }
 
-void buf_puts(buf_t *b, const char *s) { buf_append(b, s, strlen(s)); }
+void buf_puts(buf_t *b, const char *s)
+{
+    buf_append(b, s, strlen(s));
+}
 
 void buf_putc(buf_t *b, char c)
 {

@@ -66,9 +66,15 @@ typedef struct {
 } hashmap_t;
 
 /* A zeroed hashmap_t is an empty malloc-backed table of integer keys; HASHMAP_INIT spells it. */
-#define HASHMAP_INIT {NULL, 0, 0, NULL, false}
+#define HASHMAP_INIT                                                                                                   \
+    {                                                                                                                  \
+        NULL, 0, 0, NULL, false                                                                                        \
+    }
 /* The same for a table whose keys are hashes already (HASHMAP_HASHED_KEYS). */
-#define HASHMAP_INIT_HASHED {NULL, 0, 0, NULL, true}
+#define HASHMAP_INIT_HASHED                                                                                            \
+    {                                                                                                                  \
+        NULL, 0, 0, NULL, true                                                                                         \
+    }
 
 /* hashmap_init flags. HASHMAP_HASHED_KEYS: the keys are outputs of a good hash (XXH3 of a
  * string or label set), so their low bits are used as they are, without hash_mix64 — a table

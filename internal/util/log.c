@@ -20,10 +20,22 @@ static _Atomic int log_fd = 2;
 
 static const char *const log_level_names[] = {"debug", "info", "warn", "error", "off"};
 
-void log_set_level(log_level_t level) { atomic_store(&log_level, (int)level); }
-log_level_t log_get_level(void) { return (log_level_t)atomic_load(&log_level); }
-void log_set_format(log_format_t format) { atomic_store(&log_format, (int)format); }
-void log_set_fd(int fd) { atomic_store(&log_fd, fd < 0 ? 2 : fd); }
+void log_set_level(log_level_t level)
+{
+    atomic_store(&log_level, (int)level);
+}
+log_level_t log_get_level(void)
+{
+    return (log_level_t)atomic_load(&log_level);
+}
+void log_set_format(log_format_t format)
+{
+    atomic_store(&log_format, (int)format);
+}
+void log_set_fd(int fd)
+{
+    atomic_store(&log_fd, fd < 0 ? 2 : fd);
+}
 
 int log_parse_level(const char *s, log_level_t *out)
 {
@@ -166,8 +178,8 @@ void log_emit(log_level_t level, const char *component, const char *msg, const l
 
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
-    snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+    snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
     if (level > LOG_ERROR)
         level = LOG_ERROR;
 

@@ -48,10 +48,10 @@ int log_parse_format(const char *s, log_format_t *out);
 /* fields ends with an entry whose key is NULL. */
 void log_emit(log_level_t level, const char *component, const char *msg, const log_field_t *fields);
 
-#define log__at(lvl, comp, msg, ...) \
-    do { \
-        if ((lvl) >= log_get_level()) \
-            log_emit((lvl), (comp), (msg), (const log_field_t[]){__VA_ARGS__ LF__END}); \
+#define log__at(lvl, comp, msg, ...)                                                                                   \
+    do {                                                                                                               \
+        if ((lvl) >= log_get_level())                                                                                  \
+            log_emit((lvl), (comp), (msg), (const log_field_t[]){__VA_ARGS__ LF__END});                                \
     } while (0)
 /* Trailing fields are optional; write them as LF_x(...), each followed by a comma-free list. */
 #define log_debug(comp, msg, ...) log__at(LOG_DEBUG, comp, msg, LOG__FIELDS(__VA_ARGS__))

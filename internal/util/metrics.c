@@ -40,14 +40,20 @@ static int metrics_add(const char *name, metrics_collector_fn fn, void *ud, bool
     return 0;
 }
 
-int metrics_register(const char *name, metrics_collector_fn fn, void *ud) { return metrics_add(name, fn, ud, false); }
+int metrics_register(const char *name, metrics_collector_fn fn, void *ud)
+{
+    return metrics_add(name, fn, ud, false);
+}
 
 int metrics_register_pushed(const char *name, metrics_collector_fn fn, void *ud)
 {
     return metrics_add(name, fn, ud, true);
 }
 
-void metrics_unregister_all(void) { metrics_n = 0; }
+void metrics_unregister_all(void)
+{
+    metrics_n = 0;
+}
 
 static void metrics_write(buf_t *out, bool include_pushed)
 {
@@ -56,11 +62,20 @@ static void metrics_write(buf_t *out, bool include_pushed)
             metrics_collectors[i].fn(metrics_collectors[i].ud, out);
 }
 
-void metrics_write_all(buf_t *out) { metrics_write(out, true); }
+void metrics_write_all(buf_t *out)
+{
+    metrics_write(out, true);
+}
 
-void metrics_write_self(buf_t *out) { metrics_write(out, false); }
+void metrics_write_self(buf_t *out)
+{
+    metrics_write(out, false);
+}
 
-double metrics_process_start_time(void) { return metrics_start_time; }
+double metrics_process_start_time(void)
+{
+    return metrics_start_time;
+}
 
 long long metrics_process_rss_bytes(void)
 {

@@ -55,8 +55,12 @@ int parse_duration_ms(const char *s, int64_t *out_ms)
     static const struct {
         const char *unit;
         int64_t ms;
-    } units[] = {{"y", 365LL * 86400000}, {"w", 7LL * 86400000}, {"d", 86400000},
-                 {"h", 3600000},          {"m", 60000},          {"s", 1000},
+    } units[] = {{"y", 365LL * 86400000},
+                 {"w", 7LL * 86400000},
+                 {"d", 86400000},
+                 {"h", 3600000},
+                 {"m", 60000},
+                 {"s", 1000},
                  {"ms", 1}};
     if (!s || !*s)
         return -1;
@@ -115,8 +119,13 @@ void format_duration_ms(int64_t ms, char *out, int cap)
     static const struct {
         const char *unit;
         int64_t ms;
-    } units[] = {{"y", 365LL * 86400000}, {"w", 7LL * 86400000}, {"d", 86400000}, {"h", 3600000},
-                 {"m", 60000},          {"s", 1000},             {"ms", 1}};
+    } units[] = {{"y", 365LL * 86400000},
+                 {"w", 7LL * 86400000},
+                 {"d", 86400000},
+                 {"h", 3600000},
+                 {"m", 60000},
+                 {"s", 1000},
+                 {"ms", 1}};
     int n = 0;
     if (ms == 0) {
         snprintf(out, (size_t)cap, "0s");
@@ -139,9 +148,9 @@ int parse_size_bytes(const char *s, uint64_t *out)
     static const struct {
         const char *suffix;
         uint64_t mult;
-    } sfx[] = {{"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},
-               {"KB", 1000ULL},     {"MB", 1000000ULL},  {"GB", 1000000000ULL}, {"TB", 1000000000000ULL},
-               {"B", 1}};
+    } sfx[] = {{"KiB", 1ULL << 10},   {"MiB", 1ULL << 20},      {"GiB", 1ULL << 30},
+               {"TiB", 1ULL << 40},   {"KB", 1000ULL},          {"MB", 1000000ULL},
+               {"GB", 1000000000ULL}, {"TB", 1000000000000ULL}, {"B", 1}};
     if (!s || !*s)
         return -1;
     char *end;

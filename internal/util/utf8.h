@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define UTF8_MAX 4                  /* bytes in the longest sequence */
-#define UTF8_REPLACEMENT 0xFFFDu    /* U+FFFD, what Go writes for an invalid code point */
+#define UTF8_MAX 4               /* bytes in the longest sequence */
+#define UTF8_REPLACEMENT 0xFFFDu /* U+FFFD, what Go writes for an invalid code point */
 
 /* Decodes the sequence at s[0:n] (n >= 1). Returns its length (1..4) and stores the code point in
  * *cp (when cp is not NULL), or returns 0 when the sequence is invalid or truncated. */

@@ -53,8 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int64_t d, pd, dod;
         if (a[i].t <= a[i - 1].t || __builtin_sub_overflow(a[i].t, a[i - 1].t, &d))
             appendable = false;
-        else if (i >= 2 && (__builtin_sub_overflow(a[i - 1].t, a[i - 2].t, &pd) ||
-                            __builtin_sub_overflow(d, pd, &dod)))
+        else if (i >= 2 && (__builtin_sub_overflow(a[i - 1].t, a[i - 2].t, &pd) || __builtin_sub_overflow(d, pd, &dod)))
             appendable = false;
     }
     if (appendable && n > 0 && n <= 65535) {

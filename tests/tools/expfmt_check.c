@@ -32,8 +32,7 @@ int main(int argc, char **argv)
     char err[1024];
     int rc = strcmp(fmt, "proto") == 0
                  ? expfmt_parse_proto((const uint8_t *)body, len, NULL, a, &r, err, sizeof(err))
-                 : expfmt_parse_text(body, len, strcmp(fmt, "openmetrics") == 0, NULL, a, &r, err,
-                                     sizeof(err));
+                 : expfmt_parse_text(body, len, strcmp(fmt, "openmetrics") == 0, NULL, a, &r, err, sizeof(err));
     if (rc) {
         printf("ERR %s\n", err);
         arena_destroy(a);

@@ -58,8 +58,8 @@ static int bench(unsigned tms, uint64_t seed)
     printf("flink_gen bench: %u TaskManagers, %zu series, %.1f KiB per body\n", tms, series,
            (double)bytes / tms / 1024);
     printf("text parse: %.2f M samples/s, %.1f MB/s, %.1f us per body (%zu rounds, %.2f s, includes memcpy)\n",
-           (double)samples / t / 1e6, (double)bytes * (double)rounds / t / 1e6,
-           t / ((double)rounds * tms) * 1e6, rounds, t);
+           (double)samples / t / 1e6, (double)bytes * (double)rounds / t / 1e6, t / ((double)rounds * tms) * 1e6,
+           rounds, t);
     free(work);
     arena_destroy(a);
     for (unsigned i = 0; i < tms; i++)

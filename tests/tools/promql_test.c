@@ -16,7 +16,10 @@
 
 #include "internal/promql/testscript.h"
 
-static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int run_one(const char *path, int quiet, promql_script_stats_t *total, int *bad_files)
 {

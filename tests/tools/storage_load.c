@@ -51,7 +51,7 @@ static int64_t wall_ms(void)
 }
 
 static const char *metric_names[] = {
-    "flink_taskmanager_job_task_numRecordsIn",       "flink_taskmanager_job_task_numRecordsOut",
+    "flink_taskmanager_job_task_numRecordsIn",        "flink_taskmanager_job_task_numRecordsOut",
     "flink_taskmanager_job_task_numBytesInPerSecond", "flink_taskmanager_job_task_busyTimeMsPerSecond",
     "flink_taskmanager_Status_JVM_Memory_Heap_Used",
 };
@@ -192,14 +192,14 @@ static int verify(const char *dir, uint32_t nseries, int64_t acked, bool allow_p
             prefix_missing += (uint64_t)((ss[i].first_t - first) / 1000);
     }
     printf("verify series=%u absent=%" PRIu64 " samples=%" PRIu64 " first_t=%" PRId64 " max_first_t=%" PRId64
-           " min_last_t=%" PRId64 " max_last_t=%" PRId64 " acked=%" PRId64 " missing=%" PRIu64
-           " tail_missing=%" PRIu64 " prefix_missing=%" PRIu64 " wrong=%" PRIu64 " gaps=%" PRIu64 "\n",
+           " min_last_t=%" PRId64 " max_last_t=%" PRId64 " acked=%" PRId64 " missing=%" PRIu64 " tail_missing=%" PRIu64
+           " prefix_missing=%" PRIu64 " wrong=%" PRIu64 " gaps=%" PRIu64 "\n",
            nseries, absent, samples, first == INT64_MAX ? 0 : first, max_first == INT64_MIN ? 0 : max_first,
            min_last == INT64_MAX ? 0 : min_last, max_last == INT64_MIN ? 0 : max_last, acked, missing, tail_missing,
            prefix_missing, wrong, gaps);
     fflush(stdout);
-    bool bad = rc != 0 || wrong > 0 || tail_missing > 0 || (acked > 0 && absent > 0) ||
-               (!allow_gaps && missing > 0) || (!allow_prefix && prefix_missing > 0);
+    bool bad = rc != 0 || wrong > 0 || tail_missing > 0 || (acked > 0 && absent > 0) || (!allow_gaps && missing > 0) ||
+               (!allow_prefix && prefix_missing > 0);
     free(ss);
     storage_close(st);
     return bad ? 1 : 0;

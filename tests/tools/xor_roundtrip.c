@@ -64,8 +64,8 @@ static int roundtrip(const uint8_t *bytes, size_t len, size_t lineno)
     fclose(lf);
     int rc = 0;
     if (it.err != 0) {
-        fprintf(stderr, "xor_roundtrip: line %zu: chunk does not decode (%u of %u samples read)\n",
-                lineno, n, (unsigned)it.num);
+        fprintf(stderr, "xor_roundtrip: line %zu: chunk does not decode (%u of %u samples read)\n", lineno, n,
+                (unsigned)it.num);
         rc = 1;
     } else {
         size_t outlen;

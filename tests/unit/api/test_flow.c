@@ -16,7 +16,10 @@
 
 #define T0 1700000000LL /* seconds */
 static int64_t now_ms = (T0 + 60) * 1000;
-static int64_t clock_fn(void) { return now_ms; }
+static int64_t clock_fn(void)
+{
+    return now_ms;
+}
 
 static storage_t *open_store(void)
 {

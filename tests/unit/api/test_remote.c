@@ -235,9 +235,9 @@ static void test_validation(void **state)
     (void)state;
     char err[512];
     /* series {__name__="m", a="1", a="2"} */
-    static const uint8_t dup[] = {0x0a, 0x1f, 0x0a, 0x0d, 0x0a, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_', '_', 0x12, 0x01,
-                                  'm', 0x0a, 0x06, 0x0a, 0x01, 'a', 0x12, 0x01, '1', 0x0a, 0x06, 0x0a, 0x01, 'a', 0x12,
-                                  0x01, '2'};
+    static const uint8_t dup[] = {0x0a, 0x1f, 0x0a, 0x0d, 0x0a, 0x08, '_',  '_',  'n',  'a',  'm',
+                                  'e',  '_',  '_',  0x12, 0x01, 'm',  0x0a, 0x06, 0x0a, 0x01, 'a',
+                                  0x12, 0x01, '1',  0x0a, 0x06, 0x0a, 0x01, 'a',  0x12, 0x01, '2'};
     assert_int_equal(decode_str(dup, sizeof(dup), err, sizeof(err)), REMOTE_ERR_INVALID);
     assert_non_null(strstr(err, "duplicate label name \"a\""));
     /* {a="1"}: no __name__ */
@@ -245,8 +245,8 @@ static void test_validation(void **state)
     assert_int_equal(decode_str(noname, sizeof(noname), err, sizeof(err)), REMOTE_ERR_INVALID);
     assert_non_null(strstr(err, "no __name__"));
     /* {__name__="m"} with an empty-valued label b */
-    static const uint8_t empty[] = {0x0a, 0x14, 0x0a, 0x0d, 0x0a, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_', '_', 0x12,
-                                    0x01, 'm', 0x0a, 0x03, 0x0a, 0x01, 'b'};
+    static const uint8_t empty[] = {0x0a, 0x14, 0x0a, 0x0d, 0x0a, 0x08, '_',  '_',  'n',  'a',  'm',
+                                    'e',  '_',  '_',  0x12, 0x01, 'm',  0x0a, 0x03, 0x0a, 0x01, 'b'};
     assert_int_equal(decode_str(empty, sizeof(empty), err, sizeof(err)), REMOTE_ERR_INVALID);
     assert_non_null(strstr(err, "empty value for label \"b\""));
     /* four samples with a limit of 3 */

@@ -112,13 +112,16 @@ static void close_worker(void *ud, int worker)
     atomic_fetch_add(&closers_run, 1);
 }
 
-static void on_shutdown(void *ud) { api_sse_close_workers(ud, close_worker, streams); }
+static void on_shutdown(void *ud)
+{
+    api_sse_close_workers(ud, close_worker, streams);
+}
 
 static int connect_to(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     return fd;
 }
@@ -162,8 +165,12 @@ static int open_stream(int port, const char *target, const char *extra_headers, 
 static void test_stream_framing_resume_and_shutdown(void **state)
 {
     (void)state;
-    api_server_options_t o = {.listen_address = "127.0.0.1:0", .workers = WORKERS, .max_connections = 64,
-                              .max_body_bytes = 1 << 20, .max_header_bytes = 16 << 10, .read_timeout_ms = 10000};
+    api_server_options_t o = {.listen_address = "127.0.0.1:0",
+                              .workers = WORKERS,
+                              .max_connections = 64,
+                              .max_body_bytes = 1 << 20,
+                              .max_header_bytes = 16 << 10,
+                              .read_timeout_ms = 10000};
     char err[256];
     api_server_t *srv = api_server_create(&o, err, sizeof(err));
     assert_non_null(srv);

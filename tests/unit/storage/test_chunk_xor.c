@@ -110,8 +110,8 @@ static void test_hand_vector(void **state)
  */
 static void test_hand_vector_negative_and_window(void **state)
 {
-    static const uint8_t want[] = {0x00, 0x03, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-                                   0x00, 0x01, 0xc2, 0x0d, 0xb0, 0x18};
+    static const uint8_t want[] = {0x00, 0x03, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                   0x00, 0x00, 0x00, 0x01, 0xc2, 0x0d, 0xb0, 0x18};
     const sample_t s[] = {{-1, to_bits(0.0)}, {0, to_bits(2.0)}, {1, to_bits(3.0)}};
     chunk_xor_appender_t a;
     size_t len;
@@ -221,9 +221,9 @@ static void test_dod_buckets(void **state)
 static void test_timestamp_jumps(void **state)
 {
     /* Irregular gaps that cross every bucket in both directions, plus extreme timestamps. */
-    const int64_t gaps[] = {15000, 15000, 15001, 14999, 30000, 1,      9000,  100000,
-                            1,     600000, 1,   3600000, 1, 86400000LL * 365, 1, 2, 4,
-                            70000, 5000,  500000, 1,     65537, 1, 8193, 1, 524289};
+    const int64_t gaps[] = {
+        15000, 15000, 15001, 14999, 30000, 1,      9000, 100000, 1, 600000, 1, 3600000, 1, 86400000LL * 365,
+        1,     2,     4,     70000, 5000,  500000, 1,    65537,  1, 8193,   1, 524289};
     sample_t s[64];
     size_t n = 0;
     int64_t t = -5000; /* negative first timestamp exercises zigzag */
@@ -235,8 +235,7 @@ static void test_timestamp_jumps(void **state)
     }
     round_trip(s, n);
 
-    const sample_t extreme[] = {
-        {INT64_MIN + 1, 0}, {-1, 1}, {INT64_MAX - 10, 2}, {INT64_MAX, 3}};
+    const sample_t extreme[] = {{INT64_MIN + 1, 0}, {-1, 1}, {INT64_MAX - 10, 2}, {INT64_MAX, 3}};
     round_trip(extreme, 4);
     const sample_t big_first[] = {{INT64_MAX, to_bits(1.0)}};
     round_trip(big_first, 1);
@@ -264,10 +263,13 @@ static void test_full_chunk_constant_and_random(void **state)
             }
             uint64_t vb;
             switch ((r >> 8) % 5) {
-            case 0: vb = rng_next(); break;                /* any bit pattern, NaNs included */
-            case 1: counter += (double)(r >> 50); vb = to_bits(counter); break;
+            case 0: vb = rng_next(); break; /* any bit pattern, NaNs included */
+            case 1:
+                counter += (double)(r >> 50);
+                vb = to_bits(counter);
+                break;
             case 2: vb = to_bits((double)((r >> 16) % 1000) / 10.0); break;
-            case 3: vb = i ? s[i - 1].vbits : 0; break;    /* repeat */
+            case 3: vb = i ? s[i - 1].vbits : 0; break; /* repeat */
             default: vb = to_bits(sin((double)i) * 1e6); break;
             }
             s[i] = (sample_t){t, vb};
@@ -392,8 +394,26 @@ static void test_malformed_specific(void **state)
     assert_int_equal(err, 0);
 
     /* Sample 1 with a window of lz 31 + 40 significant bits (> 64). */
-    uint8_t win[] = {0, 2, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x01,
-                     /* 1 1 11111 101000 ... */ 0xff, 0xd0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    uint8_t win[] = {0,
+                     2,
+                     0x00,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0,
+                     0x01,
+                     /* 1 1 11111 101000 ... */ 0xff,
+                     0xd0,
+                     0xff,
+                     0xff,
+                     0xff,
+                     0xff,
+                     0xff,
+                     0xff};
     assert_int_equal(drain(win, sizeof(win), &err), 1);
     assert_int_equal(err, -1);
 

@@ -31,10 +31,10 @@ static storage_t *store;
 static atomic_bool done;
 static atomic_ulong reads;
 static atomic_int failed_line; /* cmocka asserts must not run off the main thread */
-#define CHECK(c) \
-    do { \
-        if (!(c)) \
-            atomic_store(&failed_line, __LINE__); \
+#define CHECK(c)                                                                                                       \
+    do {                                                                                                               \
+        if (!(c))                                                                                                      \
+            atomic_store(&failed_line, __LINE__);                                                                      \
     } while (0)
 
 static void *appender(void *arg)

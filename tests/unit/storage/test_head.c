@@ -439,9 +439,9 @@ static void test_many_series_chains(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_second_and_ooo), cmocka_unit_test(test_stale_and_special_values),
-        cmocka_unit_test(test_chunk_cutting),       cmocka_unit_test(test_expiry),
-        cmocka_unit_test(test_querier_select),      cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_same_second_and_ooo),     cmocka_unit_test(test_stale_and_special_values),
+        cmocka_unit_test(test_chunk_cutting),           cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_querier_select),          cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_hard_samples_round_trip), cmocka_unit_test(test_many_series_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

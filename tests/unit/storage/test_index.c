@@ -74,8 +74,7 @@ static const char *sel(index_t *ix, int n, ...)
             }
     out[0] = 0;
     for (size_t i = 0; i < k; i++)
-        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%llu", i ? "," : "",
-                 (unsigned long long)ids[i]);
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), "%s%llu", i ? "," : "", (unsigned long long)ids[i]);
     index_refs_free(&refs);
     for (int i = 0; i < n; i++)
         matcher_free(ms[i]);
@@ -89,8 +88,8 @@ static index_t *fixture(arena_t *a)
     add(ix, a, "__name__=up,job=a,instance=1", 1);
     add(ix, a, "__name__=up,job=a,instance=2", 2);
     add(ix, a, "__name__=up,job=b,instance=1", 3);
-    add(ix, a, "__name__=up,instance=3", 4);              /* no job */
-    add(ix, a, "__name__=cpu,job=a,instance=1,env=", 5);  /* empty value never stored as such */
+    add(ix, a, "__name__=up,instance=3", 4);             /* no job */
+    add(ix, a, "__name__=cpu,job=a,instance=1,env=", 5); /* empty value never stored as such */
     add(ix, a, "__name__=cpu,job=foobar", 6);
     return ix;
 }
@@ -156,9 +155,8 @@ static void test_select_semantics(void **state)
     /* empty value label is the same as absent */
     assert_string_equal(sel(ix, 2, MATCHER_EQ, "__name__", "cpu", MATCHER_EQ, "env", ""), "5,6");
     assert_string_equal(sel(ix, 0), "1,2,3,4,5,6");
-    assert_string_equal(sel(ix, 3, MATCHER_RE, "__name__", "up|cpu", MATCHER_EQ, "instance", "1",
-                            MATCHER_NEQ, "job", "b"),
-                        "1,5");
+    assert_string_equal(
+        sel(ix, 3, MATCHER_RE, "__name__", "up|cpu", MATCHER_EQ, "instance", "1", MATCHER_NEQ, "job", "b"), "1,5");
     index_free(ix, NULL, NULL);
     arena_destroy(a);
 }

@@ -33,7 +33,7 @@ static void test_iter_clipping(void **state)
         int64_t first, last;
     } cases[] = {
         {INT64_MIN, INT64_MAX, 20, 0, 29000}, {5000, 25000, 11, 5000, 25000}, {9500, 19999, 0, 0, 0},
-        {9000, 20000, 2, 9000, 20000},         {30000, 40000, 0, 0, 0},        {-5000, 0, 1, 0, 0},
+        {9000, 20000, 2, 9000, 20000},        {30000, 40000, 0, 0, 0},        {-5000, 0, 1, 0, 0},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         querier_iter_t it;
@@ -152,9 +152,11 @@ static void test_memory_per_series(void **state)
     head_get_stats(h, &st);
     double per_sample = (double)(st.chunk_bytes) / ((double)SERIES * SAMPLES);
     double per_series = (double)st.memory_bytes / SERIES;
-    fprintf(stderr, "head memory: %.2f bytes/sample in chunks (encoded %llu, slab %llu), %.0f bytes/series total, %llu chunks\n",
-            per_sample, (unsigned long long)st.chunk_bytes, (unsigned long long)st.slab_bytes, per_series,
-            (unsigned long long)st.chunks);
+    fprintf(
+        stderr,
+        "head memory: %.2f bytes/sample in chunks (encoded %llu, slab %llu), %.0f bytes/series total, %llu chunks\n",
+        per_sample, (unsigned long long)st.chunk_bytes, (unsigned long long)st.slab_bytes, per_series,
+        (unsigned long long)st.chunks);
     assert_true(per_sample < 8);
     assert_true(per_series < 8192);
     head_free(h);

@@ -228,12 +228,30 @@ static size_t check_stitched(int k, const got_t *g, int64_t res, double (*pick)(
     return nsynth;
 }
 
-static double pick_max(const dagg_t *d) { return d->max; }
-static double pick_min(const dagg_t *d) { return d->min; }
-static double pick_sum(const dagg_t *d) { return d->sum; }
-static double pick_count(const dagg_t *d) { return (double)d->count; }
-static double pick_last(const dagg_t *d) { return d->last; }
-static double pick_mean(const dagg_t *d) { return d->sum / (double)d->count; }
+static double pick_max(const dagg_t *d)
+{
+    return d->max;
+}
+static double pick_min(const dagg_t *d)
+{
+    return d->min;
+}
+static double pick_sum(const dagg_t *d)
+{
+    return d->sum;
+}
+static double pick_count(const dagg_t *d)
+{
+    return (double)d->count;
+}
+static double pick_last(const dagg_t *d)
+{
+    return d->last;
+}
+static double pick_mean(const dagg_t *d)
+{
+    return d->sum / (double)d->count;
+}
 
 /* ---- tests ---------------------------------------------------------------------------------- */
 
@@ -282,12 +300,12 @@ static void test_history_aggregates(void **state)
     struct {
         const char *func;
         double (*pick)(const dagg_t *);
-    } cases[] = {{"max_over_time", pick_max}, {"min_over_time", pick_min}, {"sum_over_time", pick_sum},
+    } cases[] = {{"max_over_time", pick_max},     {"min_over_time", pick_min},  {"sum_over_time", pick_sum},
                  {"count_over_time", pick_count}, {"avg_over_time", pick_mean}, {NULL, pick_last},
                  {"last_over_time", pick_last}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        querier_hints_t h = {.start_ms = mint, .end_ms = maxt, .step_ms = 15000, .range_ms = 5 * MIN_MS,
-                             .func = cases[c].func};
+        querier_hints_t h = {
+            .start_ms = mint, .end_ms = maxt, .step_ms = 15000, .range_ms = 5 * MIN_MS, .func = cases[c].func};
         got_t g;
         query_name(S_GAUGE, mint, maxt, &h, &g);
         assert_int_equal(g.nseries, 1);
@@ -332,7 +350,7 @@ static void test_history_counter(void **state)
     for (size_t j = 1; j < ref[S_COUNTER].n; j++)
         if (ref[S_COUNTER].t[j] >= from)
             want_inc += ref[S_COUNTER].v[j] >= ref[S_COUNTER].v[j - 1] ? ref[S_COUNTER].v[j] - ref[S_COUNTER].v[j - 1]
-                                                                      : ref[S_COUNTER].v[j];
+                                                                       : ref[S_COUNTER].v[j];
     assert_true(fabs(got_inc - want_inc) < 1e-6);
 }
 
@@ -419,9 +437,8 @@ static void test_label_names_values_time_range(void **state)
     size_t n;
     char err[128];
     /* recent: only the live series */
-    assert_int_equal(querier_label_values(q, "__name__", NULL, 0, fake_now - 10 * MIN_MS, fake_now, a, &v, &n, err,
-                                          sizeof(err)),
-                     0);
+    assert_int_equal(
+        querier_label_values(q, "__name__", NULL, 0, fake_now - 10 * MIN_MS, fake_now, a, &v, &n, err, sizeof(err)), 0);
     assert_int_equal(n, 2);
     assert_false(has(v, n, "c_gone"));
     assert_int_equal(querier_label_names(q, NULL, 0, fake_now - 10 * MIN_MS, fake_now, a, &v, &n, err, sizeof(err)), 0);
@@ -435,24 +452,22 @@ static void test_label_names_values_time_range(void **state)
     assert_true(has(v, n, "gone_label"));
     /* with matchers, history */
     matcher_t *m = mk(MATCHER_RE, "__name__", "c_.*");
-    assert_int_equal(querier_label_names(q, (const matcher_t *const *)&m, 1, T0, fake_now, a, &v, &n, err, sizeof(err)), 0);
+    assert_int_equal(querier_label_names(q, (const matcher_t *const *)&m, 1, T0, fake_now, a, &v, &n, err, sizeof(err)),
+                     0);
     assert_int_equal(n, 3);
     assert_true(has(v, n, "gone_label") && has(v, n, "job") && has(v, n, "__name__"));
     /* with matchers, recent: nothing */
-    assert_int_equal(
-        querier_label_values(q, "job", (const matcher_t *const *)&m, 1, fake_now - MIN_MS, fake_now, a, &v, &n, err,
-                             sizeof(err)),
-        0);
+    assert_int_equal(querier_label_values(q, "job", (const matcher_t *const *)&m, 1, fake_now - MIN_MS, fake_now, a, &v,
+                                          &n, err, sizeof(err)),
+                     0);
     assert_int_equal(n, 0);
     matcher_free(m);
     /* a range before any data, and one in the future */
-    assert_int_equal(querier_label_values(q, "__name__", NULL, 0, T0 - 2 * HOUR_MS, T0 - HOUR_MS, a, &v, &n, err,
-                                          sizeof(err)),
-                     0);
+    assert_int_equal(
+        querier_label_values(q, "__name__", NULL, 0, T0 - 2 * HOUR_MS, T0 - HOUR_MS, a, &v, &n, err, sizeof(err)), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(querier_label_names(q, NULL, 0, fake_now + HOUR_MS, fake_now + 2 * HOUR_MS, a, &v, &n, err,
-                                         sizeof(err)),
-                     0);
+    assert_int_equal(
+        querier_label_names(q, NULL, 0, fake_now + HOUR_MS, fake_now + 2 * HOUR_MS, a, &v, &n, err, sizeof(err)), 0);
     assert_int_equal(n, 0);
     arena_destroy(a);
     querier_close(q);

@@ -147,9 +147,8 @@ static void assert_same(const rollup_buckets_t *got, const rollup_buckets_t *wan
         fail_msg("%s: %zu buckets, want %zu", what, got->n, want->n);
     for (size_t i = 0; i < want->n; i++) {
         const rollup_bucket_t *g = &got->v[i], *w = &want->v[i];
-        if (g->ts != w->ts || g->count != w->count || !close_enough(g->sum, w->sum) ||
-            !close_enough(g->min, w->min) || !close_enough(g->max, w->max) || !close_enough(g->last, w->last) ||
-            !close_enough(g->increase, w->increase))
+        if (g->ts != w->ts || g->count != w->count || !close_enough(g->sum, w->sum) || !close_enough(g->min, w->min) ||
+            !close_enough(g->max, w->max) || !close_enough(g->last, w->last) || !close_enough(g->increase, w->increase))
             fail_msg("%s: bucket %zu: got ts=%lld n=%llu sum=%g min=%g max=%g last=%g inc=%g;"
                      " want ts=%lld n=%llu sum=%g min=%g max=%g last=%g inc=%g",
                      what, i, (long long)g->ts, (unsigned long long)g->count, g->sum, g->min, g->max, g->last,
@@ -174,7 +173,7 @@ static void test_parse_resolutions(void **state)
     assert_int_equal(rs.n, 1);
     assert_int_equal(rollup_parse_resolutions("", &rs, err, sizeof(err)), -1);
     assert_int_equal(rollup_parse_resolutions("1m", &rs, err, sizeof(err)), -1);
-    assert_int_equal(rollup_parse_resolutions("1h:1d,1m:15d", &rs, err, sizeof(err)), -1); /* not increasing */
+    assert_int_equal(rollup_parse_resolutions("1h:1d,1m:15d", &rs, err, sizeof(err)), -1);   /* not increasing */
     assert_int_equal(rollup_parse_resolutions("1m:15d,90s:20d", &rs, err, sizeof(err)), -1); /* not a multiple */
     assert_int_equal(rollup_parse_resolutions("1h:30m", &rs, err, sizeof(err)), -1);         /* retention < res */
     assert_int_equal(rollup_parse_resolutions("500ms:1d", &rs, err, sizeof(err)), -1);
@@ -231,7 +230,7 @@ static void test_random_against_direct(void **state)
         }
         for (int s = 0; s < NSERIES; s++) {
             if (rand() % 9 == 0)
-                continue; /* a missed push */
+                continue;                   /* a missed push */
             int64_t ts = t + rand() % 5000; /* jitter */
             double v;
             int kind = rand() % 100;
@@ -582,15 +581,9 @@ static void test_bytes_per_bucket(void **state)
                 val[s] += 1000 + rand() % 200;
                 v = val[s];
                 break;
-            case 2: /* ratio gauge with few values */
-                v = (rand() % 4) * 0.25;
-                break;
-            case 3: /* constant */
-                v = 4;
-                break;
-            default: /* noisy float (e.g. CPU load) */
-                v = (rand() % 100000) / 1000.0;
-                break;
+            case 2: /* ratio gauge with few values */ v = (rand() % 4) * 0.25; break;
+            case 3: /* constant */ v = 4; break;
+            default: /* noisy float (e.g. CPU load) */ v = (rand() % 100000) / 1000.0; break;
             }
             add(f.r, (uint64_t)s + 1, t, v);
         }
@@ -598,8 +591,8 @@ static void test_bytes_per_bucket(void **state)
             assert_int_equal(rollup_flush(f.r, false), 0);
     }
     fx_close(&f);
-    int64_t blob_bytes = db_bytes(f.dir, "rollup_blob") + db_bytes(f.dir, "rollup_blob_key") +
-                         db_bytes(f.dir, "rollup_blob_start");
+    int64_t blob_bytes =
+        db_bytes(f.dir, "rollup_blob") + db_bytes(f.dir, "rollup_blob_key") + db_bytes(f.dir, "rollup_blob_start");
     int64_t plain_bytes = db_bytes(f.dir, "rollup_plain");
     /* Every 1m bucket but the open last one is in blobs; every 1h one but the open last one in rows. */
     double nb1m = (double)NSERIES * (1440 - 1), nb1h = (double)NSERIES * (24 - 1);
@@ -685,11 +678,16 @@ static void test_threaded(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_resolutions),     cmocka_unit_test(test_pick_resolution),
-        cmocka_unit_test(test_counter_reset_stale_nan), cmocka_unit_test(test_late_sample_merges),
-        cmocka_unit_test(test_random_against_direct), cmocka_unit_test(test_retention),
-        cmocka_unit_test(test_view),                  cmocka_unit_test(test_bytes_per_bucket),
-        cmocka_unit_test(test_threaded), cmocka_unit_test(test_same_second_replace),
+        cmocka_unit_test(test_parse_resolutions),
+        cmocka_unit_test(test_pick_resolution),
+        cmocka_unit_test(test_counter_reset_stale_nan),
+        cmocka_unit_test(test_late_sample_merges),
+        cmocka_unit_test(test_random_against_direct),
+        cmocka_unit_test(test_retention),
+        cmocka_unit_test(test_view),
+        cmocka_unit_test(test_bytes_per_bucket),
+        cmocka_unit_test(test_threaded),
+        cmocka_unit_test(test_same_second_replace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

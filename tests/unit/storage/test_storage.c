@@ -453,7 +453,8 @@ static void test_state_clients(void **state)
         storage_t *c = open_toy(path, &tc);
         char e[128];
         uint8_t d1[2] = {5, 50};
-        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK || storage_log_state(c, 7, d1, 2, e, sizeof(e)) != STORAGE_OK)
+        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK ||
+            storage_log_state(c, 7, d1, 2, e, sizeof(e)) != STORAGE_OK)
             _exit(1);
         _exit(0);
     }
@@ -502,10 +503,8 @@ static void test_shared_label_arrays(void **state)
     label_t a[] = {{"job", "r"}, {"__name__", "shared"}}; /* unsorted on purpose */
     label_t b[] = {{"__name__", "other"}};
     storage_sample_t batch[] = {
-        {.labels = {a, 2}, .t = t0, .v = 1},
-        {.labels = {a, 2}, .t = t0 + 1000, .v = 2},
-        {.labels = {a, 2}, .t = t0 + 2000, .v = 3},
-        {.labels = {b, 1}, .t = t0, .v = 9},
+        {.labels = {a, 2}, .t = t0, .v = 1},        {.labels = {a, 2}, .t = t0 + 1000, .v = 2},
+        {.labels = {a, 2}, .t = t0 + 2000, .v = 3}, {.labels = {b, 1}, .t = t0, .v = 9},
         {.labels = {a, 2}, .t = t0 + 3000, .v = 4}, /* same series again after another */
     };
     storage_append_result_t r;

@@ -66,7 +66,10 @@ static off_t file_size(const char *p)
     return sb.st_size;
 }
 
-static bool file_exists(const char *p) { return file_size(p) >= 0; }
+static bool file_exists(const char *p)
+{
+    return file_size(p) >= 0;
+}
 
 static size_t count_files(const char *dir, const char *suffix)
 {
@@ -246,7 +249,10 @@ static void log_record(wal_t *w, int k)
 }
 
 /* Number of replay events record k produces. */
-static size_t record_events(int k) { return k % 3 == 1 ? 3 : 1; }
+static size_t record_events(int k)
+{
+    return k % 3 == 1 ? 3 : 1;
+}
 
 /* Checks that e holds exactly records [0, n) of the workload. */
 static void check_records(const evs_t *e, int n)
@@ -295,8 +301,8 @@ static void test_roundtrip(void **state)
 
     label_t l1[] = {{"__name__", "up"}, {"instance", "tm-1:9249"}, {"job", ""}};
     label_t l2[] = {{"__name__", "x"}};
-    wal_series_t ss[] = {{.id = 7, .labels = {l1, 3}}, {.id = UINT64_MAX, .labels = {l2, 1}},
-                         {.id = 0, .labels = {NULL, 0}}};
+    wal_series_t ss[] = {
+        {.id = 7, .labels = {l1, 3}}, {.id = UINT64_MAX, .labels = {l2, 1}}, {.id = 0, .labels = {NULL, 0}}};
     assert_int_equal(wal_log_series(w, ss, 3, err, sizeof err), 0);
 
     uint64_t stale_bits = 0x7ff0000000000002ull;
@@ -304,7 +310,7 @@ static void test_roundtrip(void **state)
     memcpy(&stale, &stale_bits, 8);
     wal_sample_t s[] = {
         {7, 1700000000000, 1.5},  {UINT64_MAX, 1700000000000, stale}, {0, -5, -0.0},
-        {7, INT64_MAX, INFINITY}, {1, INT64_MIN, -INFINITY},           {2, 0, 4.9e-324},
+        {7, INT64_MAX, INFINITY}, {1, INT64_MIN, -INFINITY},          {2, 0, 4.9e-324},
     };
     assert_int_equal(wal_log_samples(w, s, 6, err, sizeof err), 0);
     assert_int_equal(wal_log_blob(w, 9, "", 0, err, sizeof err), 0);
@@ -468,8 +474,14 @@ static void run_concurrent(wal_fsync_mode_t mode)
     free(dir);
 }
 
-static void test_concurrent_interval(void **state) { run_concurrent(WAL_FSYNC_INTERVAL); }
-static void test_concurrent_always(void **state) { run_concurrent(WAL_FSYNC_ALWAYS); }
+static void test_concurrent_interval(void **state)
+{
+    run_concurrent(WAL_FSYNC_INTERVAL);
+}
+static void test_concurrent_always(void **state)
+{
+    run_concurrent(WAL_FSYNC_ALWAYS);
+}
 
 /* ---- fsync modes ----------------------------------------------------------------------------- */
 
@@ -798,8 +810,7 @@ static void test_corrupt_middle_segment(void **state)
 }
 
 /* Appends a raw record (header + payload, correct CRC unless told) to a segment file. */
-static void append_raw(const char *path, uint8_t type, uint32_t len_field, const void *payload,
-                       size_t plen)
+static void append_raw(const char *path, uint8_t type, uint32_t len_field, const void *payload, size_t plen)
 {
     uint8_t h[12] = {type, 0, 0, 0};
     for (int i = 0; i < 4; i++)
@@ -1086,20 +1097,13 @@ static void test_cut_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_concurrent_interval),
-        cmocka_unit_test(test_concurrent_always),
-        cmocka_unit_test(test_fsync_always),
-        cmocka_unit_test(test_fsync_interval),
-        cmocka_unit_test(test_segment_roll),
-        cmocka_unit_test(test_cut_truncate),
-        cmocka_unit_test(test_torn_tail),
-        cmocka_unit_test(test_flipped_bit),
-        cmocka_unit_test(test_corrupt_middle_segment),
-        cmocka_unit_test(test_garbage_length),
-        cmocka_unit_test(test_limits_and_abort),
-        cmocka_unit_test(test_write_error),
-        cmocka_unit_test(test_write_error_repair),
+        cmocka_unit_test(test_roundtrip),         cmocka_unit_test(test_concurrent_interval),
+        cmocka_unit_test(test_concurrent_always), cmocka_unit_test(test_fsync_always),
+        cmocka_unit_test(test_fsync_interval),    cmocka_unit_test(test_segment_roll),
+        cmocka_unit_test(test_cut_truncate),      cmocka_unit_test(test_torn_tail),
+        cmocka_unit_test(test_flipped_bit),       cmocka_unit_test(test_corrupt_middle_segment),
+        cmocka_unit_test(test_garbage_length),    cmocka_unit_test(test_limits_and_abort),
+        cmocka_unit_test(test_write_error),       cmocka_unit_test(test_write_error_repair),
         cmocka_unit_test(test_cut_failure),
     };
     log_set_level(LOG_ERROR); /* the damage tests log warnings on purpose */

@@ -103,9 +103,9 @@ static void test_malformed_payloads_deliver_nothing(void **state)
     wal_record_decoder_t d;
     wal_record_decoder_init(&d);
     got_t g = {0};
-    static const uint8_t past_end[] = {1, 0, 0, 0, 5, 1, 3, 'a', 'b'}; /* label name runs past the end */
-    static const uint8_t nul[] = {1, 0, 0, 0, 5, 1, 1, 0, 1, 'v'};   /* a NUL in a label name */
-    static const uint8_t extra[] = {1, 0, 0, 0, 5, 1, 1, 'n', 1, 'v', 9}; /* a byte left over */
+    static const uint8_t past_end[] = {1, 0, 0, 0, 5, 1, 3, 'a', 'b'};      /* label name runs past the end */
+    static const uint8_t nul[] = {1, 0, 0, 0, 5, 1, 1, 0, 1, 'v'};          /* a NUL in a label name */
+    static const uint8_t extra[] = {1, 0, 0, 0, 5, 1, 1, 'n', 1, 'v', 9};   /* a byte left over */
     static const uint8_t two_of_one[] = {2, 0, 0, 0, 5, 1, 1, 'n', 1, 'v'}; /* second series missing */
     assert_int_equal(wal_record_decode_series(&d, past_end, sizeof past_end, on_series, &g), WAL_ERR_CORRUPT);
     assert_int_equal(wal_record_decode_series(&d, nul, sizeof nul, on_series, &g), WAL_ERR_CORRUPT);
@@ -113,8 +113,8 @@ static void test_malformed_payloads_deliver_nothing(void **state)
     assert_int_equal(wal_record_decode_series(&d, two_of_one, sizeof two_of_one, on_series, &g), WAL_ERR_CORRUPT);
     static const uint8_t cut[] = {1, 0, 0, 0, 5, 2, 0, 0, 0, 0, 0, 0}; /* value cut short */
     static const uint8_t none[] = {0, 0, 0, 0};
-    static const uint8_t overlong[] = {1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
-                                       0, 0, 0, 0, 0, 0, 0, 0, 0}; /* id past 64 bits */
+    static const uint8_t overlong[] = {1,    0,    0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                       0xff, 0x02, 0, 0, 0,    0,    0,    0,    0,    0,    0}; /* id past 64 bits */
     assert_int_equal(wal_record_decode_samples(&d, cut, sizeof cut, on_samples, &g), WAL_ERR_CORRUPT);
     assert_int_equal(wal_record_decode_samples(&d, none, sizeof none, on_samples, &g), WAL_ERR_CORRUPT);
     assert_int_equal(wal_record_decode_samples(&d, overlong, sizeof overlong, on_samples, &g), WAL_ERR_CORRUPT);

@@ -107,11 +107,11 @@ static void test_config_file_layers(void **state)
 static void test_config_file_errors(void **state)
 {
     static const char *const bad[] = {
-        "nope: 1\n",                 /* unknown setting */
+        "nope: 1\n",                     /* unknown setting */
         "web:\n  listen-address: [a]\n", /* not a scalar */
-        "retention.raw: forever\n",  /* bad value */
-        "- a\n- b\n",                /* not a mapping */
-        "web: {\n",                  /* YAML syntax */
+        "retention.raw: forever\n",      /* bad value */
+        "- a\n- b\n",                    /* not a mapping */
+        "web: {\n",                      /* YAML syntax */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *path = write_tmp(bad[i]);

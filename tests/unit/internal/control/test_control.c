@@ -83,7 +83,8 @@ static void test_parse_bad_names_the_field(void **state)
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":", "body", "JSON");
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"running\",\"colour\":1}", "colour", "unknown field");
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"rate_limited\"}", "rate_limit_per_second", "required");
-    expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"rate_limited\",\"rate_limit_per_second\":0}", "rate_limit_per_second", NULL);
+    expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"rate_limited\",\"rate_limit_per_second\":0}", "rate_limit_per_second",
+               NULL);
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"paused\",\"rate_limit_per_second\":5}", "rate_limit_per_second", "only");
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"paused\",\"drain\":[]}", "drain", "only");
     expect_bad(CONTROL_REQ_PUT, "{\"mode\":\"paused\",\"expires_at\":\"2030-01-01\"}", "expires_at", "read-only");

@@ -37,8 +37,8 @@ static control_event_t *change(control_store_t *st, const char *job, control_req
 {
     control_change_t chg;
     char reason[CONTROL_MAX_REASON_LEN + 1], field[64], err[256];
-    assert_int_equal(control_change_parse(kind, body, strlen(body), &chg, reason, field, sizeof(field), err, sizeof(err)),
-                     0);
+    assert_int_equal(
+        control_change_parse(kind, body, strlen(body), &chg, reason, field, sizeof(field), err, sizeof(err)), 0);
     control_event_t *ev = NULL;
     int rc = control_store_apply(st, job, &chg, now, "tester", &ev, err, sizeof(err));
     control_spec_free(&chg.spec);
@@ -223,8 +223,9 @@ static void *other_writer(void *arg)
     sqlite3 *db;
     o->rc = sqlite3_open(o->path, &db);
     if (o->rc == SQLITE_OK)
-        o->rc = sqlite3_exec(db, "CREATE TABLE IF NOT EXISTS rollup_x(a); BEGIN IMMEDIATE; INSERT INTO rollup_x VALUES(1);",
-                             NULL, NULL, NULL);
+        o->rc =
+            sqlite3_exec(db, "CREATE TABLE IF NOT EXISTS rollup_x(a); BEGIN IMMEDIATE; INSERT INTO rollup_x VALUES(1);",
+                         NULL, NULL, NULL);
     pthread_mutex_lock(&o->mu);
     o->locked = true;
     pthread_cond_signal(&o->cv);

@@ -83,7 +83,8 @@ static size_t build_body(uint8_t *body, size_t cap)
     g.n_metric = 2, g.metric = ms;
     put(body, cap, &off, &g);
 
-    Io__Prometheus__Client__Quantile q1 = IO__PROMETHEUS__CLIENT__QUANTILE__INIT, q2 = IO__PROMETHEUS__CLIENT__QUANTILE__INIT;
+    Io__Prometheus__Client__Quantile q1 = IO__PROMETHEUS__CLIENT__QUANTILE__INIT,
+                                     q2 = IO__PROMETHEUS__CLIENT__QUANTILE__INIT;
     q1.has_quantile = 1, q1.quantile = 0.5, q1.has_value = 1, q1.value = 10;
     q2.has_quantile = 1, q2.quantile = 0.999, q2.has_value = 1, q2.value = 20;
     Io__Prometheus__Client__Quantile *qs[] = {&q1, &q2};
@@ -165,8 +166,8 @@ static void test_empty_and_replace(void **state)
     size_t n = build_body(body, sizeof(body));
     size_t n2 = build_body(body + n, sizeof(body) - n);
     /* hand-made record: temp as untyped with one metric */
-    static const uint8_t rec[] = {0x0a, 0x04, 't', 'e', 'm', 'p', 0x18, 0x03, 0x22, 0x0b, 0x2a, 0x09,
-                                  0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
+    static const uint8_t rec[] = {0x0a, 0x04, 't', 'e', 'm', 'p', 0x18, 0x03, 0x22, 0x0b, 0x2a,
+                                  0x09, 0x09, 0,   0,   0,   0,   0,    0,    0xf0, 0x3f};
     size_t n3 = expfmt_proto_put_delimited(body + n + n2, sizeof(body) - n - n2, rec, sizeof(rec));
     assert_int_equal(parse(body, n + n2 + n3, &r), 0);
     assert_int_equal(r.nfamilies, 3);
@@ -198,8 +199,8 @@ static void test_truncation(void **state)
     /* a length with no record after it */
     assert_int_equal(parse((const uint8_t *)"\x05", 1, &r), EXPFMT_EPARSE);
     /* a length beyond the body */
-    static const uint8_t longer[] = {0x13, 0x0a, 0x01, 0x61, 0x18, 0x01, 0x22, 0x0b, 0x12, 0x09, 0x09,
-                                     0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
+    static const uint8_t longer[] = {0x13, 0x0a, 0x01, 0x61, 0x18, 0x01, 0x22, 0x0b, 0x12, 0x09,
+                                     0x09, 0,    0,    0,    0,    0,    0,    0xf0, 0x3f};
     assert_int_equal(parse(longer, sizeof(longer), &r), EXPFMT_EPARSE);
     assert_non_null(strstr(ERR, "unexpected EOF"));
     /* the same record with the right length parses */
@@ -336,10 +337,8 @@ static void test_fuzz(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_empty_and_replace),
-        cmocka_unit_test(test_truncation),
-        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_empty_and_replace),
+        cmocka_unit_test(test_truncation), cmocka_unit_test(test_validation),
         cmocka_unit_test(test_fuzz),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -36,8 +36,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static int parse_lim(const char *body, size_t len, bool om, const expfmt_limits_t *lim,
-                     expfmt_result_t *r)
+static int parse_lim(const char *body, size_t len, bool om, const expfmt_limits_t *lim, expfmt_result_t *r)
 {
     arena_reset(A);
     char *copy = arena_alloc(A, len + 1);
@@ -165,7 +164,9 @@ static const err_case_t pg_errors[] = {
     {"a{x=\"1\"} 1 12a\n", "text format parsing error in line 1: expected integer as timestamp, got \"12a\""},
     {"a 1 99999999999999999999\n",
      "text format parsing error in line 1: expected integer as timestamp, got \"99999999999999999999\""},
-    {"\xef\xbb\xbf" "a 1\n", "text format parsing error in line 1: invalid metric name"},
+    {"\xef\xbb\xbf"
+     "a 1\n",
+     "text format parsing error in line 1: invalid metric name"},
     {"a 1 2\\\n", "text format parsing error in line 1: expected integer as timestamp, got \"2\\\\\""},
     {"a 1 2 \\\n", "text format parsing error in line 1: spurious string after timestamp: \" \""},
     {"# TYPE a ga\\ge \n", "text format parsing error in line 1: unknown metric type \"gage \""},
@@ -257,12 +258,25 @@ static void test_values(void **state)
     static const struct {
         const char *s;
         double v;
-    } ok[] = {{"NaN", NAN},        {"nan", NAN},       {"+Inf", INFINITY}, {"-Inf", -INFINITY},
-              {"Inf", INFINITY},   {"-infinity", -INFINITY}, {"1", 1},     {"-0", -0.0},
-              {"1.5e3", 1500},     {"1e-3", 0.001},    {".5", 0.5},        {"5.", 5},
-              {"0.1", 0.1},        {"123456789012345678901234567890", 1.2345678901234568e29},
-              {"1.2345678901234567e7", 12345678.901234567}, {"4.9e-324", 4.9e-324},
-              {"1e-400", 0},       {"00012", 12},      {"1.7976931348623157e308", 1.7976931348623157e308}};
+    } ok[] = {{"NaN", NAN},
+              {"nan", NAN},
+              {"+Inf", INFINITY},
+              {"-Inf", -INFINITY},
+              {"Inf", INFINITY},
+              {"-infinity", -INFINITY},
+              {"1", 1},
+              {"-0", -0.0},
+              {"1.5e3", 1500},
+              {"1e-3", 0.001},
+              {".5", 0.5},
+              {"5.", 5},
+              {"0.1", 0.1},
+              {"123456789012345678901234567890", 1.2345678901234568e29},
+              {"1.2345678901234567e7", 12345678.901234567},
+              {"4.9e-324", 4.9e-324},
+              {"1e-400", 0},
+              {"00012", 12},
+              {"1.7976931348623157e308", 1.7976931348623157e308}};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         double v;
         if (expfmt__parse_float(ok[i].s, strlen(ok[i].s), &v) != 0)
@@ -272,9 +286,9 @@ static void test_values(void **state)
         else if (v != ok[i].v || signbit(v) != signbit(ok[i].v))
             fail_msg("%s -> %.17g, want %.17g", ok[i].s, v, ok[i].v);
     }
-    static const char *const bad[] = {"", "+", "-", ".", "e5", "1e", "1e+", "0x1p3", "0x10", "1_000",
-                                      "+nan", "-NaN", "nana", "infin", "1.2.3", "1e400", "-1e400",
-                                      " 1", "1 ", "1,5", "Inf1", "1d", "1f"};
+    static const char *const bad[] = {"",       "+",     "-",    ".",    "e5",   "1e",    "1e+",   "0x1p3",
+                                      "0x10",   "1_000", "+nan", "-NaN", "nana", "infin", "1.2.3", "1e400",
+                                      "-1e400", " 1",    "1 ",   "1,5",  "Inf1", "1d",    "1f"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         double v;
         if (expfmt__parse_float(bad[i], strlen(bad[i]), &v) == 0)
@@ -284,8 +298,7 @@ static void test_values(void **state)
     srand(7);
     for (int i = 0; i < 20000; i++) {
         char s[64];
-        int k = snprintf(s, sizeof(s), "%d.%0*de%d", rand() % 100000, rand() % 8 + 1, rand() % 1000,
-                         rand() % 40 - 20);
+        int k = snprintf(s, sizeof(s), "%d.%0*de%d", rand() % 100000, rand() % 8 + 1, rand() % 1000, rand() % 40 - 20);
         double v;
         assert_int_equal(expfmt__parse_float(s, (size_t)k, &v), 0);
         if (v != strtod(s, NULL))
@@ -366,9 +379,8 @@ static void test_invalid_utf8(void **state)
 {
     expfmt_result_t r;
     assert_int_equal(parse("a{x=\"ok \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"} 1\n", &r), 0);
-    static const char *const bad[] = {"a{x=\"\xc3\"} 1\n", "a{x=\"\xc0\xaf\"} 1\n",
-                                      "a{x=\"\xed\xa0\x80\"} 1\n", "a{x=\"\xf4\x90\x80\x80\"} 1\n",
-                                      "a{x=\"abcdefgh\x80\"} 1\n"};
+    static const char *const bad[] = {"a{x=\"\xc3\"} 1\n", "a{x=\"\xc0\xaf\"} 1\n", "a{x=\"\xed\xa0\x80\"} 1\n",
+                                      "a{x=\"\xf4\x90\x80\x80\"} 1\n", "a{x=\"abcdefgh\x80\"} 1\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(parse(bad[i], &r), EXPFMT_EPARSE);
         assert_non_null(strstr(ERR, "invalid label value"));
@@ -464,7 +476,7 @@ static void test_summary_histogram(void **state)
     assert_true(s->samples[2].value == 10.5);
     assert_string_equal(s->samples[3].name, "rpc_count");
     assert_int_equal(s->samples[3].kind, EXPFMT_KIND_COUNT);
-    assert_true(s->samples[3].value == 7); /* uint64 truncation, as the Pushgateway stores it */
+    assert_true(s->samples[3].value == 7);                      /* uint64 truncation, as the Pushgateway stores it */
     assert_true(s->samples[4].value == 18446744073709551615.0); /* uint64(-1.0) in Go on amd64 */
     const expfmt_family_t *h = &r.families[1];
     assert_int_equal(h->type, EXPFMT_HISTOGRAM);
@@ -507,7 +519,8 @@ static void test_duplicates(void **state)
     const char *ign[] = {"job"};
     assert_int_equal(expfmt_check_duplicates(&r, ign, 1, A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
     /* summary components are different series */
-    assert_int_equal(parse("# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\"0.9\"} 1\ns_sum 1\ns_count 1\n", &r), 0);
+    assert_int_equal(parse("# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\"0.9\"} 1\ns_sum 1\ns_count 1\n", &r),
+                     0);
     assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
 }
 
@@ -527,17 +540,21 @@ static void test_quote_and_content_type(void **state)
     assert_int_equal(expfmt_format_from_content_type("text/plain; version=0.0.4"), EXPFMT_FORMAT_TEXT);
     assert_int_equal(expfmt_format_from_content_type("application/openmetrics-text; version=1.0.0; charset=utf-8"),
                      EXPFMT_FORMAT_OPENMETRICS);
-    assert_int_equal(expfmt_format_from_content_type(
-                         "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"),
-                     EXPFMT_FORMAT_PROTO_DELIM);
-    assert_int_equal(expfmt_format_from_content_type(
-                         "Application/Vnd.Google.Protobuf;Encoding=\"delimited\";PROTO=io.prometheus.client.MetricFamily"),
-                     EXPFMT_FORMAT_PROTO_DELIM);
-    assert_int_equal(expfmt_format_from_content_type("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily"),
-                     EXPFMT_FORMAT_TEXT);
-    assert_int_equal(expfmt_format_from_content_type(
-                         "application/vnd.google.protobuf; proto=io.prometheus.client.metricfamily; encoding=delimited"),
-                     EXPFMT_FORMAT_TEXT);
+    assert_int_equal(
+        expfmt_format_from_content_type(
+            "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"),
+        EXPFMT_FORMAT_PROTO_DELIM);
+    assert_int_equal(
+        expfmt_format_from_content_type(
+            "Application/Vnd.Google.Protobuf;Encoding=\"delimited\";PROTO=io.prometheus.client.MetricFamily"),
+        EXPFMT_FORMAT_PROTO_DELIM);
+    assert_int_equal(
+        expfmt_format_from_content_type("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily"),
+        EXPFMT_FORMAT_TEXT);
+    assert_int_equal(
+        expfmt_format_from_content_type(
+            "application/vnd.google.protobuf; proto=io.prometheus.client.metricfamily; encoding=delimited"),
+        EXPFMT_FORMAT_TEXT);
     assert_true(expfmt_go_uint64_trunc(NAN) == 9223372036854775808.0);
     assert_true(expfmt_go_uint64_trunc(2.9) == 2);
     assert_true(expfmt_go_uint64_trunc(1e30) == 9223372036854775808.0);
@@ -697,8 +714,7 @@ static void test_fuzz(void **state)
                     n--;
                 }
                 break;
-            default: /* truncate */
-                n = pos;
+            default: /* truncate */ n = pos;
             }
         }
         expfmt_result_t r;

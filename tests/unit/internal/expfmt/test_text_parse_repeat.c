@@ -88,8 +88,7 @@ static void test_repeated_errors(void **state)
     /* limits still count repeated labels */
     expfmt_limits_t lim = {.max_labels = 2};
     char body[] = "m{a=\"1\",b=\"2\"} 1\nm{a=\"1\",b=\"2\",c=\"3\"} 2\n";
-    assert_int_equal(expfmt_parse_text(body, strlen(body), false, &lim, A, &r, ERR, sizeof(ERR)),
-                     EXPFMT_ELIMIT);
+    assert_int_equal(expfmt_parse_text(body, strlen(body), false, &lim, A, &r, ERR, sizeof(ERR)), EXPFMT_ELIMIT);
     assert_string_equal(ERR, "text format parsing error in line 2: more than 2 labels in one sample");
 }
 
@@ -99,13 +98,13 @@ static void test_repeated_values(void **state)
     expfmt_result_t r;
     arena_reset(A);
     assert_int_equal(parse("m{a=\"1\",b=\"2\"} 1\n"
-                           "m{a=\"1\",b=\"22\"} 2\n"   /* value longer */
-                           "m{a=\"1\",bb=\"2\"} 3\n"   /* name longer */
-                           "m{a = \"1\",b=\"3\"} 4\n"  /* blanks: slow path, same label */
-                           "m{a=\"1\",b=\"3\",} 5\n"   /* trailing comma */
-                           "m{a=\"1\"} 6\n"            /* fewer labels */
+                           "m{a=\"1\",b=\"22\"} 2\n"  /* value longer */
+                           "m{a=\"1\",bb=\"2\"} 3\n"  /* name longer */
+                           "m{a = \"1\",b=\"3\"} 4\n" /* blanks: slow path, same label */
+                           "m{a=\"1\",b=\"3\",} 5\n"  /* trailing comma */
+                           "m{a=\"1\"} 6\n"           /* fewer labels */
                            "m{a=\"1\",b=\"3\",c=\"\"} 7\n"
-                           "m{a=\"x\\\\y\"} 8\n"       /* escaped backslash */
+                           "m{a=\"x\\\\y\"} 8\n" /* escaped backslash */
                            "m{a=\"x\\\\y\",b=\"1\"} 9\n",
                            &r),
                      0);
@@ -230,10 +229,8 @@ static void test_flink_differential(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_repeated_errors),
-        cmocka_unit_test(test_repeated_values),
-        cmocka_unit_test(test_repeated_special),
-        cmocka_unit_test(test_repeated_names),
+        cmocka_unit_test(test_repeated_errors),    cmocka_unit_test(test_repeated_values),
+        cmocka_unit_test(test_repeated_special),   cmocka_unit_test(test_repeated_names),
         cmocka_unit_test(test_flink_differential),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -42,25 +42,25 @@ static void test_anchoring(void **state)
     assert_true(m1(MATCHER_RE, "foo", "foo"));
     assert_false(m1(MATCHER_RE, "foo", "xfoo"));
     assert_false(m1(MATCHER_RE, "foo", "foox"));
-    assert_false(m1(MATCHER_RE, "fo+", "fooo\n"));      /* $ is end of text, like Go */
+    assert_false(m1(MATCHER_RE, "fo+", "fooo\n")); /* $ is end of text, like Go */
     assert_true(m1(MATCHER_RE, "a|b", "b"));
-    assert_false(m1(MATCHER_RE, "a|b", "ab"));          /* ^(?:a|b)$, not ^a|b$ */
+    assert_false(m1(MATCHER_RE, "a|b", "ab")); /* ^(?:a|b)$, not ^a|b$ */
     assert_true(m1(MATCHER_RE, "f.o", "fxo"));
-    assert_false(m1(MATCHER_RE, "f.o", "f\no"));        /* . excludes newline */
+    assert_false(m1(MATCHER_RE, "f.o", "f\no")); /* . excludes newline */
     assert_true(m1(MATCHER_RE, "[a-c]+\\d", "abc1"));
     assert_true(m1(MATCHER_NRE, "foo", "xfoo"));
     assert_false(m1(MATCHER_NRE, "fo.*", "foo"));
     assert_true(m1(MATCHER_RE, "(?i)FOO", "foo"));
-    assert_true(m1(MATCHER_RE, "\\pL+", "héllo"));      /* UTF-8 aware */
-    assert_true(m1(MATCHER_RE, "h.llo", "héllo"));      /* . is one code point */
+    assert_true(m1(MATCHER_RE, "\\pL+", "héllo")); /* UTF-8 aware */
+    assert_true(m1(MATCHER_RE, "h.llo", "héllo")); /* . is one code point */
 }
 
 static void test_fast_paths(void **state)
 {
-    const char *vals[] = {"", "a", "b", "c", "ab", "foo", "foobar", "fo", "x\ny", "a|b", "a.b",
-                          "axb", "\n", "foo\n", "ÿ", NULL};
-    const char *res[] = {".*", ".+", "a", "a|b|c", "foo.*", "fo.*", "a\\|b", "a\\.b", "|a",
-                         "foo|foobar|", "a.b", "", "x.y", "(a|b)", "b|a|b", NULL};
+    const char *vals[] = {"",     "a",   "b",   "c",   "ab", "foo",   "foobar", "fo",
+                          "x\ny", "a|b", "a.b", "axb", "\n", "foo\n", "ÿ",      NULL};
+    const char *res[] = {".*", ".+",          "a",   "a|b|c", "foo.*", "fo.*",  "a\\|b", "a\\.b",
+                         "|a", "foo|foobar|", "a.b", "",      "x.y",   "(a|b)", "b|a|b", NULL};
     for (int i = 0; res[i]; i++)
         for (int j = 0; vals[j]; j++) {
             m1(MATCHER_RE, res[i], vals[j]);
@@ -100,10 +100,9 @@ static void test_empty_match_flags(void **state)
         const char *v;
         bool empty;
     } cases[] = {
-        {MATCHER_EQ, "", true},     {MATCHER_EQ, "a", false}, {MATCHER_NEQ, "a", true},
-        {MATCHER_NEQ, "", false},   {MATCHER_RE, ".*", true}, {MATCHER_RE, ".+", false},
-        {MATCHER_NRE, ".+", true},  {MATCHER_NRE, ".*", false}, {MATCHER_RE, "a?", true},
-        {MATCHER_RE, "a|", true},
+        {MATCHER_EQ, "", true},   {MATCHER_EQ, "a", false},  {MATCHER_NEQ, "a", true},  {MATCHER_NEQ, "", false},
+        {MATCHER_RE, ".*", true}, {MATCHER_RE, ".+", false}, {MATCHER_NRE, ".+", true}, {MATCHER_NRE, ".*", false},
+        {MATCHER_RE, "a?", true}, {MATCHER_RE, "a|", true},
     };
     char err[128];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -133,9 +132,8 @@ static void test_bad_regex(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equality),         cmocka_unit_test(test_anchoring),
-        cmocka_unit_test(test_fast_paths),       cmocka_unit_test(test_empty_match_flags),
-        cmocka_unit_test(test_bad_regex),
+        cmocka_unit_test(test_equality),          cmocka_unit_test(test_anchoring), cmocka_unit_test(test_fast_paths),
+        cmocka_unit_test(test_empty_match_flags), cmocka_unit_test(test_bad_regex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,8 +37,8 @@ typedef struct {
     pthread_t th;
     const step_t *steps;
     size_t nsteps;
-    int conns;                  /* connections accepted */
-    char *reqs[SRV_MAX_STEPS];  /* each request as received, head and body */
+    int conns;                 /* connections accepted */
+    char *reqs[SRV_MAX_STEPS]; /* each request as received, head and body */
     size_t nreqs;
 } srv_t;
 
@@ -207,7 +207,8 @@ static void test_url_parse(void **state)
     (void)state;
     httpc_url_t u;
     char err[256];
-    assert_int_equal(httpc_url_parse("http://vm.example:8480/insert/0/prometheus/api/v1/write?x=1", &u, err, sizeof(err)), 0);
+    assert_int_equal(
+        httpc_url_parse("http://vm.example:8480/insert/0/prometheus/api/v1/write?x=1", &u, err, sizeof(err)), 0);
     assert_string_equal(u.host, "vm.example");
     assert_string_equal(u.port, "8480");
     assert_string_equal(u.path, "/insert/0/prometheus/api/v1/write?x=1");
@@ -259,8 +260,8 @@ static void test_post_keeps_connection(void **state)
     httpc_response_t r;
     httpc_response_init(&r);
     char err[256];
-    assert_int_equal(httpc_post(c, "Content-Type: application/json\r\nAuthorization: Basic dTpw\r\n", "[{}]", 4,
-                                2000, 1024, &r, err, sizeof(err)),
+    assert_int_equal(httpc_post(c, "Content-Type: application/json\r\nAuthorization: Basic dTpw\r\n", "[{}]", 4, 2000,
+                                1024, &r, err, sizeof(err)),
                      0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body.data, "ok");

@@ -26,10 +26,9 @@ typedef struct {
 } suite_t;
 
 static const suite_t suites[] = {
-    {"aggregators.test", 83},  {"at_modifier.test", 33}, {"collision.test", 2},
-    {"functions.test", 207},    {"histograms.test", 38},  {"literals.test", 20},
-    {"operators.test", 94},    {"selectors.test", 31},   {"staleness.test", 14},
-    {"subquery.test", 25},     {"trig_functions.test", 19},
+    {"aggregators.test", 83}, {"at_modifier.test", 33}, {"collision.test", 2},       {"functions.test", 207},
+    {"histograms.test", 38},  {"literals.test", 20},    {"operators.test", 94},      {"selectors.test", 31},
+    {"staleness.test", 14},   {"subquery.test", 25},    {"trig_functions.test", 19},
 };
 
 enum { CONFORMANCE_SKIPPED = 77 };
@@ -77,7 +76,8 @@ int main(void)
 {
     if (conformance_find_suite() != 0) {
         printf("conformance: Prometheus 2.42's PromQL scripts not found in %s; skipped "
-               "(point PROMQL_TESTS=DIR at them)\n", suite_dir);
+               "(point PROMQL_TESTS=DIR at them)\n",
+               suite_dir);
         return CONFORMANCE_SKIPPED;
     }
     const struct CMUnitTest tests[] = {

@@ -38,7 +38,8 @@ static promql_result_t *run(promql_memstore_t *m, const char *q, int64_t start, 
     promql_ast_t *ast = promql_parse(q, err, sizeof(err));
     assert_non_null(ast);
     querier_t *qr = promql_memstore_querier(m);
-    promql_result_t *r = step ? promql_exec_range(qr, ast, start, end, step, o) : promql_exec_instant(qr, ast, start, o);
+    promql_result_t *r =
+        step ? promql_exec_range(qr, ast, start, end, step, o) : promql_exec_instant(qr, ast, start, o);
     querier_close(qr);
     promql_ast_free(ast); /* results must not point into the AST */
     return r;

@@ -244,7 +244,8 @@ static void test_pretty(void **s)
 {
     (void)s;
     char err[256];
-    const char *q = "sum by (job) (rate(http_requests_total{job=\"api-server\",handler=\"/api/v1/query\",code=~\"5..|429\"}[5m])) / "
+    const char *q = "sum by (job) "
+                    "(rate(http_requests_total{job=\"api-server\",handler=\"/api/v1/query\",code=~\"5..|429\"}[5m])) / "
                     "sum by (job) (rate(http_requests_total{job=\"api-server\"}[5m]))";
     promql_ast_t *a = promql_parse(q, err, sizeof(err));
     assert_non_null(a);
@@ -273,14 +274,10 @@ static void test_pretty(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_format_literals),
-        cmocka_unit_test(test_format_selectors),
-        cmocka_unit_test(test_format_operators),
-        cmocka_unit_test(test_format_aggregations_calls),
-        cmocka_unit_test(test_precedence_shape),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_deep_nesting_refused),
-        cmocka_unit_test(test_pretty),
+        cmocka_unit_test(test_format_literals),      cmocka_unit_test(test_format_selectors),
+        cmocka_unit_test(test_format_operators),     cmocka_unit_test(test_format_aggregations_calls),
+        cmocka_unit_test(test_precedence_shape),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_deep_nesting_refused), cmocka_unit_test(test_pretty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -104,8 +104,10 @@ static void test_staleness_only_for_dropped_series(void **state)
     push_registry_t *r = push_registry_new(NULL);
     char err[512];
     step_t s[4];
-    const char *b1 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 1\ns{t=\"a\",quantile=\"0.99\"} 2\ns_count{t=\"a\"} 3\ng{t=\"a\"} 1\n";
-    const char *b2 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 4\ns{t=\"a\",quantile=\"0.99\"} 5\ns_count{t=\"a\"} 6\ng{t=\"a\"} 2\n";
+    const char *b1 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 1\ns{t=\"a\",quantile=\"0.99\"} "
+                     "2\ns_count{t=\"a\"} 3\ng{t=\"a\"} 1\n";
+    const char *b2 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 4\ns{t=\"a\",quantile=\"0.99\"} "
+                     "5\ns_count{t=\"a\"} 6\ng{t=\"a\"} 2\n";
     const char *b3 = "# TYPE s summary\ns{t=\"a\",quantile=\"0.5\"} 4\ns_count{t=\"a\"} 6\ng{t=\"b\"} 2\n";
     assert_int_equal(push(r, PUSH_PUT, "j", b1, 1000, &s[0], err, sizeof(err)), PUSH_OK);
     assert_int_equal(push(r, PUSH_PUT, "j", b2, 2000, &s[1], err, sizeof(err)), PUSH_OK);
@@ -145,8 +147,8 @@ static void test_type_index_is_incremental(void **state)
     assert_int_equal(count_stale(&e), 1);
     assert_true(push_registry_delete(r, &(labels_t){g2, 1}, 3000, a, &e, next_delta()));
     assert_false(push_registry_delete(r, &(labels_t){g2, 1}, 3000, a, &e, next_delta()));
-    assert_int_equal(push(r, PUSH_PUT, "j3", "# TYPE m summary\nm{quantile=\"0.5\"} 1\n", 4000, &s[4], err, sizeof(err)),
-                     PUSH_OK);
+    assert_int_equal(
+        push(r, PUSH_PUT, "j3", "# TYPE m summary\nm{quantile=\"0.5\"} 1\n", 4000, &s[4], err, sizeof(err)), PUSH_OK);
     /* Timestamps and duplicates are refused and stamp the failure time. */
     assert_int_equal(push(r, PUSH_PUT, "j4", "x 1 1000\n", 5000, &s[5], err, sizeof(err)), PUSH_ERR_INVALID);
     assert_non_null(strstr(err, "must not have timestamps"));
@@ -211,7 +213,9 @@ static void test_serialize_restore(void **state)
     push_registry_t *r = push_registry_new(NULL);
     char err[512];
     step_t s[3];
-    assert_int_equal(push(r, PUSH_PUT, "a", "# HELP x the x\n# TYPE x counter\nx{l=\"1\"} 5\n", 1000, &s[0], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(
+        push(r, PUSH_PUT, "a", "# HELP x the x\n# TYPE x counter\nx{l=\"1\"} 5\n", 1000, &s[0], err, sizeof(err)),
+        PUSH_OK);
     assert_int_equal(push(r, PUSH_PUT, "b",
                           "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"
                           "# TYPE s summary\ns{quantile=\"0.5\"} 7\ns_count 3\n",
@@ -400,12 +404,9 @@ static void test_render_races_pushes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_put_post_semantics),
-        cmocka_unit_test(test_staleness_only_for_dropped_series),
-        cmocka_unit_test(test_type_index_is_incremental),
-        cmocka_unit_test(test_expiry),
-        cmocka_unit_test(test_serialize_restore),
-        cmocka_unit_test(test_delta_replay),
+        cmocka_unit_test(test_put_post_semantics),        cmocka_unit_test(test_staleness_only_for_dropped_series),
+        cmocka_unit_test(test_type_index_is_incremental), cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_serialize_restore),         cmocka_unit_test(test_delta_replay),
         cmocka_unit_test(test_render_races_pushes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

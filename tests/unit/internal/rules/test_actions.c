@@ -223,12 +223,11 @@ static void test_fraction_and_adoption(void **state)
     storage_t *s = storage_open(&o, err, sizeof(err));
     assert_non_null(s);
     int64_t now = storage_now_ms(s);
-    label_t lv[] = {{"__name__", "flink_taskmanager_job_task_numRecordsInPerSecond"}, {"job_name", "orders"},
-                    {"task_name", "src"}};
+    label_t lv[] = {
+        {"__name__", "flink_taskmanager_job_task_numRecordsInPerSecond"}, {"job_name", "orders"}, {"task_name", "src"}};
     storage_sample_t smp = {.labels = {lv, 3}, .t = now, .v = 4000};
     assert_int_equal(storage_append(s, &smp, 1, NULL), STORAGE_OK);
-    rules_actions_t *a =
-        new_actions("actions:\n- alert: Hot\n  action: rate_limit\n  rate_limit_fraction: 0.25\n", s);
+    rules_actions_t *a = new_actions("actions:\n- alert: Hot\n  action: rate_limit\n  rate_limit_fraction: 0.25\n", s);
     transition(a, "Hot", "orders", true, now);
     assert_int_equal(job_state("orders")->spec.mode, CONTROL_RATE_LIMITED);
     assert_int_equal(job_state("orders")->spec.rate_limit_per_second, 1000);

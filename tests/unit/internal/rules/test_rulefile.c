@@ -117,7 +117,8 @@ static void test_promtool_messages(void **state)
                   "F: 2:3: Groupname must not be empty\n"
                   "F: 4:3: Groupname must not be empty\n"
                   "F: 4:3: groupname: \"\" is repeated in the same file\n");
-    expect_errors("group:\n- name: x\n", "F: yaml: unmarshal errors:\n  line 1: field group not found in type rulefmt.RuleGroups\n");
+    expect_errors("group:\n- name: x\n",
+                  "F: yaml: unmarshal errors:\n  line 1: field group not found in type rulefmt.RuleGroups\n");
     expect_errors("groups:\n- name: g\n  rules:\n  - alert: A\n    expr: up\n    for: 1x\n",
                   "F: not a valid duration string: \"1x\"\n");
     expect_errors("groups:\n- name: g\n  rules:\n  - record: a\n    expr: up\n    foo: bar\n",
@@ -151,7 +152,8 @@ static void test_promtool_messages(void **state)
                   "F: 10:3: groupname: \"g\" is repeated in the same file\n"
                   "F: group \"g\", rule 1, \"bad name\": invalid label name: a-b\n"
                   "F: group \"g\", rule 1, \"bad name\": invalid annotation name: 9\n"
-                  "F: group \"g\", rule 1, \"bad name\": annotation \"x\": template: __alert_bad name:1: function \"nope\" not defined\n"
+                  "F: group \"g\", rule 1, \"bad name\": annotation \"x\": template: __alert_bad name:1: function "
+                  "\"nope\" not defined\n"
                   "F: 19:13: 20:12: group \"g\", rule 2, \"y\": only one of 'record' and 'alert' must be set\n"
                   "F: 0:0: group \"g\", rule 3, \"\": one of 'record' or 'alert' must be set\n"
                   "F: 23:13: group \"g\", rule 4, \"ok\": invalid field 'annotations' in recording rule\n"
@@ -168,7 +170,8 @@ static void test_promtool_messages(void **state)
                   "    expr: up\n"
                   "    labels:\n"
                   "      __name__: x\n",
-                  "F: 5:11: group \"g\", rule 1, \"job:up\": could not parse expression: 1:6: parse error: expected type range vector in call to function \"rate\", got instant vector\n"
+                  "F: 5:11: group \"g\", rule 1, \"job:up\": could not parse expression: 1:6: parse error: expected "
+                  "type range vector in call to function \"rate\", got instant vector\n"
                   "F: 6:13: group \"g\", rule 2, \"bad name\": invalid recording rule name: bad name\n"
                   "F: 0:0: group \"g\", rule 3, \"X\": field 'expr' must be set in rule\n"
                   "F: group \"g\", rule 4, \"r\": invalid label name: __name__\n");

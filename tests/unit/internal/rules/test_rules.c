@@ -153,7 +153,8 @@ static void test_alert_lifecycle(void **state)
     rules_manager_alerts_json(m, &b);
     assert_non_null(strstr(b.data, "\"state\":\"pending\""));
     assert_non_null(strstr(b.data, "orders is backpressured 80%"));
-    assert_non_null(strstr(b.data, "<error expanding template: error executing template __alert_FlinkJobBackpressured: "));
+    assert_non_null(
+        strstr(b.data, "<error expanding template: error executing template __alert_FlinkJobBackpressured: "));
     assert_non_null(strstr(b.data, "\"value\":\"8e-01\""));
     buf_reset(&b);
     now_ms = t;
@@ -166,7 +167,8 @@ static void test_alert_lifecycle(void **state)
     /* ALERTS: written from the third evaluation after start-up on (restored after the second) */
     assert_true(isnan(query1(s, "ALERTS", T0 + 10000)));
     assert_true(query1(s, "ALERTS{alertstate=\"pending\"}", bp_start) == 1);
-    assert_true(query1(s, "ALERTS{alertstate=\"firing\",alertname=\"FlinkJobBackpressured\",severity=\"page\"}", t) == 1);
+    assert_true(query1(s, "ALERTS{alertstate=\"firing\",alertname=\"FlinkJobBackpressured\",severity=\"page\"}", t) ==
+                1);
     assert_true(query1(s, "ALERTS_FOR_STATE", t) == (double)(bp_start / 1000));
     rules_manager_rules_json(m, NULL, &b);
     assert_non_null(strstr(b.data, "\"state\":\"firing\",\"name\":\"FlinkJobBackpressured\""));

@@ -19,8 +19,8 @@ static labels_t ext = {ev, 1};
 
 static void expect(const char *tmpl, double value, const char *want)
 {
-    rules_tmpl_data_t d = {.labels = &lbls, .external_labels = &ext, .external_url = "http://sluice:9091",
-                           .value = value};
+    rules_tmpl_data_t d = {
+        .labels = &lbls, .external_labels = &ext, .external_url = "http://sluice:9091", .value = value};
     buf_t b = BUF_INIT;
     rules_tmpl_expand("__alert_Test", tmpl, &d, &b);
     if (strcmp(b.data ? b.data : "", want) != 0)
@@ -96,7 +96,8 @@ static void test_errors(void **state)
 {
     (void)state;
     /* Go: function "nope" not defined (a parse error) */
-    expect_err("{{ nope $value }}", 1, "error parsing template __alert_Test: template: __alert_Test:1: function \"nope\" not defined");
+    expect_err("{{ nope $value }}", 1,
+               "error parsing template __alert_Test: template: __alert_Test:1: function \"nope\" not defined");
     expect_err("{{ $labels.job", 1, "unclosed action");
     expect_err("{{ if true }}x", 1, "unexpected EOF");
     expect_err("{{ end }}", 1, "unexpected {{end}}");

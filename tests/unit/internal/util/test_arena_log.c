@@ -83,7 +83,8 @@ static void test_log_formats(void **state)
     assert_non_null(strstr(out, "level=warn component=x msg=\"no fields\"\n"));
     assert_int_equal(strncmp(out, "ts=", 3), 0);
     out = capture(emit_json);
-    assert_non_null(strstr(out, "\"level\":\"error\",\"component\":\"api\",\"msg\":\"quote\\\"and\\nnewline\",\"k\":\"v\\\\\"}\n"));
+    assert_non_null(
+        strstr(out, "\"level\":\"error\",\"component\":\"api\",\"msg\":\"quote\\\"and\\nnewline\",\"k\":\"v\\\\\"}\n"));
     log_level_t l;
     assert_int_equal(log_parse_level("warn", &l), 0);
     assert_int_equal(l, LOG_WARN);

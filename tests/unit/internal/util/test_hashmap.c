@@ -475,13 +475,12 @@ static void test_random_multimap(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mix64),        cmocka_unit_test(test_basic),
-        cmocka_unit_test(test_extreme_keys), cmocka_unit_test(test_grow),
-        cmocka_unit_test(test_collisions),   cmocka_unit_test(test_iteration),
-        cmocka_unit_test(test_multimap),     cmocka_unit_test(test_find),
-        cmocka_unit_test(test_upsert),
-        cmocka_unit_test(test_arena),        cmocka_unit_test(test_hashed_keys),
-        cmocka_unit_test(test_random_map),
+        cmocka_unit_test(test_mix64),           cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_extreme_keys),    cmocka_unit_test(test_grow),
+        cmocka_unit_test(test_collisions),      cmocka_unit_test(test_iteration),
+        cmocka_unit_test(test_multimap),        cmocka_unit_test(test_find),
+        cmocka_unit_test(test_upsert),          cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_hashed_keys),     cmocka_unit_test(test_random_map),
         cmocka_unit_test(test_random_multimap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

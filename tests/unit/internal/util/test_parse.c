@@ -153,10 +153,10 @@ static void test_float_format_shortest(void **state)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         double v;
         switch (i % 4) {
-        case 0: memcpy(&v, &x, sizeof(v)); break;                         /* any bit pattern */
+        case 0: memcpy(&v, &x, sizeof(v)); break;                                  /* any bit pattern */
         case 1: v = (double)(int64_t)(x >> (x & 63)) * ((x & 64) ? -1 : 1); break; /* integers */
-        case 2: v = (double)(x % 100000000) / 1000.0; break;                /* gauges */
-        default: v = (double)(x >> 11) / 9007199254740992.0; break;         /* [0,1) */
+        case 2: v = (double)(x % 100000000) / 1000.0; break;                       /* gauges */
+        default: v = (double)(x >> 11) / 9007199254740992.0; break;                /* [0,1) */
         }
         if (!isfinite(v) || v == 0)
             continue;
@@ -182,8 +182,10 @@ static void test_json_string(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_duration),   cmocka_unit_test(test_size),
-        cmocka_unit_test(test_bool_int),   cmocka_unit_test(test_float_format),
+        cmocka_unit_test(test_duration),
+        cmocka_unit_test(test_size),
+        cmocka_unit_test(test_bool_int),
+        cmocka_unit_test(test_float_format),
         cmocka_unit_test(test_float_format_shortest),
         cmocka_unit_test(test_json_string),
     };

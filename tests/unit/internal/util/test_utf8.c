@@ -18,7 +18,10 @@ typedef struct {
     const char *what;
 } utf8_case_t;
 
-#define CASE(lit, v, what) {lit, sizeof(lit) - 1, v, what}
+#define CASE(lit, v, what)                                                                                             \
+    {                                                                                                                  \
+        lit, sizeof(lit) - 1, v, what                                                                                  \
+    }
 
 static const utf8_case_t cases[] = {
     CASE("", true, "empty"),
@@ -80,8 +83,12 @@ static void test_decode(void **state)
         size_t len;
         uint32_t cp;
     } ok[] = {
-        {"A", 1, 'A'},           {"\xc2\x80", 2, 0x80},           {"\xdf\xbf", 2, 0x7ff},
-        {"\xe2\x82\xac", 3, 0x20ac}, {"\xef\xbf\xbf", 3, 0xffff}, {"\xf0\x9f\x98\x80", 4, 0x1f600},
+        {"A", 1, 'A'},
+        {"\xc2\x80", 2, 0x80},
+        {"\xdf\xbf", 2, 0x7ff},
+        {"\xe2\x82\xac", 3, 0x20ac},
+        {"\xef\xbf\xbf", 3, 0xffff},
+        {"\xf0\x9f\x98\x80", 4, 0x1f600},
         {"\xf4\x8f\xbf\xbf", 4, 0x10ffff},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {

@@ -183,9 +183,8 @@ static void test_get_max(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_known_bytes), cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_zigzag),      cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_overflow),    cmocka_unit_test(test_get_max),
+        cmocka_unit_test(test_known_bytes), cmocka_unit_test(test_round_trip), cmocka_unit_test(test_zigzag),
+        cmocka_unit_test(test_truncated),   cmocka_unit_test(test_overflow),   cmocka_unit_test(test_get_max),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
