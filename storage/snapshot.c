@@ -53,6 +53,7 @@
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
 #include "internal/util/crc32c.h"
+#include "internal/util/endian.h"
 
 #define SNAP_MAGIC "SLUICESN"
 #define SNAP_END_MAGIC "SNAPEND\0"
@@ -71,28 +72,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-}
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64le(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get_u64le(const uint8_t *p)
-{
-    return (uint64_t)get_u32le(p) | (uint64_t)get_u32le(p + 4) << 32;
 }
 
 /* ============================================================================================
@@ -172,10 +151,10 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
     int64_t now_ms = clock_wall_ms();
     uint8_t h[SNAP_HEADER_BYTES] = {0};
     memcpy(h, SNAP_MAGIC, 8);
-    put_u32le(h + 8, SNAP_VERSION);
-    put_u32le(h + 12, wal_segment);
-    put_u64le(h + 16, (uint64_t)now_ms);
-    put_u32le(h + 28, crc32c(h, 28));
+    le_put32(h + 8, SNAP_VERSION);
+    le_put32(h + 12, wal_segment);
+    le_put64(h + 16, (uint64_t)now_ms);
+    le_put32(h + 28, crc32c(h, 28));
     writer_emit(w, h, sizeof h);
     return w;
 }
@@ -193,10 +172,10 @@ int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, si
     }
     uint8_t h[SNAP_REC_HEADER_BYTES] = {0};
     h[0] = type;
-    put_u32le(h + 4, (uint32_t)len);
+    le_put32(h + 4, (uint32_t)len);
     uint32_t crc = crc32c(h, 8);
     crc = crc32c_update(crc, data, len);
-    put_u32le(h + 8, crc);
+    le_put32(h + 8, crc);
     writer_emit(w, h, sizeof h);
     if (len >= SNAP_FLUSH_BYTES) {
         /* big record: do not copy it into the staging buffer */
@@ -237,9 +216,9 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
     if (rc == SNAPSHOT_OK) {
         uint8_t t[SNAP_TRAILER_BYTES];
         memcpy(t, SNAP_END_MAGIC, 8);
-        put_u64le(t + 8, w->count);
-        put_u32le(t + 16, w->crc);
-        put_u32le(t + 20, crc32c(t, 20));
+        le_put64(t + 8, w->count);
+        le_put32(t + 16, w->crc);
+        le_put32(t + 20, crc32c(t, 20));
         buf_append(&w->buf, t, sizeof t);
         rc = writer_flush(w, err, errlen);
     }
@@ -309,20 +288,20 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         seterr(err, errlen, "snapshot %s: truncated (%zu bytes)", path, size);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (memcmp(m, SNAP_MAGIC, 8) != 0 || get_u32le(m + 28) != crc32c(m, 28)) {
+    if (memcmp(m, SNAP_MAGIC, 8) != 0 || le_get32(m + 28) != crc32c(m, 28)) {
         seterr(err, errlen, "snapshot %s: bad header", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (get_u32le(m + 8) != SNAP_VERSION) {
-        seterr(err, errlen, "snapshot %s: unsupported version %" PRIu32, path, get_u32le(m + 8));
+    if (le_get32(m + 8) != SNAP_VERSION) {
+        seterr(err, errlen, "snapshot %s: unsupported version %" PRIu32, path, le_get32(m + 8));
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (get_u32le(m + 24) != 0) {
+    if (le_get32(m + 24) != 0) {
         seterr(err, errlen, "snapshot %s: bad header", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    r->wal_segment = get_u32le(m + 12);
-    r->created_ms = (int64_t)get_u64le(m + 16);
+    r->wal_segment = le_get32(m + 12);
+    r->created_ms = (int64_t)le_get64(m + 16);
 
     size_t end = size - SNAP_TRAILER_BYTES;
     size_t off = SNAP_HEADER_BYTES;
@@ -333,7 +312,7 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
             return SNAPSHOT_ERR_CORRUPT;
         }
         const uint8_t *h = m + off;
-        uint32_t len = get_u32le(h + 4);
+        uint32_t len = le_get32(h + 4);
         if (h[0] == 0 || h[1] || h[2] || h[3] || len > SNAPSHOT_MAX_RECORD_BYTES ||
             len > end - off - SNAP_REC_HEADER_BYTES) {
             seterr(err, errlen, "snapshot %s: bad record header at offset %zu", path, off);
@@ -341,7 +320,7 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         }
         uint32_t crc = crc32c(h, 8);
         crc = crc32c_update(crc, h + SNAP_REC_HEADER_BYTES, len);
-        if (crc != get_u32le(h + 8)) {
+        if (crc != le_get32(h + 8)) {
             seterr(err, errlen, "snapshot %s: record checksum mismatch at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
         }
@@ -349,16 +328,16 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
         count++;
     }
     const uint8_t *t = m + end;
-    if (memcmp(t, SNAP_END_MAGIC, 8) != 0 || get_u32le(t + 20) != crc32c(t, 20)) {
+    if (memcmp(t, SNAP_END_MAGIC, 8) != 0 || le_get32(t + 20) != crc32c(t, 20)) {
         seterr(err, errlen, "snapshot %s: missing or bad trailer (truncated write?)", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (get_u64le(t + 8) != count) {
+    if (le_get64(t + 8) != count) {
         seterr(err, errlen, "snapshot %s: trailer counts %" PRIu64 " records, file has %" PRIu64, path,
-               get_u64le(t + 8), count);
+               le_get64(t + 8), count);
         return SNAPSHOT_ERR_CORRUPT;
     }
-    if (get_u32le(t + 16) != crc32c(m, end)) {
+    if (le_get32(t + 16) != crc32c(m, end)) {
         seterr(err, errlen, "snapshot %s: whole-file checksum mismatch", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
@@ -432,7 +411,7 @@ int snapshot_reader_next(snapshot_reader_t *r, uint8_t *type, const void **data,
     if (r->pos >= r->end)
         return 0;
     const uint8_t *h = r->map + r->pos;
-    uint32_t l = get_u32le(h + 4);
+    uint32_t l = le_get32(h + 4);
     *type = h[0];
     *data = h + SNAP_REC_HEADER_BYTES;
     *len = l;

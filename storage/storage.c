@@ -52,6 +52,7 @@
 #include <time.h>
 
 #include "internal/util/clock.h"
+#include "internal/util/endian.h"
 #include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 #include "storage/catalog.h"
@@ -228,9 +229,7 @@ static uint64_t rd_u(rd_t *r, int n)
         r->bad = true;
         return 0;
     }
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
+    uint64_t v = le_get(r->p, (size_t)n);
     r->p += n;
     return v;
 }
@@ -602,8 +601,7 @@ static void *storage_thread(void *arg)
 static void put_u(buf_t *b, uint64_t v, int n)
 {
     uint8_t tmp[8];
-    for (int i = 0; i < n; i++)
-        tmp[i] = (uint8_t)(v >> (8 * i));
+    le_put(tmp, v, (size_t)n);
     buf_append(b, tmp, (size_t)n);
 }
 

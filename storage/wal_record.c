@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal/util/crc32c.h"
+#include "internal/util/endian.h"
 #include "internal/util/varint.h"
 
 #define WAL_SEG_MAGIC "SLWL"
@@ -35,33 +36,10 @@
  * Little-endian and varint helpers
  * ============================================================================================ */
 
-static void put_u16le(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_u32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint16_t get_u16le(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
 static void buf_put_u64le(buf_t *b, uint64_t v)
 {
     uint8_t t[8];
-    for (int i = 0; i < 8; i++)
-        t[i] = (uint8_t)(v >> (8 * i));
+    le_put64(t, v);
     buf_append(b, t, 8);
 }
 
@@ -93,9 +71,7 @@ static uint64_t rd_u64le(rd_t *r)
         r->err = -1;
         return 0;
     }
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
+    uint64_t v = le_get64(r->p);
     r->p += 8;
     return v;
 }
@@ -106,7 +82,7 @@ static uint32_t rd_u32le(rd_t *r)
         r->err = -1;
         return 0;
     }
-    uint32_t v = get_u32le(r->p);
+    uint32_t v = le_get32(r->p);
     r->p += 4;
     return v;
 }
@@ -118,10 +94,10 @@ static uint32_t rd_u32le(rd_t *r)
 void wal_record_seg_header(uint8_t h[WAL_SEG_HEADER_BYTES], uint32_t no)
 {
     memcpy(h, WAL_SEG_MAGIC, 4);
-    put_u16le(h + 4, WAL_SEG_VERSION);
-    put_u16le(h + 6, 0);
-    put_u32le(h + 8, no);
-    put_u32le(h + 12, crc32c(h, 12));
+    le_put16(h + 4, WAL_SEG_VERSION);
+    le_put16(h + 6, 0);
+    le_put32(h + 8, no);
+    le_put32(h + 12, crc32c(h, 12));
 }
 
 /* Starts a record in b: reserves the header; returns its offset for rec_finish. */
@@ -142,11 +118,11 @@ static int rec_finish(buf_t *b, size_t off, uint8_t type)
     uint8_t *h = (uint8_t *)b->data + off;
     h[0] = type;
     h[1] = 0;
-    put_u16le(h + 2, 0);
-    put_u32le(h + 4, (uint32_t)plen);
+    le_put16(h + 2, 0);
+    le_put32(h + 4, (uint32_t)plen);
     uint32_t crc = crc32c(h, 8);
     crc = crc32c_update(crc, h + WAL_REC_HEADER_BYTES, plen);
-    put_u32le(h + 8, crc);
+    le_put32(h + 8, crc);
     return WAL_OK;
 }
 
@@ -174,7 +150,7 @@ int wal_record_encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t
             count++;
             i++;
         }
-        put_u32le((uint8_t *)b->data + count_at, count);
+        le_put32((uint8_t *)b->data + count_at, count);
         int rc = rec_finish(b, off, WAL_REC_SERIES);
         if (rc != WAL_OK)
             return rc;
@@ -191,7 +167,7 @@ void wal_record_encode_samples(buf_t *b, const wal_sample_t *s, size_t n, uint64
         buf_reserve(b, WAL_REC_HEADER_BYTES + 4 + cnt * 28);
         size_t off = rec_begin(b);
         uint8_t c4[4];
-        put_u32le(c4, (uint32_t)cnt);
+        le_put32(c4, (uint32_t)cnt);
         buf_append(b, c4, 4);
         uint64_t pid = 0;
         int64_t pt = 0;
@@ -268,7 +244,7 @@ int wal_record_read_seg_header(int fd, uint32_t no, const char **why, char *err,
     wal_record_seg_header(expect, no);
     if (memcmp(h, expect, sizeof h) == 0)
         return WAL_RECORD_OK;
-    *why = get_u16le(h + 4) != WAL_SEG_VERSION && memcmp(h, WAL_SEG_MAGIC, 4) == 0 ? "unsupported segment version"
+    *why = le_get16(h + 4) != WAL_SEG_VERSION && memcmp(h, WAL_SEG_MAGIC, 4) == 0 ? "unsupported segment version"
                                                                                    : "bad segment header";
     static const uint8_t zero[WAL_SEG_HEADER_BYTES];
     return memcmp(h, zero, sizeof h) == 0 ? WAL_RECORD_TORN : WAL_RECORD_BAD;
@@ -287,8 +263,8 @@ int wal_record_read(int fd, uint64_t off, buf_t *payload, wal_record_t *rec, con
         *why = "short record header";
         return WAL_RECORD_BAD;
     }
-    uint32_t len = get_u32le(rh + 4);
-    if (rh[0] == 0 || rh[1] != 0 || get_u16le(rh + 2) != 0) {
+    uint32_t len = le_get32(rh + 4);
+    if (rh[0] == 0 || rh[1] != 0 || le_get16(rh + 2) != 0) {
         *why = "bad record header";
         return WAL_RECORD_BAD;
     }
@@ -322,7 +298,7 @@ int wal_record_read(int fd, uint64_t off, buf_t *payload, wal_record_t *rec, con
     }
     payload->len = len;
     payload->data[len] = 0;
-    if (crc32c_update(crc32c(rh, 8), payload->data, len) != get_u32le(rh + 8)) {
+    if (crc32c_update(crc32c(rh, 8), payload->data, len) != le_get32(rh + 8)) {
         *why = "record checksum mismatch";
         return WAL_RECORD_BAD;
     }

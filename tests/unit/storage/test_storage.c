@@ -168,6 +168,23 @@ static void fill(storage_t *s, int64_t from, int count)
     }
 }
 
+/* Flips bytes of <path>/head.snapshot at offset off (XOR 0x5a, 0xa5, ...). */
+static void corrupt_snapshot(const char *path, long off, int n)
+{
+    char snap[400];
+    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
+    FILE *f = fopen(snap, "r+b");
+    assert_non_null(f);
+    for (int i = 0; i < n; i++) {
+        fseek(f, off + i, SEEK_SET);
+        int c = fgetc(f);
+        assert_true(c != EOF);
+        fseek(f, off + i, SEEK_SET);
+        fputc(c ^ (i % 2 ? 0xa5 : 0x5a), f);
+    }
+    fclose(f);
+}
+
 static void test_reopen_snapshot_and_wal(void **state)
 {
     char path[300];
@@ -223,14 +240,7 @@ static void test_reopen_snapshot_and_wal(void **state)
     storage_close(s);
 
     /* Corrupt snapshot: open still succeeds (WAL-only recovery, logged). */
-    char snap[400];
-    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
-    FILE *f = fopen(snap, "r+b");
-    assert_non_null(f);
-    fseek(f, 100, SEEK_SET);
-    fputc(0x5a, f);
-    fputc(0xa5, f);
-    fclose(f);
+    corrupt_snapshot(path, 100, 2);
     s = open_store(path, 0);
     assert_int_equal(append1(s, "m", "j0", fake_now, 1, &r), STORAGE_OK);
     storage_close(s);
@@ -272,14 +282,7 @@ static void test_corrupt_snapshot_series_from_catalog(void **state)
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char snap[400];
-    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
-    FILE *f = fopen(snap, "r+b");
-    assert_non_null(f);
-    fseek(f, 40, SEEK_SET);
-    fputc(0x5a, f);
-    fputc(0xa5, f);
-    fclose(f);
+    corrupt_snapshot(path, 40, 2);
     char err[256];
     storage_t *s = storage_open(&o, err, sizeof(err));
     assert_non_null(s);
@@ -460,13 +463,7 @@ static void test_state_clients(void **state)
     }
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char snap[400];
-    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
-    FILE *f = fopen(snap, "r+b");
-    assert_non_null(f);
-    fseek(f, 40, SEEK_SET);
-    fputc(0x5a, f);
-    fclose(f);
+    corrupt_snapshot(path, 40, 1);
     toy_t t4 = {0};
     s = open_toy(path, &t4);
     assert_int_equal(t4.full_calls, 0);
