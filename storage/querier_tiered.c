@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal/util/err.h"
+
 #define DEFAULT_LOOKBACK_MS (5 * 60 * 1000LL)
 
 typedef struct {
@@ -51,12 +53,6 @@ static int64_t floor_to(int64_t t, int64_t res)
 {
     int64_t r = t % res;
     return r < 0 ? t - r - res : t - r;
-}
-
-static void set_err(char *err, size_t errlen, const char *msg)
-{
-    if (err && errlen)
-        snprintf(err, errlen, "%s", msg);
 }
 
 /* ---- plan ---------------------------------------------------------------------------------- */
@@ -616,7 +612,7 @@ static int collect(tq_t *q, const char *name, const matcher_t *const *ms, size_t
     }
     if (rc != 0) {
         free(st.v);
-        set_err(err, errlen, "reading label names/values failed");
+        err_setf(err, errlen, "reading label names/values failed");
         return -1;
     }
     if (st.n > 1)

@@ -53,6 +53,7 @@
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
 #include "internal/util/crc32c.h"
+#include "internal/util/err.h"
 #include "internal/util/endian.h"
 
 #define SNAP_MAGIC "SLUICESN"
@@ -62,17 +63,6 @@
 #define SNAP_REC_HEADER_BYTES 12
 #define SNAP_TRAILER_BYTES 24
 #define SNAP_FLUSH_BYTES (1u << 20)
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ============================================================================================
  * Writer
@@ -87,24 +77,31 @@ struct snapshot_writer {
     bool failed;
 };
 
-static int writer_flush(snapshot_writer_t *w, char *err, size_t errlen)
+/* Writes n bytes at p to the file (short writes and EINTR retried); a failure fails the writer. */
+static int writer_write(snapshot_writer_t *w, const void *p, size_t n, char *err, size_t errlen)
 {
-    const char *p = w->buf.data;
-    size_t n = w->buf.len;
+    const char *c = p;
     while (n) {
-        ssize_t r = write(w->fd, p, n);
+        ssize_t r = write(w->fd, c, n);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            seterr(err, errlen, "snapshot: write %s: %s", w->tmp, strerror(errno));
+            err_setf(err, errlen, "snapshot: write %s: %s", w->tmp, strerror(errno));
             w->failed = true;
             return SNAPSHOT_ERR_IO;
         }
-        p += r;
+        c += r;
         n -= (size_t)r;
     }
-    buf_reset(&w->buf);
     return SNAPSHOT_OK;
+}
+
+static int writer_flush(snapshot_writer_t *w, char *err, size_t errlen)
+{
+    int rc = writer_write(w, w->buf.data, w->buf.len, err, errlen);
+    if (rc == SNAPSHOT_OK)
+        buf_reset(&w->buf);
+    return rc;
 }
 
 /* Appends to the staging buffer, keeping the running CRC. */
@@ -128,7 +125,7 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
 {
     snapshot_writer_t *w = calloc(1, sizeof *w);
     if (!w) {
-        seterr(err, errlen, "snapshot: out of memory");
+        err_setf(err, errlen, "snapshot: out of memory");
         return NULL;
     }
     w->fd = -1;
@@ -136,7 +133,7 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
     w->path = strdup(path);
     w->tmp = malloc(pl + 5);
     if (!w->path || !w->tmp) {
-        seterr(err, errlen, "snapshot: out of memory");
+        err_setf(err, errlen, "snapshot: out of memory");
         writer_free(w);
         return NULL;
     }
@@ -144,7 +141,7 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
     memcpy(w->tmp + pl, ".tmp", 5);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        seterr(err, errlen, "snapshot: create %s: %s", w->tmp, strerror(errno));
+        err_setf(err, errlen, "snapshot: create %s: %s", w->tmp, strerror(errno));
         writer_free(w);
         return NULL;
     }
@@ -162,11 +159,11 @@ snapshot_writer_t *snapshot_writer_open(const char *path, uint32_t wal_segment, 
 int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
 {
     if (w->failed) {
-        seterr(err, errlen, "snapshot: writer already failed");
+        err_setf(err, errlen, "snapshot: writer already failed");
         return SNAPSHOT_ERR_IO;
     }
     if (type == 0 || len > SNAPSHOT_MAX_RECORD_BYTES) {
-        seterr(err, errlen, "snapshot: bad record (type %u, %zu bytes)", type, len);
+        err_setf(err, errlen, "snapshot: bad record (type %u, %zu bytes)", type, len);
         w->failed = true; /* the head asked for something impossible: this snapshot is not whole */
         return SNAPSHOT_ERR_ARG;
     }
@@ -183,20 +180,9 @@ int snapshot_writer_add(snapshot_writer_t *w, uint8_t type, const void *data, si
         if (rc != SNAPSHOT_OK)
             return rc;
         w->crc = crc32c_update(w->crc, data, len);
-        const char *p = data;
-        size_t n = len;
-        while (n) {
-            ssize_t r = write(w->fd, p, n);
-            if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                seterr(err, errlen, "snapshot: write %s: %s", w->tmp, strerror(errno));
-                w->failed = true;
-                return SNAPSHOT_ERR_IO;
-            }
-            p += r;
-            n -= (size_t)r;
-        }
+        rc = writer_write(w, data, len, err, errlen);
+        if (rc != SNAPSHOT_OK)
+            return rc;
     } else if (len) {
         writer_emit(w, data, len);
     }
@@ -210,7 +196,7 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
 {
     int rc = SNAPSHOT_OK;
     if (w->failed) {
-        seterr(err, errlen, "snapshot: writer already failed");
+        err_setf(err, errlen, "snapshot: writer already failed");
         rc = SNAPSHOT_ERR_IO;
     }
     if (rc == SNAPSHOT_OK) {
@@ -223,16 +209,16 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
         rc = writer_flush(w, err, errlen);
     }
     if (rc == SNAPSHOT_OK && fsync(w->fd) != 0) {
-        seterr(err, errlen, "snapshot: fsync %s: %s", w->tmp, strerror(errno));
+        err_setf(err, errlen, "snapshot: fsync %s: %s", w->tmp, strerror(errno));
         rc = SNAPSHOT_ERR_IO;
     }
     if (rc == SNAPSHOT_OK && close(w->fd) != 0) {
-        seterr(err, errlen, "snapshot: close %s: %s", w->tmp, strerror(errno));
+        err_setf(err, errlen, "snapshot: close %s: %s", w->tmp, strerror(errno));
         rc = SNAPSHOT_ERR_IO;
     }
     w->fd = -1;
     if (rc == SNAPSHOT_OK && rename(w->tmp, w->path) != 0) {
-        seterr(err, errlen, "snapshot: rename %s: %s", w->tmp, strerror(errno));
+        err_setf(err, errlen, "snapshot: rename %s: %s", w->tmp, strerror(errno));
         rc = SNAPSHOT_ERR_IO;
     }
     if (rc == SNAPSHOT_OK) {
@@ -240,7 +226,8 @@ int snapshot_writer_commit(snapshot_writer_t *w, char *err, size_t errlen)
         char *d = strdup(w->path);
         int dfd = d ? open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         if (dfd < 0 || fsync(dfd) != 0) {
-            seterr(err, errlen, "snapshot: fsync directory of %s: %s", w->path, d ? strerror(errno) : "out of memory");
+            err_setf(err, errlen, "snapshot: fsync directory of %s: %s", w->path,
+                     d ? strerror(errno) : "out of memory");
             rc = SNAPSHOT_ERR_IO;
         }
         if (dfd >= 0)
@@ -285,19 +272,19 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
     const uint8_t *m = r->map;
     size_t size = r->size;
     if (size < SNAP_HEADER_BYTES + SNAP_TRAILER_BYTES) {
-        seterr(err, errlen, "snapshot %s: truncated (%zu bytes)", path, size);
+        err_setf(err, errlen, "snapshot %s: truncated (%zu bytes)", path, size);
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (memcmp(m, SNAP_MAGIC, 8) != 0 || le_get32(m + 28) != crc32c(m, 28)) {
-        seterr(err, errlen, "snapshot %s: bad header", path);
+        err_setf(err, errlen, "snapshot %s: bad header", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (le_get32(m + 8) != SNAP_VERSION) {
-        seterr(err, errlen, "snapshot %s: unsupported version %" PRIu32, path, le_get32(m + 8));
+        err_setf(err, errlen, "snapshot %s: unsupported version %" PRIu32, path, le_get32(m + 8));
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (le_get32(m + 24) != 0) {
-        seterr(err, errlen, "snapshot %s: bad header", path);
+        err_setf(err, errlen, "snapshot %s: bad header", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
     r->wal_segment = le_get32(m + 12);
@@ -308,20 +295,20 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
     uint64_t count = 0;
     while (off < end) {
         if (end - off < SNAP_REC_HEADER_BYTES) {
-            seterr(err, errlen, "snapshot %s: short record header at offset %zu", path, off);
+            err_setf(err, errlen, "snapshot %s: short record header at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
         }
         const uint8_t *h = m + off;
         uint32_t len = le_get32(h + 4);
         if (h[0] == 0 || h[1] || h[2] || h[3] || len > SNAPSHOT_MAX_RECORD_BYTES ||
             len > end - off - SNAP_REC_HEADER_BYTES) {
-            seterr(err, errlen, "snapshot %s: bad record header at offset %zu", path, off);
+            err_setf(err, errlen, "snapshot %s: bad record header at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
         }
         uint32_t crc = crc32c(h, 8);
         crc = crc32c_update(crc, h + SNAP_REC_HEADER_BYTES, len);
         if (crc != le_get32(h + 8)) {
-            seterr(err, errlen, "snapshot %s: record checksum mismatch at offset %zu", path, off);
+            err_setf(err, errlen, "snapshot %s: record checksum mismatch at offset %zu", path, off);
             return SNAPSHOT_ERR_CORRUPT;
         }
         off += SNAP_REC_HEADER_BYTES + len;
@@ -329,16 +316,16 @@ static int reader_verify(snapshot_reader_t *r, const char *path, char *err, size
     }
     const uint8_t *t = m + end;
     if (memcmp(t, SNAP_END_MAGIC, 8) != 0 || le_get32(t + 20) != crc32c(t, 20)) {
-        seterr(err, errlen, "snapshot %s: missing or bad trailer (truncated write?)", path);
+        err_setf(err, errlen, "snapshot %s: missing or bad trailer (truncated write?)", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (le_get64(t + 8) != count) {
-        seterr(err, errlen, "snapshot %s: trailer counts %" PRIu64 " records, file has %" PRIu64, path,
-               le_get64(t + 8), count);
+        err_setf(err, errlen, "snapshot %s: trailer counts %" PRIu64 " records, file has %" PRIu64, path,
+                 le_get64(t + 8), count);
         return SNAPSHOT_ERR_CORRUPT;
     }
     if (le_get32(t + 16) != crc32c(m, end)) {
-        seterr(err, errlen, "snapshot %s: whole-file checksum mismatch", path);
+        err_setf(err, errlen, "snapshot %s: whole-file checksum mismatch", path);
         return SNAPSHOT_ERR_CORRUPT;
     }
     r->count = count;
@@ -353,32 +340,32 @@ int snapshot_reader_open(const char *path, snapshot_reader_t **out, char *err, s
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        seterr(err, errlen, "snapshot: open %s: %s", path, strerror(e));
+        err_setf(err, errlen, "snapshot: open %s: %s", path, strerror(e));
         return e == ENOENT ? SNAPSHOT_ERR_NOT_FOUND : SNAPSHOT_ERR_IO;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        seterr(err, errlen, "snapshot: stat %s: %s", path, strerror(errno));
+        err_setf(err, errlen, "snapshot: stat %s: %s", path, strerror(errno));
         close(fd);
         return SNAPSHOT_ERR_IO;
     }
     snapshot_reader_t *r = calloc(1, sizeof *r);
     if (!r) {
         close(fd);
-        seterr(err, errlen, "snapshot: out of memory");
+        err_setf(err, errlen, "snapshot: out of memory");
         return SNAPSHOT_ERR_NOMEM;
     }
     r->size = (size_t)sb.st_size;
     if (r->size < SNAP_HEADER_BYTES + SNAP_TRAILER_BYTES) {
         close(fd);
         free(r);
-        seterr(err, errlen, "snapshot %s: truncated (%zu bytes)", path, (size_t)sb.st_size);
+        err_setf(err, errlen, "snapshot %s: truncated (%zu bytes)", path, (size_t)sb.st_size);
         return SNAPSHOT_ERR_CORRUPT;
     }
     void *m = mmap(NULL, r->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
-        seterr(err, errlen, "snapshot: map %s: %s", path, strerror(errno));
+        err_setf(err, errlen, "snapshot: map %s: %s", path, strerror(errno));
         free(r);
         return SNAPSHOT_ERR_IO;
     }

@@ -83,23 +83,13 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
+#include "internal/util/err.h"
 #include "internal/util/log.h"
 #include "storage/wal_record.h"
 
 /* ============================================================================================
  * Small helpers
  * ============================================================================================ */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ============================================================================================
  * Segment files
@@ -290,7 +280,7 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
         res->fsync_ns += (uint64_t)(clock_mono_ns() - t0);
         if (fr != 0) {
             res->fsync_failed = true;
-            seterr(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
+            err_setf(msg, msglen, "wal: fsync segment %08" PRIu32 ": %s", w->seg_no, strerror(e));
             return WAL_ERR_IO;
         }
         res->fsynced = true;
@@ -298,7 +288,7 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
     }
     int fd = seg_create(w->dirfd, w->seg_no + 1);
     if (fd < 0) {
-        seterr(msg, msglen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no + 1, w->dir, strerror(-fd));
+        err_setf(msg, msglen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no + 1, w->dir, strerror(-fd));
         return WAL_ERR_IO;
     }
     close(w->fd);
@@ -336,9 +326,9 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
             w->need_repair = false;
         } else {
             rc = WAL_ERR_IO;
-            seterr(res->msg, sizeof res->msg,
-                   "wal: cannot cut segment %08" PRIu32 " back to %" PRIu64 " after a failed write: %s", w->seg_no,
-                   w->seg_size, strerror(errno));
+            err_setf(res->msg, sizeof res->msg,
+                     "wal: cannot cut segment %08" PRIu32 " back to %" PRIu64 " after a failed write: %s", w->seg_no,
+                     w->seg_size, strerror(errno));
         }
     }
     if (rc == WAL_OK && batch.len) {
@@ -351,8 +341,8 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         } else {
             rc = WAL_ERR_IO;
             res->write_failed = true;
-            seterr(res->msg, sizeof res->msg, "wal: write segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
-                   strerror(-e));
+            err_setf(res->msg, sizeof res->msg, "wal: write segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
+                     strerror(-e));
             /* drop the partial batch so the next good one follows a complete record */
             if (ftruncate(w->fd, (off_t)w->seg_size) != 0)
                 w->need_repair = true;
@@ -369,8 +359,8 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         } else {
             rc = WAL_ERR_IO;
             res->fsync_failed = true;
-            seterr(res->msg, sizeof res->msg, "wal: fsync segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
-                   strerror(e));
+            err_setf(res->msg, sizeof res->msg, "wal: fsync segment %08" PRIu32 " in %s: %s", w->seg_no, w->dir,
+                     strerror(e));
         }
     }
     res->rc = rc;
@@ -411,7 +401,7 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         x->done = true;
         x->rc = rc;
         if (rc != WAL_OK)
-            seterr(x->err, x->errlen, "%s", res->msg);
+            err_setf(x->err, x->errlen, "%s", res->msg);
     }
     buf_reset(&batch);
     w->spare = batch;
@@ -445,7 +435,7 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
 {
     wal_t *w = calloc(1, sizeof *w);
     if (!w) {
-        seterr(err, errlen, "wal: out of memory");
+        err_setf(err, errlen, "wal: out of memory");
         return NULL;
     }
     w->fd = -1;
@@ -471,7 +461,7 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
     }
     w->dir = strdup(dir);
     if (!w->dir) {
-        seterr(err, errlen, "wal: out of memory");
+        err_setf(err, errlen, "wal: out of memory");
         goto fail;
     }
     if (mkdir(dir, 0755) == 0) {
@@ -484,12 +474,12 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
         }
         free(parent);
     } else if (errno != EEXIST) {
-        seterr(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
+        err_setf(err, errlen, "wal: mkdir %s: %s", dir, strerror(errno));
         goto fail;
     }
     w->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w->dirfd < 0) {
-        seterr(err, errlen, "wal: open %s: %s", dir, strerror(errno));
+        err_setf(err, errlen, "wal: open %s: %s", dir, strerror(errno));
         goto fail;
     }
     uint32_t *segs, max_any;
@@ -497,17 +487,17 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
     int lr = seg_list(dir, &segs, &nseg, &max_any);
     free(segs);
     if (lr != 0) {
-        seterr(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
+        err_setf(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
         goto fail;
     }
     if (max_any >= 99999999u) {
-        seterr(err, errlen, "wal: segment numbers exhausted in %s", dir);
+        err_setf(err, errlen, "wal: segment numbers exhausted in %s", dir);
         goto fail;
     }
     w->seg_no = max_any + 1;
     w->fd = seg_create(w->dirfd, w->seg_no);
     if (w->fd < 0) {
-        seterr(err, errlen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no, dir, strerror(-w->fd));
+        err_setf(err, errlen, "wal: create segment %08" PRIu32 " in %s: %s", w->seg_no, dir, strerror(-w->fd));
         goto fail;
     }
     w->seg_size = WAL_SEG_HEADER_BYTES;
@@ -516,7 +506,7 @@ wal_t *wal_open(const char *dir, const wal_options_t *opts, char *err, size_t er
     w->stats.segment_current = w->seg_no;
     w->stats.segment_bytes = w->seg_size;
     if (pthread_create(&w->bg, NULL, wal_bg_main, w) != 0) {
-        seterr(err, errlen, "wal: cannot start the group-commit thread");
+        err_setf(err, errlen, "wal: cannot start the group-commit thread");
         goto fail;
     }
     w->bg_started = true;
@@ -553,7 +543,7 @@ int wal_close(wal_t *w, char *err, size_t errlen)
     wal_lead(w, true, false, &res);
     pthread_mutex_unlock(&w->mu);
     if (res.rc != WAL_OK)
-        seterr(err, errlen, "%s", res.msg);
+        err_setf(err, errlen, "%s", res.msg);
 
     close(w->fd);
     close(w->dirfd);
@@ -575,7 +565,7 @@ static int wal_submit(wal_t *w, buf_t *enc, uint64_t nrec, char *err, size_t err
     assert(!w->closing);
     if (buf_try_reserve(&w->pending, enc->len) != 0) {
         pthread_mutex_unlock(&w->mu);
-        seterr(err, errlen, "wal: out of memory");
+        err_setf(err, errlen, "wal: out of memory");
         return WAL_ERR_NOMEM;
     }
     buf_append(&w->pending, enc->data, enc->len);
@@ -605,9 +595,9 @@ int wal_log_series(wal_t *w, const wal_series_t *series, size_t n, char *err, si
     if (rc == WAL_OK)
         rc = wal_submit(w, &enc, nrec, err, errlen);
     else if (rc == WAL_ERR_TOO_LARGE)
-        seterr(err, errlen, "wal: a series record exceeds %u bytes", WAL_MAX_RECORD_BYTES);
+        err_setf(err, errlen, "wal: a series record exceeds %u bytes", WAL_MAX_RECORD_BYTES);
     else
-        seterr(err, errlen, "wal: label with a NULL name or value");
+        err_setf(err, errlen, "wal: label with a NULL name or value");
     buf_free(&enc);
     return rc;
 }
@@ -627,12 +617,12 @@ int wal_log_samples(wal_t *w, const wal_sample_t *samples, size_t n, char *err, 
 int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
 {
     if (len >= WAL_MAX_RECORD_BYTES) {
-        seterr(err, errlen, "wal: blob of %zu bytes exceeds %u", len, WAL_MAX_RECORD_BYTES - 1);
+        err_setf(err, errlen, "wal: blob of %zu bytes exceeds %u", len, WAL_MAX_RECORD_BYTES - 1);
         return WAL_ERR_TOO_LARGE;
     }
     buf_t enc = BUF_INIT;
     if (buf_try_reserve(&enc, WAL_REC_HEADER_BYTES + 1 + len) != 0) {
-        seterr(err, errlen, "wal: out of memory");
+        err_setf(err, errlen, "wal: out of memory");
         return WAL_ERR_NOMEM;
     }
     wal_record_encode_blob(&enc, type, data, len);
@@ -650,7 +640,7 @@ int wal_sync(wal_t *w, char *err, size_t errlen)
     wal_lead(w, true, false, &res);
     pthread_mutex_unlock(&w->mu);
     if (res.rc != WAL_OK)
-        seterr(err, errlen, "%s", res.msg);
+        err_setf(err, errlen, "%s", res.msg);
     return res.rc;
 }
 
@@ -665,7 +655,7 @@ int wal_cut(wal_t *w, uint32_t *segment_no, char *err, size_t errlen)
     pthread_mutex_unlock(&w->mu);
     int rc = res.rc != WAL_OK ? res.rc : res.cut_rc;
     if (rc != WAL_OK) {
-        seterr(err, errlen, "%s", res.msg);
+        err_setf(err, errlen, "%s", res.msg);
         return rc;
     }
     if (segment_no)
@@ -685,7 +675,7 @@ int wal_truncate_before(wal_t *w, uint32_t segment_no, char *err, size_t errlen)
     size_t n;
     int lr = seg_list(w->dir, &segs, &n, &max_any);
     if (lr != 0) {
-        seterr(err, errlen, "wal: list %s: %s", w->dir, strerror(-lr));
+        err_setf(err, errlen, "wal: list %s: %s", w->dir, strerror(-lr));
         return WAL_ERR_IO;
     }
     int rc = WAL_OK;
@@ -696,13 +686,13 @@ int wal_truncate_before(wal_t *w, uint32_t segment_no, char *err, size_t errlen)
         if (unlinkat(w->dirfd, name, 0) == 0) {
             removed++;
         } else if (errno != ENOENT) {
-            seterr(err, errlen, "wal: remove %s/%s: %s", w->dir, name, strerror(errno));
+            err_setf(err, errlen, "wal: remove %s/%s: %s", w->dir, name, strerror(errno));
             rc = WAL_ERR_IO;
         }
     }
     free(segs);
     if (removed && fsync_dir(w->dirfd) != 0 && rc == WAL_OK) {
-        seterr(err, errlen, "wal: fsync %s: %s", w->dir, strerror(errno));
+        err_setf(err, errlen, "wal: fsync %s: %s", w->dir, strerror(errno));
         rc = WAL_ERR_IO;
     }
     pthread_mutex_lock(&w->mu);
@@ -779,7 +769,7 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, 
     *bad_off = 0;
     int hr = wal_record_read_seg_header(fd, no, why, msg, sizeof msg);
     if (hr < 0) {
-        seterr(err, errlen, "wal: %s", msg);
+        err_setf(err, errlen, "wal: %s", msg);
         return hr;
     }
     if (hr != WAL_RECORD_OK) {
@@ -793,7 +783,7 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, 
         if (r->payload.cap > r->st->buffer_bytes)
             r->st->buffer_bytes = r->payload.cap;
         if (rr < 0) {
-            seterr(err, errlen, "wal: segment %08" PRIu32 ": %s", no, msg);
+            err_setf(err, errlen, "wal: segment %08" PRIu32 ": %s", no, msg);
             return rr;
         }
         if (rr == WAL_RECORD_END) {
@@ -807,10 +797,10 @@ static int replay_segment(replay_t *r, int fd, uint32_t no, seg_outcome_t *out, 
         rr = replay_record(r, &rec);
         if (rr < 0) {
             if (rr == WAL_ERR_ABORTED)
-                seterr(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32 " at offset %" PRIu64, no,
-                       off);
+                err_setf(err, errlen, "wal: replay aborted by callback in segment %08" PRIu32 " at offset %" PRIu64, no,
+                         off);
             else
-                seterr(err, errlen, "wal: out of memory during replay");
+                err_setf(err, errlen, "wal: out of memory during replay");
             return rr;
         }
         if (rr > 0) {
@@ -839,12 +829,12 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
     if (lr == -ENOENT)
         return WAL_OK;
     if (lr != 0) {
-        seterr(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
+        err_setf(err, errlen, "wal: list %s: %s", dir, strerror(-lr));
         return lr == -ENOMEM ? WAL_ERR_NOMEM : WAL_ERR_IO;
     }
     int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dirfd < 0) {
-        seterr(err, errlen, "wal: open %s: %s", dir, strerror(errno));
+        err_setf(err, errlen, "wal: open %s: %s", dir, strerror(errno));
         free(segs);
         return WAL_ERR_IO;
     }
@@ -870,7 +860,7 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
         int fd = openat(dirfd, name, O_RDWR | O_CLOEXEC);
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb) != 0) {
-            seterr(err, errlen, "wal: open %s: %s", path, strerror(errno));
+            err_setf(err, errlen, "wal: open %s: %s", path, strerror(errno));
             if (fd >= 0)
                 close(fd);
             rc = WAL_ERR_IO;
@@ -894,7 +884,7 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
                      LF_S("reason", why));
             close(fd);
             if (unlinkat(dirfd, name, 0) != 0) {
-                seterr(err, errlen, "wal: remove %s: %s", path, strerror(errno));
+                err_setf(err, errlen, "wal: remove %s: %s", path, strerror(errno));
                 rc = WAL_ERR_IO;
             }
             fsync_dir(dirfd);
@@ -918,7 +908,7 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
             }
             close(fd);
             if (tr != 0) {
-                seterr(err, errlen, "wal: truncate %s at %" PRIu64 ": %s", path, bad_off, strerror(te));
+                err_setf(err, errlen, "wal: truncate %s at %" PRIu64 ": %s", path, bad_off, strerror(te));
                 rc = WAL_ERR_IO;
                 break;
             }
@@ -940,14 +930,14 @@ int wal_replay(const char *dir, uint32_t first_segment, const wal_replay_cb_t *c
             if (fstatat(dirfd, from, &s2, 0) == 0)
                 stats->bytes_dropped += (uint64_t)s2.st_size;
             if (renameat(dirfd, from, dirfd, to) != 0) {
-                seterr(err, errlen, "wal: rename %s/%s: %s", dir, from, strerror(errno));
+                err_setf(err, errlen, "wal: rename %s/%s: %s", dir, from, strerror(errno));
                 rc = WAL_ERR_IO;
                 break;
             }
             log_error("wal", "set aside WAL segment", LF_S("file", from), LF_S("now", to));
         }
         if (fsync_dir(dirfd) != 0 && rc == WAL_OK) {
-            seterr(err, errlen, "wal: fsync %s: %s", dir, strerror(errno));
+            err_setf(err, errlen, "wal: fsync %s: %s", dir, strerror(errno));
             rc = WAL_ERR_IO;
         }
         break;

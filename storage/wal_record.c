@@ -245,7 +245,7 @@ int wal_record_read_seg_header(int fd, uint32_t no, const char **why, char *err,
     if (memcmp(h, expect, sizeof h) == 0)
         return WAL_RECORD_OK;
     *why = le_get16(h + 4) != WAL_SEG_VERSION && memcmp(h, WAL_SEG_MAGIC, 4) == 0 ? "unsupported segment version"
-                                                                                   : "bad segment header";
+                                                                                  : "bad segment header";
     static const uint8_t zero[WAL_SEG_HEADER_BYTES];
     return memcmp(h, zero, sizeof h) == 0 ? WAL_RECORD_TORN : WAL_RECORD_BAD;
 }

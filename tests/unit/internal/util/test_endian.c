@@ -26,8 +26,8 @@ static void test_byte_order(void **state)
 
 static void test_round_trip(void **state)
 {
-    const uint64_t vals[] = {0, 1, 0x80, 0xff, 0x100, 0x7fffffff, 0xffffffffu, 0x100000000ull, UINT64_MAX,
-                             0x8000000000000000ull};
+    const uint64_t vals[] = {0,          1,           0x80,           0xff,       0x100,
+                             0x7fffffff, 0xffffffffu, 0x100000000ull, UINT64_MAX, 0x8000000000000000ull};
     uint8_t buf[9];
     for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
         uint64_t v = vals[i];
