@@ -844,8 +844,7 @@ typedef struct {
     size_t nws;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
-    arena_t *a;     /* the new series' label arrays */
-    hashmap_t seen; /* label hashes of the distinct series (a set), for the per-request limit */
+    arena_t *a; /* the new series' label arrays */
     label_t lbuf[MAX_LABELS_PER_SERIES];
 } append_t;
 
@@ -865,21 +864,19 @@ static int append_fail_all(append_t *ap, int code, const char *fmt, ...)
 
 static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
 {
-    *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res, .seen = HASHMAP_INIT_HASHED};
+    *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res};
     size_t m = n ? n : 1;
     ap->refs = malloc(sizeof(index_ref_t) * m);
     ap->ok = calloc(m, 1);
     ap->ws = malloc(sizeof(wal_sample_t) * m);
     ap->a = arena_create(0);
-    if (!ap->refs || !ap->ok || !ap->ws || !ap->a ||
-        (s->o.max_series_per_request && hashmap_reserve(&ap->seen, n) < 0)) /* adding cannot fail */
+    if (!ap->refs || !ap->ok || !ap->ws || !ap->a)
         return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
     return STORAGE_OK;
 }
 
 static void append_free(append_t *ap)
 {
-    hashmap_free(&ap->seen);
     free(ap->refs);
     free(ap->ok);
     free(ap->ws);
@@ -935,12 +932,6 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         return STORAGE_OK;
     }
     uint64_t hash = labels_hash(&ls);
-    if (s->o.max_series_per_request && hashmap_put(&ap->seen, hash, 0) == 0 &&
-        hashmap_count(&ap->seen) > s->o.max_series_per_request) {
-        atomic_fetch_add(&s->rejected_limit, 1);
-        return append_fail_all(ap, STORAGE_ERR_LIMIT, "request has more than %u series (the limit)",
-                               s->o.max_series_per_request);
-    }
     /* Most samples belong to series already in memory: find those through the sharded index
      * alone; the id map (one mutex) is only needed to create a series. */
     index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
@@ -979,9 +970,46 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
     return STORAGE_OK;
 }
 
+/* The per-request series limit, checked before any series is created: a refused request must
+ * change nothing (no series in the index, no catalog rows, no share of --storage.max-series).
+ * Senders put one series' samples behind one label array, so runs of the same array bound the
+ * distinct series from above; only a request over the limit by that count pays for hashing. */
+static int append_check_series_limit(append_t *ap)
+{
+    uint32_t limit = ap->s->o.max_series_per_request;
+    if (!limit || ap->n <= limit)
+        return STORAGE_OK;
+    size_t runs = 0;
+    for (size_t i = 0; i < ap->n && runs <= limit; i++)
+        runs +=
+            i == 0 || ap->smp[i].labels.v != ap->smp[i - 1].labels.v || ap->smp[i].labels.n != ap->smp[i - 1].labels.n;
+    if (runs <= limit)
+        return STORAGE_OK;
+    hashmap_t seen = HASHMAP_INIT_HASHED; /* label hashes of the distinct series (a set) */
+    if (hashmap_reserve(&seen, (size_t)limit + 1) < 0)
+        return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+    int rc = STORAGE_OK;
+    for (size_t i = 0; i < ap->n; i++) {
+        labels_t ls;
+        const char *why;
+        if (normalize(&ap->smp[i].labels, ap->lbuf, &ls, &why) < 0)
+            continue; /* refused on its own later */
+        if (hashmap_put(&seen, labels_hash(&ls), 0) == 0 && hashmap_count(&seen) > limit) {
+            atomic_fetch_add(&ap->s->rejected_limit, 1);
+            rc = append_fail_all(ap, STORAGE_ERR_LIMIT, "request has more than %u series (the limit)", limit);
+            break;
+        }
+    }
+    hashmap_free(&seen);
+    return rc;
+}
+
 /* Step 1 (under ckpt). */
 static int append_resolve(append_t *ap)
 {
+    int lrc = append_check_series_limit(ap);
+    if (lrc != STORAGE_OK)
+        return lrc;
     bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
     for (size_t i = 0; i < ap->n; i++) {
         const storage_sample_t *x = &ap->smp[i];

@@ -7,6 +7,7 @@ import json
 import random
 import struct
 import time
+import urllib.parse
 import urllib.request
 
 import snappy
@@ -156,6 +157,41 @@ def test_limits(start_sluice):
     # max-series is a condition a retry can fix (series expire): 503
     st, _, reply = pp.remote_write(sl.url, [(lbl("rw_lim", job=str(i)), [(t, 1.0)]) for i in range(5)])
     assert st == 503, reply
+
+
+def head_series(sl):
+    with urllib.request.urlopen(sl.url + "/-/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("sluice_storage_head_series "):
+                return float(line.split()[1])
+    raise AssertionError("no sluice_storage_head_series")
+
+
+def series_names(sl, name):
+    q = urllib.parse.urlencode({"match[]": '{__name__="%s"}' % name})
+    return get_json(sl.url + "/api/v1/series?" + q)["data"]
+
+
+def test_refused_request_creates_no_series(start_sluice, tmp_path):
+    """A request over --storage.max-series-per-request is refused whole and leaves nothing behind:
+    no series in memory, none in the catalog after a restart, no share of --storage.max-series
+    (before, the series resolved before the limit tripped stayed and locked new series out)."""
+    data = str(tmp_path / "data")
+    args = ("--storage.max-series-per-request=50", "--storage.max-series=80")
+    sl = start_sluice(*args, data_dir=data)
+    t = now_s() - 60000
+    st, _, reply = pp.remote_write(sl.url, [(lbl("rw_refused", i=str(i)), [(t, 1.0)]) for i in range(51)])
+    assert st == 400 and b"more than 50 series" in reply, reply
+    assert head_series(sl) == 0
+    assert series_names(sl, "rw_refused") == []
+    # All of --storage.max-series is still there for a request within the limits.
+    st, _, reply = pp.remote_write(sl.url, [(lbl("rw_kept", i=str(i)), [(t, 2.0)]) for i in range(50)])
+    assert st == 204, reply
+    assert head_series(sl) == 50
+    assert sl.stop() == 0
+    sl = start_sluice(*args, data_dir=data)
+    assert series_names(sl, "rw_refused") == []
+    assert len(series_names(sl, "rw_kept")) == 50
 
 
 def test_decode_limit_follows_body_limit(start_sluice):
