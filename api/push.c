@@ -230,28 +230,37 @@ static int push_decode_body(api_push_t *p, api_req_t *req, char **out, size_t *o
         zs.next_in = (Bytef *)body;
         zs.avail_in = (uInt)len;
         int zr = Z_OK;
-        while (zr != Z_STREAM_END) {
+        bool gzip = strcasecmp(enc, "gzip") == 0;
+        int members = 0; /* complete gzip members read */
+        for (;;) {
+            if (zr == Z_STREAM_END) {
+                /* A gzip body may hold several members one after another (RFC 1952 2.2); Go's
+                 * gzip reader, and so the Pushgateway, reads them all as one stream. */
+                members++;
+                if (!gzip || zs.avail_in == 0)
+                    break;
+                inflateReset(&zs);
+            }
             buf_reserve(&b, 65536);
             zs.next_out = (Bytef *)b.data + b.len;
             zs.avail_out = 65536;
             zr = inflate(&zs, Z_NO_FLUSH);
             b.len = (size_t)((char *)zs.next_out - b.data);
-            if (zr != Z_OK && zr != Z_STREAM_END) {
-                inflateEnd(&zs);
-                buf_free(&b);
-                snprintf(err, errlen, "invalid %s-compressed body", enc);
-                return 400;
-            }
+            bool truncated = zr == Z_OK && zs.avail_in == 0 && zs.avail_out != 0;
             if (b.len > limit) {
                 inflateEnd(&zs);
                 buf_free(&b);
                 snprintf(err, errlen, "decompressed body is larger than %zu bytes", limit);
                 return 413;
             }
-            if (zr == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
+            if ((zr != Z_OK && zr != Z_STREAM_END) || truncated) {
+                /* After a complete member the Pushgateway keeps what it decoded and ignores the
+                 * rest (garbage, zeros, a cut-off member): so do we. */
+                if (members > 0)
+                    break;
                 inflateEnd(&zs);
                 buf_free(&b);
-                snprintf(err, errlen, "truncated %s-compressed body", enc);
+                snprintf(err, errlen, truncated ? "truncated %s-compressed body" : "invalid %s-compressed body", enc);
                 return 400;
             }
         }

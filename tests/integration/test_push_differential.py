@@ -88,6 +88,14 @@ STEPS = [
     ("PUT", "/metrics/job/g2", "# TYPE h2 histogram\nh2_bucket{le=\"1\"} 2\nh2_sum 1.5\nh2_count 3\n", {}),  # no +Inf
     ("PUT", "/metrics/job/s", "# TYPE s summary\ns{quantile=\"0.5\"} 1\ns_count 4\n", {}),
     ("PUT", "/metrics/job/gz", gzip.compress(b"gzipped 7\n"), {"Content-Encoding": "gzip"}),
+    # several gzip members one after another (RFC 1952 2.2): Go reads them all as one stream
+    ("PUT", "/metrics/job/gz2", gzip.compress(b"first 1\n") + gzip.compress(b"second 2\n"), {"Content-Encoding": "gzip"}),
+    # after a complete member the Pushgateway keeps what it decoded and ignores the rest
+    ("PUT", "/metrics/job/gz3", gzip.compress(b"third 3\n") + b"not gzip", {"Content-Encoding": "gzip"}),
+    ("PUT", "/metrics/job/gz4", gzip.compress(b"fourth 4\n") + b"\0" * 20, {"Content-Encoding": "gzip"}),
+    ("PUT", "/metrics/job/gz5", gzip.compress(b"fifth 5\n") + gzip.compress(b"sixth 6\n")[:15], {"Content-Encoding": "gzip"}),
+    ("PUT", "/metrics/job/gz6", gzip.compress(b"seventh 7\n")[:12], {"Content-Encoding": "gzip"}),  # first member cut
+    ("PUT", "/metrics/job/gz7", b"\x1f\x8bnot really gzip", {"Content-Encoding": "gzip"}),
     ("PUT", "/metrics/job/empty", "", {}),
     ("DELETE", "/metrics/job/c", None, {}),
     ("DELETE", "/metrics/job/nonexistent", None, {}),
