@@ -382,6 +382,69 @@ static int ctl_auth(api_control_t *ctl, api_req_t *req, bool mutation, char *who
     return 0;
 }
 
+/* --- browser cross-site requests ----------------------------------------------------------------- */
+
+/* "http://h:80" and "h" name the same place; so do "https://h:443" and "h". */
+static size_t ctl_host_len(const char *h, size_t n, bool https)
+{
+    const char *dflt = https ? ":443" : ":80";
+    size_t dl = strlen(dflt);
+    if (n > dl && strncmp(h + n - dl, dflt, dl) == 0)
+        return n - dl;
+    return n;
+}
+
+/* The Origin a browser sent names this server (the Host it asked for). */
+static bool ctl_origin_is_host(const char *origin, const char *host)
+{
+    bool https = strncasecmp(origin, "https://", 8) == 0;
+    if (!https && strncasecmp(origin, "http://", 7) != 0)
+        return false; /* "null" (sandboxed frames, file: pages) and anything odd */
+    const char *o = origin + (https ? 8 : 7);
+    size_t ol = ctl_host_len(o, strlen(o), https), hl = ctl_host_len(host, strlen(host), https);
+    return ol == hl && strncasecmp(o, host, ol) == 0;
+}
+
+/* A web page on any site can make the visitor's browser POST to sluice (a form, or fetch without
+ * CORS), and the request then comes from the visitor's machine: loopback, or a token in a cookie
+ * jar it does not need. Changes are refused unless they are plainly not that: no foreign
+ * Sec-Fetch-Site or Origin, and a body (if any) of type application/json, which a cross-site page
+ * cannot send without a CORS preflight that sluice never grants. 0, or -1 after replying. */
+static int ctl_refuse_cross_site(api_req_t *req)
+{
+    const char *site = api_req_header(req, "Sec-Fetch-Site");
+    if (site && strcasecmp(site, "same-origin") != 0 && strcasecmp(site, "none") != 0) {
+        ctl_reply_error(req, 403, "forbidden", NULL, "cross-site request refused (Sec-Fetch-Site: %s)", site);
+        return -1;
+    }
+    const char *origin = api_req_header(req, "Origin");
+    const char *host = api_req_header(req, "Host");
+    if (origin && !(host && ctl_origin_is_host(origin, host))) {
+        ctl_reply_error(req, 403, "forbidden", NULL,
+                        "request from origin %s refused: changes are accepted from sluice's own pages only", origin);
+        return -1;
+    }
+    size_t len;
+    api_req_body(req, &len);
+    const char *ct = api_req_header(req, "Content-Type");
+    if (len > 0 || ct) {
+        size_t tl = ct ? strcspn(ct, "; \t") : 0;
+        if (!ct || tl != strlen("application/json") || strncasecmp(ct, "application/json", tl) != 0) {
+            ctl_reply_error(req, 415, "bad_data", NULL, "Content-Type must be application/json (got %s)",
+                            ct ? ct : "none");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int api_control_authorize_change(api_control_t *ctl, api_req_t *req, char *who, size_t wholen)
+{
+    if (ctl_refuse_cross_site(req) != 0)
+        return -1;
+    return ctl_auth(ctl, req, true, who, wholen);
+}
+
 /* --- the control thread ------------------------------------------------------------------------------ */
 
 static void ctl_deliver(void *arg);
@@ -946,7 +1009,7 @@ static void ctl_h_history(api_control_t *ctl, api_req_t *req, const char *job)
 static void ctl_h_change(api_control_t *ctl, api_req_t *req, const char *job, control_req_kind_t kind)
 {
     char who[160];
-    if (ctl_auth(ctl, req, true, who, sizeof(who)) != 0)
+    if (api_control_authorize_change(ctl, req, who, sizeof(who)) != 0)
         return;
     size_t len;
     const uint8_t *body = api_req_body(req, &len);

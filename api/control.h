@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "api/router.h"
 #include "api/server.h"
 #include "internal/util/buf.h"
 #include "internal/control/control.h"
@@ -51,6 +52,12 @@ int api_control_get_state(api_control_t *ctl, const char *job, control_state_t *
  * not match the current version; -1 + err. Must not be called after api_control_shutdown. */
 int api_control_apply(api_control_t *ctl, const char *job, const control_change_t *chg, const char *updated_by,
                       uint64_t *version, char *err, size_t errlen);
+
+/* For other endpoints that change state (POST /-/reload): the checks a flow-control change gets —
+ * refuses browser cross-site requests (foreign Origin or Sec-Fetch-Site, a body that is not
+ * application/json) and requires a token (--web.control-token-file) or, without one, a loopback
+ * peer. 0 with the caller's name in who, or -1 after replying 403/401/415. */
+int api_control_authorize_change(api_control_t *ctl, api_req_t *req, char *who, size_t wholen);
 
 /* Parses a token file (one `name:token` per line, `#` comments, blank lines ignored). Exposed for
  * tests. Returns the number of tokens, or -1 + err (naming the line). names/tokens are malloc'd

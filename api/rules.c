@@ -19,6 +19,7 @@
 
 struct api_rules {
     api_server_t *srv;
+    api_control_t *control; /* authorizes POST /-/reload like a flow-control change */
     rules_manager_t *rules;
     rules_notifier_t *notifier;
     rules_actions_t *actions;
@@ -98,6 +99,10 @@ static void *ar_reload_thread(void *arg)
 static void ar_h_reload(api_req_t *req, void *ud)
 {
     api_rules_t *ar = ud;
+    char who[160] = "";
+    if (ar->control && api_control_authorize_change(ar->control, req, who, sizeof(who)) != 0)
+        return;
+    log_info("rules", "reload requested", LF_S("by", who));
     ar_reload_t *r = calloc(1, sizeof(*r));
     pthread_t th;
     pthread_attr_t attr;
@@ -222,6 +227,7 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
     }
     pthread_mutex_init(&ar->reload_mu, NULL);
     ar->srv = o->srv;
+    ar->control = o->control;
     if (ar_parse_labels(o->external_labels, &ar->ext, err, errlen) != 0)
         goto fail;
     char url[512];

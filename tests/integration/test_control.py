@@ -175,7 +175,7 @@ def test_states_changes_history_and_list(sluice):
 ])
 def test_bad_input_is_400_naming_the_field_and_changes_nothing(sluice, suffix, method, body, field):
     data = body if isinstance(body, str) else json.dumps(body)
-    r = requests.request(method, job_url(sluice, "j", suffix), data=data)
+    r = requests.request(method, job_url(sluice, "j", suffix), data=data, headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
     j = r.json()
     assert j["status"] == "error" and j["field"] == field, j
@@ -349,6 +349,57 @@ def test_no_token_file_means_loopback_only(sluice):
     assert status == 200
     assert requests.get(job_url(sluice, "j")).json()["version"] == 0
     assert requests.post(job_url(sluice, "j", "/pause")).status_code == 200
+
+
+def test_browser_cross_site_changes_refused(sluice):
+    """A page on another site can make a browser POST a form or a text/plain fetch to sluice, from
+    the visitor's machine (loopback). Such requests must not change anything."""
+    url = job_url(sluice, "x", "/pause")
+    cases = [
+        ({"Content-Type": "text/plain"}, b'{"reason":"csrf"}', 415),  # fetch(no-cors) with a body
+        ({"Content-Type": "application/x-www-form-urlencoded"}, b"reason=csrf", 415),  # HTML form
+        ({"Content-Type": "multipart/form-data; boundary=x"}, b"--x--\r\n", 415),
+        ({"Origin": "http://evil.example"}, b"", 403),  # bodiless fetch from another site
+        ({"Origin": "null"}, b"", 403),  # sandboxed frame or file: page
+        ({"Origin": f"http://127.0.0.1:{sluice.port + 1}"}, b"", 403),  # another port: another origin
+        ({"Sec-Fetch-Site": "cross-site"}, b"", 403),
+        ({"Sec-Fetch-Site": "same-site"}, b"", 403),
+        ({"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}, b"{}", 403),
+    ]
+    for headers, body, want in cases:
+        r = requests.post(url, headers=headers, data=body)
+        assert r.status_code == want, (headers, r.status_code, r.text)
+        assert r.json()["status"] == "error"
+    r = requests.put(job_url(sluice, "x"), headers={"Content-Type": "text/plain"}, data='{"mode":"paused"}')
+    assert r.status_code == 415
+    assert requests.get(job_url(sluice, "x")).json()["version"] == 0  # nothing changed
+    # sluice's own dashboard (same origin, JSON) and plain clients (no Origin) still work
+    own = {"Origin": sluice.url, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}
+    r = requests.post(url, headers=own, data=b'{"reason":"from the dashboard"}')
+    assert r.status_code == 200, r.text
+    r = requests.post(job_url(sluice, "x", "/resume"), headers={"Content-Type": "application/json; charset=utf-8"},
+                      data=b"{}")
+    assert r.status_code == 200, r.text
+    assert requests.post(job_url(sluice, "x", "/pause")).status_code == 200  # no body, no Origin: curl -X POST
+    assert requests.get(job_url(sluice, "x")).json()["version"] == 3
+
+
+def test_reload_needs_change_auth(start_sluice, tmp_path):
+    """POST /-/reload changes the running rules: it gets the auth of a flow-control change."""
+    s = start_sluice()
+    assert requests.post(s.url + "/-/reload").status_code == 200  # loopback, no token file
+    sock = socket.create_connection(("127.0.0.1", s.port), source_address=("127.0.0.2", 0))
+    sock.sendall(b"POST /-/reload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    status, _, _ = raw_read(sock)
+    sock.close()
+    assert status == 403
+    assert requests.post(s.url + "/-/reload", headers={"Origin": "http://evil.example"}).status_code == 403
+    tf = tmp_path / "tokens"
+    tf.write_text("ops:ops-token-0123456789\n")
+    s2 = start_sluice(f"--web.control-token-file={tf}")
+    assert requests.post(s2.url + "/-/reload").status_code == 401
+    r = requests.post(s2.url + "/-/reload", headers={"Authorization": "Bearer ops-token-0123456789"})
+    assert r.status_code == 200, r.text
 
 
 def test_tokens(start_sluice, tmp_path):
