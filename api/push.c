@@ -34,6 +34,7 @@
 #include "internal/util/clock.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
+#include "internal/util/utf8.h"
 
 struct api_push {
     api_push_options_t opt;
@@ -139,6 +140,10 @@ int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err,
         snprintf(err, errlen, "job name is required");
         return -1;
     }
+    if (!utf8_valid(job, strlen(job))) {
+        snprintf(err, errlen, "job name is not valid UTF-8");
+        return -1;
+    }
     size_t npairs = k - 2;
     if (npairs % 2 != 0) {
         snprintf(err, errlen, "odd number of components in label string \"/%s\"",
@@ -165,6 +170,10 @@ int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err,
                 return -1;
             }
             value = dec;
+        }
+        if (!utf8_valid(value, strlen(value))) {
+            snprintf(err, errlen, "value of label %s is not valid UTF-8", name);
+            return -1;
         }
         if (strcmp(name, "job") == 0)
             continue; /* the job from the path's head wins */

@@ -1,5 +1,6 @@
 """Push ingest with real clients: Debian's python3-prometheus-client and Flink-shaped bodies from
 the flink_gen tool; history lands in storage; groups expire and survive restarts."""
+import base64
 import os
 import re
 import subprocess
@@ -126,6 +127,21 @@ def test_bad_bodies_change_nothing(sluice):
     g = group(sluice, job="x")
     assert g == [x for x in before if x["labels"] == {"job": "x"}][0]
     assert requests.get(sluice.url + "/-/healthy").status_code == 200
+
+
+def test_invalid_utf8_in_path_is_400_and_stores_nothing(sluice):
+    """Label values and job names from the path must be UTF-8, as the Pushgateway's are (it
+    answers 400 too): percent-encoded or base64-encoded bytes that are not UTF-8 are refused."""
+    bad = ["/metrics/job/u/a/%ff", "/metrics/job/u%fe", "/metrics/job/u/a/%c0%80",
+           "/metrics/job/u/a@base64/" + base64.urlsafe_b64encode(b"\xff\xfe").decode().rstrip("="),
+           "/metrics/job@base64/" + base64.urlsafe_b64encode(b"\xed\xa0\x80").decode()]
+    for path in bad:
+        r = requests.put(sluice.url + path, data="m 1\n")
+        assert r.status_code == 400 and "UTF-8" in r.text, (path, r.status_code, r.text)
+    assert groups(sluice) == []
+    r = requests.put(sluice.url + "/metrics/job/u/a/%e2%82%ac", data="m 1\n")  # U+20AC is fine
+    assert r.status_code == 200, r.text
+    assert group(sluice, job="u", a="\u20ac") is not None
 
 
 def test_group_expiry_leaves_stale_markers(start_sluice):
