@@ -726,7 +726,7 @@ static void remote_h_write(api_req_t *req, void *ud)
             atomic_fetch_add(&r->w_rejected, 1);
             atomic_fetch_add(&r->w_failed_samples, res.failed);
             int code = storage_status(rc);
-            if (rc == STORAGE_ERR_OUT_OF_ORDER || rc == STORAGE_ERR_TOO_OLD)
+            if (rc == STORAGE_ERR_OUT_OF_ORDER || rc == STORAGE_ERR_TOO_OLD || rc == STORAGE_ERR_TOO_NEW)
                 api_reply_text(req, code, "%s (%zu of %zu samples refused%s)\n", res.msg, res.failed, wr.nsamples,
                                res.accepted ? ", the others were stored" : "");
             else

@@ -824,6 +824,7 @@ static const char *err_text(int code)
     switch (code) {
     case STORAGE_ERR_OUT_OF_ORDER: return "out of order sample (older than the series' newest second)";
     case STORAGE_ERR_TOO_OLD: return "sample too old (before the raw retention window)";
+    case STORAGE_ERR_TOO_NEW: return "sample too far in the future (storage.max-future after now)";
     case STORAGE_ERR_MAX_SERIES: return "series limit reached (storage.max-series): new series refused";
     default: return "out of memory";
     }
@@ -844,7 +845,8 @@ typedef struct {
     size_t nws;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
-    arena_t *a; /* the new series' label arrays */
+    arena_t *a;    /* the new series' label arrays */
+    int64_t max_t; /* newest timestamp accepted (now + max_future_ms); INT64_MAX = any */
     label_t lbuf[MAX_LABELS_PER_SERIES];
 } append_t;
 
@@ -864,7 +866,9 @@ static int append_fail_all(append_t *ap, int code, const char *fmt, ...)
 
 static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
 {
-    *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res};
+    *ap = (append_t){.s = s, .smp = smp, .n = n, .res = res, .max_t = INT64_MAX};
+    if (s->o.max_future_ms > 0)
+        ap->max_t = storage_now_ms(s) + s->o.max_future_ms;
     size_t m = n ? n : 1;
     ap->refs = malloc(sizeof(index_ref_t) * m);
     ap->ok = calloc(m, 1);
@@ -888,6 +892,12 @@ static void append_free(append_t *ap)
 static void append_check(append_t *ap, size_t i, const labels_t *ls)
 {
     const storage_sample_t *x = &ap->smp[i];
+    /* A sample from a clock years ahead (or at INT64_MAX) would make every later sample of its
+     * series out of order until that time: refuse it instead. */
+    if (x->t > ap->max_t) {
+        fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), ls);
+        return;
+    }
     int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
     if (hrc == HEAD_ERR_NOT_FOUND)
         hrc = HEAD_OK; /* swept meanwhile: recreated at apply time */

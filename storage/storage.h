@@ -47,6 +47,7 @@ enum {
     STORAGE_ERR_LIMIT = -6,        /* per-request series/sample limit exceeded: 400 */
     STORAGE_ERR_BAD_LABELS = -7,   /* invalid/duplicate label names, missing __name__: 400 */
     STORAGE_ERR_NOT_READY = -8,    /* recovery still running: 503 */
+    STORAGE_ERR_TOO_NEW = -9,      /* more than max_future_ms after now: 400 */
 };
 
 typedef struct storage storage_t;
@@ -60,6 +61,7 @@ typedef struct {
     uint64_t max_series;              /* 0 = unlimited */
     uint32_t max_series_per_request;  /* 0 = unlimited */
     uint32_t max_samples_per_request; /* 0 = unlimited */
+    int64_t max_future_ms;            /* samples further ahead of the clock are refused; 0 = no limit */
     const char *rollups;              /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
     int64_t snapshot_interval_ms;     /* periodic snapshot; 0 = 1h, < 0 = only on close */
     bool no_background;               /* tests: no housekeeping thread (call storage_housekeep) */

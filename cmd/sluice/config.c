@@ -69,6 +69,8 @@ static const config_option_t config_options[] = {
      "Most series held in memory; new series beyond it are refused (0 = no limit).", NULL},
     {"storage.max-series-per-request", OPT_INT, OFF(max_series_per_request), "200000",
      "Most distinct series in one push or remote write (0 = no limit).", NULL},
+    {"storage.max-future", OPT_DURATION, OFF(max_future_ms), "1h",
+     "Samples stamped further ahead of the clock are refused (0 = no limit).", NULL},
     {"storage.max-samples-per-request", OPT_INT, OFF(max_samples_per_request), "2000000",
      "Most samples in one push or remote write (0 = no limit).", NULL},
     {"storage.snapshot-interval", OPT_DURATION, OFF(snapshot_interval_ms), "1h",

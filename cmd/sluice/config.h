@@ -33,6 +33,7 @@ typedef struct {
     int64_t retention_raw_ms;
     int64_t max_series;
     int64_t max_series_per_request;
+    int64_t max_future_ms;
     int64_t max_samples_per_request;
     char *wal_fsync; /* "interval" | "always" */
     int64_t wal_fsync_interval_ms;

@@ -127,6 +127,7 @@ static storage_t *main_storage_new(const config_t *c, char *err, size_t errlen)
     o.max_series = (uint64_t)c->max_series;
     o.max_series_per_request = (uint32_t)c->max_series_per_request;
     o.max_samples_per_request = (uint32_t)c->max_samples_per_request;
+    o.max_future_ms = c->max_future_ms;
     o.rollups = c->rollups;
     o.snapshot_interval_ms = c->snapshot_interval_ms;
     return storage_new(&o, err, errlen);

@@ -194,6 +194,24 @@ def test_refused_request_creates_no_series(start_sluice, tmp_path):
     assert len(series_names(sl, "rw_kept")) == 50
 
 
+def test_future_samples_refused(start_sluice):
+    """A sample stamped far ahead (a broken clock, INT64_MAX) would make every later sample of its
+    series out of order until then: beyond --storage.max-future it is refused with 400, the rest
+    of the request is stored, and the series keeps taking samples."""
+    sl = start_sluice("--storage.max-future=10m")
+    t = now_s()
+    far = [(lbl("rw_future", k="year"), [(t + 365 * 86400 * 1000, 1.0)]),
+           (lbl("rw_future", k="max"), [(2**63 - 1, 2.0)]),
+           (lbl("rw_future", k="ok"), [(t - 5000, 3.0), (t + 60000, 4.0)])]  # a minute ahead is fine
+    st, _, reply = pp.remote_write(sl.url, far)
+    assert st == 400 and b"too far in the future" in reply and b"2 of 4 samples refused" in reply, reply
+    got = read_all(sl, [(pp.EQ, "__name__", "rw_future")], end=t + 3600 * 1000)
+    assert set(got) == {key("rw_future", k="ok")}, got
+    # the refused series are not poisoned: a sample of now is taken
+    st, _, reply = pp.remote_write(sl.url, [(lbl("rw_future", k="max"), [(t, 5.0)])])
+    assert st == 204, reply
+
+
 def test_decode_limit_follows_body_limit(start_sluice):
     sl = start_sluice("--web.max-body-size=64KiB")
     t = now_s() - 60000
