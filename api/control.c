@@ -330,11 +330,7 @@ static int ctl_token_match(const api_control_t *ctl, const char *presented, size
 
 static bool ctl_peer_is_local(api_req_t *req, char *peer, size_t cap)
 {
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
-    char *host = NULL;
-    ev_uint16_t port = 0;
-    if (evcon)
-        evhttp_connection_get_peer(evcon, &host, &port);
+    const char *host = api_req_peer(req);
     snprintf(peer, cap, "%s", host ? host : "unknown");
     if (!host)
         return false;

@@ -20,6 +20,7 @@
 
 #include "api/server.h"
 #include "internal/util/clock.h"
+#include "internal/util/log.h"
 
 enum { ROUTER_REPLIED = 1, ROUTER_PARKED = 2 };
 
@@ -143,6 +144,16 @@ void api_router_dispatch(const api_router_t *rt, api_req_t *req)
 const char *api_req_header(api_req_t *req, const char *name)
 {
     return evhttp_find_header(evhttp_request_get_input_headers(req->ev), name);
+}
+
+const char *api_req_peer(api_req_t *req)
+{
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    char *host = NULL;
+    ev_uint16_t port = 0;
+    if (evcon)
+        evhttp_connection_get_peer(evcon, &host, &port);
+    return host;
 }
 
 const uint8_t *api_req_body(api_req_t *req, size_t *len)
@@ -284,10 +295,41 @@ void api_reply_header(api_req_t *req, const char *name, const char *value)
     evhttp_add_header(evhttp_request_get_output_headers(req->ev), name, value);
 }
 
+/* A refusal of what a client sent (bad input, auth, limits, overload) is logged at warn with the
+ * client's address, so an operator sees abuse and misconfigured senders; at most one line a
+ * second per server (api__server_may_log), the lines it held back counted in the next. */
+static void router_log_refusal(api_req_t *req, int code, const void *body, size_t len)
+{
+    switch (code) {
+    case 400:
+    case 401:
+    case 403:
+    case 413:
+    case 415:
+    case 422:
+    case 429:
+    case 503: break;
+    default: return;
+    }
+    uint64_t held = 0;
+    if (!api__server_may_log(req->srv, &held))
+        return;
+    const char *peer = api_req_peer(req);
+    size_t n = 0; /* the reason's first line */
+    while (n < len && n < 300 && ((const char *)body)[n] != '\n')
+        n++;
+    char reason[304];
+    memcpy(reason, body ? body : "", n);
+    reason[n] = 0;
+    log_warn("http", "request refused", LF_I("status", code), LF_S("client", peer ? peer : "unknown"),
+             LF_S("path", req->path ? req->path : ""), LF_S("reason", reason), LF_I("similar_lines_held", held));
+}
+
 void api_reply(api_req_t *req, int code, const char *content_type, const void *body, size_t len)
 {
     assert(!req->replied);
     req->replied = true;
+    router_log_refusal(req, code, body, len);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req->ev);
     if (content_type)
         evhttp_add_header(h, "Content-Type", content_type);

@@ -93,6 +93,8 @@ void api__router_free(api_router_t *r);
 
 /* --- reading the request --------------------------------------------------------------------- */
 const char *api_req_header(api_req_t *req, const char *name);
+/* The client's address ("127.0.0.1", "::1"), or NULL when unknown. */
+const char *api_req_peer(api_req_t *req);
 /* A parameter from the query string or, for POST with application/x-www-form-urlencoded, the
  * body (both, like Go's r.FormValue). NULL when absent. Repeated parameters: api_req_params. */
 const char *api_req_param(api_req_t *req, const char *name);

@@ -73,6 +73,8 @@ struct api_server {
     _Atomic int64_t inflight;
     _Atomic int64_t busy_connections;
     int64_t max_connections;
+    _Atomic int64_t refusal_logged_ms; /* monotonic ms of the last refusal logged */
+    _Atomic uint64_t refusals_held;    /* refusals not logged since */
     pthread_mutex_t calls_mu;
     struct server_call *calls; /* posted with api_server_run_on, not yet run */
 };
@@ -90,6 +92,17 @@ void api__server_observe(api_server_t *s, int route, int code, double seconds)
     atomic_fetch_add_explicit(&m->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->sum_ns, (uint64_t)(seconds * 1e9), memory_order_relaxed);
     atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
+}
+
+bool api__server_may_log(api_server_t *s, uint64_t *held)
+{
+    int64_t now = clock_mono_ms(), last = atomic_load(&s->refusal_logged_ms);
+    if ((last && now - last < 1000) || !atomic_compare_exchange_strong(&s->refusal_logged_ms, &last, now)) {
+        atomic_fetch_add(&s->refusals_held, 1);
+        return false;
+    }
+    *held = atomic_exchange(&s->refusals_held, 0);
+    return true;
 }
 
 struct api_router *api__server_router(api_server_t *s)

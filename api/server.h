@@ -57,6 +57,9 @@ int64_t api_server_inflight(const api_server_t *s);
 
 /* Records a finished request (used by the router). */
 void api__server_observe(api_server_t *s, int route, int code, double seconds);
+/* Rate limit of the refusal log: true at most once a second (per server); *held gets the number of
+ * refusals not logged since the last true. */
+bool api__server_may_log(api_server_t *s, uint64_t *held);
 /* The server's route table (api_route_add fills it). */
 struct api_router *api__server_router(api_server_t *s);
 

@@ -382,6 +382,12 @@ def test_browser_cross_site_changes_refused(sluice):
     assert r.status_code == 200, r.text
     assert requests.post(job_url(sluice, "x", "/pause")).status_code == 200  # no body, no Origin: curl -X POST
     assert requests.get(job_url(sluice, "x")).json()["version"] == 3
+    # refusals are logged at warn with the client's address, at most a line a second
+    log = sluice.read_log()
+    lines = [l for l in log.splitlines() if 'msg="request refused"' in l]
+    assert lines and "level=warn" in lines[0] and "client=127.0.0.1" in lines[0], log
+    assert "status=415" in lines[0] and "Content-Type must be application/json" in lines[0], lines[0]
+    assert len(lines) <= 3, lines  # ten refusals within a second or two
 
 
 def test_reload_needs_change_auth(start_sluice, tmp_path):
