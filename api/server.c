@@ -12,6 +12,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version (no accessor in libevent 2.1) */
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -245,6 +246,10 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
             server_conn_set_busy(c, false);
         }
     }
+    /* HTTP/1.x with x > 1 is answered as HTTP/1.1, the highest 1.x we speak (RFC 9110 6.2: a server
+     * answers with its own version). libevent itself refuses other major versions with 400. */
+    if (ev->major == 1 && ev->minor > 1)
+        ev->minor = 1;
     atomic_fetch_add_explicit(&w->srv->inflight, 1, memory_order_relaxed);
     api_req_t *req = calloc(1, sizeof(*req));
     arena_t *arena = arena_create(0);

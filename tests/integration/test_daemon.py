@@ -143,6 +143,22 @@ def test_oversized_headers_rejected(sluice):
     assert requests.get(sluice.url + "/-/healthy").status_code == 200
 
 
+def test_http_version_answered_as_ours(sluice):
+    """A request in HTTP/1.2 gets an HTTP/1.1 answer (a server answers with its own version), and
+    other major versions are refused."""
+    answers = {}
+    for version in ("HTTP/1.2", "HTTP/1.9", "HTTP/1.1", "HTTP/1.0", "HTTP/2.0"):
+        s = socket.create_connection(("127.0.0.1", sluice.port), timeout=10)
+        s.sendall(f"GET /-/healthy {version}\r\nHost: x\r\n\r\n".encode())
+        answers[version] = s.recv(4096).split(b"\r\n")[0].decode()
+        s.close()
+    assert answers["HTTP/1.2"] == "HTTP/1.1 200 OK", answers
+    assert answers["HTTP/1.9"] == "HTTP/1.1 200 OK", answers
+    assert answers["HTTP/1.1"] == "HTTP/1.1 200 OK", answers
+    assert answers["HTTP/1.0"] == "HTTP/1.0 200 OK", answers
+    assert answers["HTTP/2.0"].split()[1] in ("400", "505"), answers
+
+
 def test_slow_client_does_not_block_others(start_sluice):
     s = start_sluice("--web.workers=1", "--web.read-timeout=3s")
     slow = socket.create_connection(("127.0.0.1", s.port))
