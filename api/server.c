@@ -120,7 +120,8 @@ typedef struct server_conn {
     struct server_conn *next;
     int64_t created_ms;
     bool saw_request;
-    bool busy; /* bytes arrived since the last request was dispatched: a request is being read */
+    bool busy;       /* bytes arrived since the last request was dispatched: a request is being read */
+    bool over_limit; /* opened beyond --web.max-connections: closed by the next sweep */
 } server_conn_t;
 
 typedef struct server_worker {
@@ -175,7 +176,7 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     c->created_ms = clock_mono_ms();
     c->next = w->conns;
     w->conns = c;
-    atomic_fetch_add(&w->srv->open_connections, 1);
+    c->over_limit = atomic_fetch_add(&w->srv->open_connections, 1) + 1 > w->srv->max_connections;
     atomic_fetch_add(&w->srv->accepted_total, 1);
     return bev;
 }
@@ -206,6 +207,18 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
             free(c);
             atomic_fetch_sub(&w->srv->open_connections, 1);
             continue;
+        }
+        if (c->over_limit) {
+            /* Beyond the limit a connection is never served (its request would get 503 and a
+             * close): do not let it hold a slot until its read timeout either. */
+            evutil_socket_t cfd = bufferevent_getfd(c->bev);
+            if (cfd >= 0) {
+                shutdown(cfd, SHUT_RDWR);
+                if (!c->saw_request) /* else its request was counted when it got its 503 */
+                    atomic_fetch_add(&w->srv->rejected_total, 1);
+            }
+            c->over_limit = false; /* once */
+            c->saw_request = true;
         }
         if (!c->saw_request && now - c->created_ms > w->srv->opt.read_timeout_ms) {
             evutil_socket_t cfd = bufferevent_getfd(c->bev);

@@ -224,6 +224,28 @@ def test_max_connections(start_sluice):
         raise AssertionError("connections were never released")
 
 
+def test_connections_beyond_the_limit_closed_at_once(start_sluice):
+    """A connection beyond --web.max-connections is never served, so it is closed at once (within
+    a sweep, 250 ms) instead of holding a slot until the read timeout."""
+    s = start_sluice("--web.max-connections=3", "--web.workers=1", "--web.read-timeout=60s")
+    time.sleep(1)  # the readiness probes' connections are released by the next sweeps
+    socks = []
+    for _ in range(6):
+        socks.append(socket.create_connection(("127.0.0.1", s.port)))
+        time.sleep(0.05)  # accepted in order
+    for so in socks:
+        so.settimeout(3)
+    closed = []
+    for so in socks:
+        try:
+            closed.append(so.recv(1) == b"")
+        except socket.timeout:
+            closed.append(False)
+    assert closed == [False, False, False, True, True, True], closed
+    for so in socks:
+        so.close()
+
+
 def test_graceful_shutdown_finishes_inflight(start_sluice):
     s = start_sluice()
     # A request that is in flight when SIGTERM arrives still gets its answer: send the headers of
