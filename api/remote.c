@@ -47,8 +47,10 @@
  *
  * SAMPLES: ReadResponse{results: one QueryResult per query, in order}, series sorted, samples
  * time-ordered within [start, end]; built in memory (bounded by --storage.remote.read-sample-limit
- * per query: above it the answer is 400 "exceeded sample limit (N)", as Prometheus), snappy
- * compressed, Content-Type application/x-protobuf, Content-Encoding snappy.
+ * for the whole request: above it the answer is 400 "exceeded sample limit (N)", Prometheus' words.
+ * Prometheus counts per query, so a request repeating one query 400 times could take 400 times
+ * the limit; here the queries of a request share it), snappy compressed, Content-Type
+ * application/x-protobuf, Content-Encoding snappy.
  *
  * STREAMED_XOR_CHUNKS: chunked HTTP reply, Content-Type
  * "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse", a stream of frames:
@@ -843,9 +845,9 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
         code = 503;
         snprintf(err, sizeof(err), "out of memory");
     }
+    uint64_t nsamples = 0; /* across every query of the request */
     for (size_t i = 0; i < nq && !code; i++) {
         buf_reset(&qr);
-        uint64_t nsamples = 0;
         querier_set_t *set = qs[i].nms ? querier_select(q, (const matcher_t *const *)qs[i].ms, qs[i].nms, qs[i].start,
                                                         qs[i].end, &qs[i].hints)
                                        : NULL;

@@ -119,6 +119,10 @@ def test_sample_limit(start_sluice):
     assert st == 400 and body == b"exceeded sample limit (50)\n", body
     st, _, res = pp.remote_read(sl.url, [(t0, t0 + 100000, [(pp.EQ, "__name__", "rr_lim")], None)])
     assert st == 200 and sum(len(s) for _, s in res[0]) == 33
+    # the queries of one request share the limit: two copies of a 33-sample query exceed 50
+    small = (t0, t0 + 100000, [(pp.EQ, "__name__", "rr_lim")], None)
+    st, _, body = pp.remote_read(sl.url, [small, small])
+    assert st == 400 and body == b"exceeded sample limit (50)\n", body
     # streamed answers have no sample limit, as in Prometheus
     st, _, body = pp.remote_read(sl.url, q, (pp.STREAMED_XOR_CHUNKS,))
     assert st == 200 and len(list(pp.parse_frames(body))) == 3
