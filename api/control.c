@@ -402,10 +402,10 @@ static bool ctl_origin_is_host(const char *origin, const char *host)
 }
 
 /* A web page on any site can make the visitor's browser POST to sluice (a form, or fetch without
- * CORS), and the request then comes from the visitor's machine: loopback, or a token in a cookie
- * jar it does not need. Changes are refused unless they are plainly not that: no foreign
- * Sec-Fetch-Site or Origin, and a body (if any) of type application/json, which a cross-site page
- * cannot send without a CORS preflight that sluice never grants. 0, or -1 after replying. */
+ * CORS), and the request then comes from the visitor's machine: loopback, which the token-less
+ * mode trusts. Changes are refused unless they are plainly not that: no foreign Sec-Fetch-Site or
+ * Origin, and a body (if any) of type application/json, which a cross-site page cannot send
+ * without a CORS preflight that sluice never grants. 0, or -1 after replying. */
 static int ctl_refuse_cross_site(api_req_t *req)
 {
     const char *site = api_req_header(req, "Sec-Fetch-Site");
