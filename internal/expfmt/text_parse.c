@@ -169,6 +169,8 @@ static int tp_nomem(tp_t *tp)
 
 /* ------------------------------------------------------------------------ character classes */
 
+/* a table reads best in rows */
+/* clang-format off */
 static const unsigned char cls[256] = {
 #define M1 1 /* metric name start */
 #define M2 2 /* metric name continuation */
@@ -176,71 +178,18 @@ static const unsigned char cls[256] = {
 #define L2 8 /* label name continuation */
     ['_'] = M1 | M2 | L1 | L2,
     [':'] = M1 | M2,
-    ['0'] = M2 | L2,
-    ['1'] = M2 | L2,
-    ['2'] = M2 | L2,
-    ['3'] = M2 | L2,
-    ['4'] = M2 | L2,
-    ['5'] = M2 | L2,
-    ['6'] = M2 | L2,
-    ['7'] = M2 | L2,
-    ['8'] = M2 | L2,
-    ['9'] = M2 | L2,
+    ['0'] = M2 | L2, ['1'] = M2 | L2, ['2'] = M2 | L2, ['3'] = M2 | L2, ['4'] = M2 | L2,
+    ['5'] = M2 | L2, ['6'] = M2 | L2, ['7'] = M2 | L2, ['8'] = M2 | L2, ['9'] = M2 | L2,
 #define AZ(c) [c] = M1 | M2 | L1 | L2
-    AZ('a'),
-    AZ('b'),
-    AZ('c'),
-    AZ('d'),
-    AZ('e'),
-    AZ('f'),
-    AZ('g'),
-    AZ('h'),
-    AZ('i'),
-    AZ('j'),
-    AZ('k'),
-    AZ('l'),
-    AZ('m'),
-    AZ('n'),
-    AZ('o'),
-    AZ('p'),
-    AZ('q'),
-    AZ('r'),
-    AZ('s'),
-    AZ('t'),
-    AZ('u'),
-    AZ('v'),
-    AZ('w'),
-    AZ('x'),
-    AZ('y'),
-    AZ('z'),
-    AZ('A'),
-    AZ('B'),
-    AZ('C'),
-    AZ('D'),
-    AZ('E'),
-    AZ('F'),
-    AZ('G'),
-    AZ('H'),
-    AZ('I'),
-    AZ('J'),
-    AZ('K'),
-    AZ('L'),
-    AZ('M'),
-    AZ('N'),
-    AZ('O'),
-    AZ('P'),
-    AZ('Q'),
-    AZ('R'),
-    AZ('S'),
-    AZ('T'),
-    AZ('U'),
-    AZ('V'),
-    AZ('W'),
-    AZ('X'),
-    AZ('Y'),
-    AZ('Z'),
+    AZ('a'), AZ('b'), AZ('c'), AZ('d'), AZ('e'), AZ('f'), AZ('g'), AZ('h'), AZ('i'), AZ('j'),
+    AZ('k'), AZ('l'), AZ('m'), AZ('n'), AZ('o'), AZ('p'), AZ('q'), AZ('r'), AZ('s'), AZ('t'),
+    AZ('u'), AZ('v'), AZ('w'), AZ('x'), AZ('y'), AZ('z'),
+    AZ('A'), AZ('B'), AZ('C'), AZ('D'), AZ('E'), AZ('F'), AZ('G'), AZ('H'), AZ('I'), AZ('J'),
+    AZ('K'), AZ('L'), AZ('M'), AZ('N'), AZ('O'), AZ('P'), AZ('Q'), AZ('R'), AZ('S'), AZ('T'),
+    AZ('U'), AZ('V'), AZ('W'), AZ('X'), AZ('Y'), AZ('Z'),
 #undef AZ
 };
+/* clang-format on */
 #define IS(c, m) (cls[(unsigned char)(c)] & (m))
 #define BLANK(c) ((c) == ' ' || (c) == '\t')
 

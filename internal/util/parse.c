@@ -50,18 +50,20 @@ int parse_bool(const char *s, bool *out)
     return -1;
 }
 
+/* Prometheus' duration units, largest first (format_duration_ms relies on the order). */
+static const struct {
+    const char *unit;
+    int64_t ms;
+} duration_units[] = {{"y", 365LL * 86400000},
+                      {"w", 7LL * 86400000},
+                      {"d", 86400000},
+                      {"h", 3600000},
+                      {"m", 60000},
+                      {"s", 1000},
+                      {"ms", 1}};
+
 int parse_duration_ms(const char *s, int64_t *out_ms)
 {
-    static const struct {
-        const char *unit;
-        int64_t ms;
-    } units[] = {{"y", 365LL * 86400000},
-                 {"w", 7LL * 86400000},
-                 {"d", 86400000},
-                 {"h", 3600000},
-                 {"m", 60000},
-                 {"s", 1000},
-                 {"ms", 1}};
     if (!s || !*s)
         return -1;
     if (strcmp(s, "0") == 0) {
@@ -86,16 +88,16 @@ int parse_duration_ms(const char *s, int64_t *out_ms)
             u = 6;
         else
             for (int i = 0; i < 6; i++)
-                if (*p == units[i].unit[0]) {
+                if (*p == duration_units[i].unit[0]) {
                     u = i;
                     break;
                 }
         if (u < 0 || u <= last)
             return -1;
-        p += strlen(units[u].unit);
-        if (n > INT64_MAX / units[u].ms || total > INT64_MAX - n * units[u].ms)
+        p += strlen(duration_units[u].unit);
+        if (n > INT64_MAX / duration_units[u].ms || total > INT64_MAX - n * duration_units[u].ms)
             return -1;
-        total += n * units[u].ms;
+        total += n * duration_units[u].ms;
         last = u;
     }
     *out_ms = total;
@@ -116,16 +118,6 @@ int parse_duration_or_seconds_ms(const char *s, int64_t *out_ms)
 
 void format_duration_ms(int64_t ms, char *out, int cap)
 {
-    static const struct {
-        const char *unit;
-        int64_t ms;
-    } units[] = {{"y", 365LL * 86400000},
-                 {"w", 7LL * 86400000},
-                 {"d", 86400000},
-                 {"h", 3600000},
-                 {"m", 60000},
-                 {"s", 1000},
-                 {"ms", 1}};
     int n = 0;
     if (ms == 0) {
         snprintf(out, (size_t)cap, "0s");
@@ -135,10 +127,11 @@ void format_duration_ms(int64_t ms, char *out, int cap)
         n += snprintf(out + n, (size_t)(cap - n), "-");
         ms = -ms;
     }
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]) && n < cap; i++) {
-        if (ms >= units[i].ms) {
-            n += snprintf(out + n, (size_t)(cap - n), "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
-            ms %= units[i].ms;
+    for (size_t i = 0; i < sizeof(duration_units) / sizeof(duration_units[0]) && n < cap; i++) {
+        if (ms >= duration_units[i].ms) {
+            n += snprintf(out + n, (size_t)(cap - n), "%lld%s", (long long)(ms / duration_units[i].ms),
+                          duration_units[i].unit);
+            ms %= duration_units[i].ms;
         }
     }
 }
