@@ -28,7 +28,7 @@ static void test_round_trip(void **state)
 {
     const uint64_t vals[] = {0,          1,           0x80,           0xff,       0x100,
                              0x7fffffff, 0xffffffffu, 0x100000000ull, UINT64_MAX, 0x8000000000000000ull};
-    uint8_t buf[9];
+    uint8_t buf[16]; /* room beyond the widest write (8 bytes at offset 1) */
     for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
         uint64_t v = vals[i];
         for (size_t n = 0; n <= 8; n++) {
