@@ -30,6 +30,8 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include "internal/util/hashmap.h"
+
 #define PUSH_TIME_NAME "push_time_seconds"
 #define PUSH_FAIL_NAME "push_failure_time_seconds"
 #define PUSH_TIME_HELP "Last Unix time when changing this group in the Pushgateway succeeded."
@@ -88,7 +90,6 @@ typedef struct push_group {
 } push_group_t;
 
 typedef struct push_type {
-    struct push_type *next;
     uint64_t hash;
     char *name;
     expfmt_type_t type;
@@ -100,8 +101,7 @@ struct push_registry {
     push_options_t opt;
     push_group_t **gtab;
     size_t gcap, ngroups;
-    push_type_t **ttab;
-    size_t tcap, ntypes;
+    hashmap_t types; /* XXH3(name) -> push_type_t*, a multimap compared by name */
     _Atomic uint64_t pushes, failures, expired, deleted;
 };
 
@@ -126,31 +126,15 @@ static uint64_t push_hash_str(const char *s)
 
 /* ---- type index ------------------------------------------------------------------------------ */
 
-static push_type_t *type_find(push_registry_t *r, const char *name, uint64_t h)
+static bool type_name_eq(uint64_t val, const void *name)
 {
-    if (!r->tcap)
-        return NULL;
-    for (push_type_t *t = r->ttab[h & (r->tcap - 1)]; t; t = t->next)
-        if (t->hash == h && strcmp(t->name, name) == 0)
-            return t;
-    return NULL;
+    return strcmp(((const push_type_t *)(uintptr_t)val)->name, name) == 0;
 }
 
-static void type_grow(push_registry_t *r)
+static push_type_t *type_find(push_registry_t *r, const char *name, uint64_t h)
 {
-    size_t ncap = r->tcap ? r->tcap * 2 : 256;
-    push_type_t **nt = calloc(ncap, sizeof(*nt));
-    if (!nt)
-        abort();
-    for (size_t i = 0; i < r->tcap; i++)
-        for (push_type_t *t = r->ttab[i], *n; t; t = n) {
-            n = t->next;
-            t->next = nt[t->hash & (ncap - 1)];
-            nt[t->hash & (ncap - 1)] = t;
-        }
-    free(r->ttab);
-    r->ttab = nt;
-    r->tcap = ncap;
+    const uint64_t *v = hashmap_find(&r->types, h, type_name_eq, name);
+    return v ? (push_type_t *)(uintptr_t)*v : NULL;
 }
 
 static void type_ref(push_registry_t *r, const char *name, expfmt_type_t type)
@@ -163,37 +147,24 @@ static void type_ref(push_registry_t *r, const char *name, expfmt_type_t type)
         t->groups++;
         return;
     }
-    if ((r->ntypes + 1) * 2 > r->tcap)
-        type_grow(r);
     t = calloc(1, sizeof(*t));
-    if (!t || !(t->name = strdup(name)))
+    if (!t || !(t->name = strdup(name)) || hashmap_add(&r->types, h, (uintptr_t)t) < 0)
         abort();
     t->hash = h;
     t->type = type;
     t->groups = 1;
-    t->next = r->ttab[h & (r->tcap - 1)];
-    r->ttab[h & (r->tcap - 1)] = t;
-    r->ntypes++;
 }
 
 static void type_unref(push_registry_t *r, const char *name)
 {
     uint64_t h = push_hash_str(name);
-    push_type_t **pp = &r->ttab[h & (r->tcap - 1)];
-    for (; *pp; pp = &(*pp)->next) {
-        push_type_t *t = *pp;
-        if (t->hash == h && strcmp(t->name, name) == 0) {
-            assert(t->groups > 0);
-            if (--t->groups == 0) {
-                *pp = t->next;
-                free(t->name);
-                free(t);
-                r->ntypes--;
-            }
-            return;
-        }
+    push_type_t *t = type_find(r, name, h);
+    assert(t && t->groups > 0 && "type_unref of an unknown name");
+    if (t && --t->groups == 0) {
+        hashmap_del_pair(&r->types, h, (uintptr_t)t);
+        free(t->name);
+        free(t);
     }
-    assert(!"type_unref of an unknown name");
 }
 
 /* ---- groups ------------------------------------------------------------------------------------ */
@@ -724,6 +695,7 @@ push_registry_t *push_registry_new(const push_options_t *opt)
     if (!r)
         return NULL;
     pthread_mutex_init(&r->mu, NULL);
+    hashmap_init(&r->types, NULL, HASHMAP_HASHED_KEYS);
     if (opt)
         r->opt = *opt;
     return r;
@@ -737,13 +709,13 @@ void push_registry_free(push_registry_t *r)
         while (r->gtab[i])
             group_unlink_free(r, r->gtab[i]);
     free(r->gtab);
-    for (size_t i = 0; i < r->tcap; i++)
-        for (push_type_t *t = r->ttab[i], *n; t; t = n) {
-            n = t->next;
-            free(t->name);
-            free(t);
-        }
-    free(r->ttab);
+    size_t pos = 0;
+    for (hashmap_slot_t *e; (e = hashmap_next(&r->types, &pos));) {
+        push_type_t *t = (push_type_t *)(uintptr_t)e->val;
+        free(t->name);
+        free(t);
+    }
+    hashmap_free(&r->types);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
