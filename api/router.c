@@ -311,6 +311,8 @@ static void router_log_refusal(api_req_t *req, int code, const void *body, size_
     case 503: break;
     default: return;
     }
+    if (req->path && strcmp(req->path, "/-/ready") == 0)
+        return; /* "not ready yet" answers a question; it refuses nothing */
     uint64_t held = 0;
     if (!api__server_may_log(req->srv, &held))
         return;
