@@ -48,7 +48,9 @@
 #include "internal/promql/engine.h"
 #include "internal/promql/selector.h"
 #include "internal/util/clock.h"
+#include "internal/util/arena.h"
 #include "internal/util/log.h"
+#include "internal/util/metrics.h"
 #include "internal/util/parse.h"
 #include "internal/util/utf8.h"
 
@@ -594,6 +596,7 @@ static api_error_kind_t q_kind_of(promql_errkind_t k)
     case PROMQL_ERR_EXECUTION: return API_ERR_EXECUTION;
     case PROMQL_ERR_TIMEOUT: return API_ERR_TIMEOUT;
     case PROMQL_ERR_CANCELED: return API_ERR_CANCELED;
+    case PROMQL_ERR_UNAVAILABLE: return API_ERR_UNAVAILABLE;
     default: return API_ERR_INTERNAL;
     }
 }
@@ -610,6 +613,8 @@ static void job_run_promql(query_job_t *j)
         .lookback_ms = q->opt.lookback_ms,
         .max_samples = q->opt.max_samples,
         .cancel = &j->cancel,
+        .budget = q->opt.budget,
+        .max_memory = q->opt.max_memory,
     };
     if (j->deadline_ns) {
         int64_t left = (j->deadline_ns - clock_mono_ns()) / 1000000;
@@ -1132,8 +1137,26 @@ static void h_config(api_req_t *req, void *ud)
     buf_free(&data);
 }
 
+/* The shared query memory budget (--query.max-memory), which remote reads charge too. */
+static void q_metrics(void *ud, buf_t *b)
+{
+    const arena_budget_t *m = ((api_query_t *)ud)->opt.budget;
+    if (!m)
+        return;
+    buf_printf(b,
+               "# HELP sluice_query_memory_bytes Memory held now by running queries and remote reads.\n"
+               "# TYPE sluice_query_memory_bytes gauge\nsluice_query_memory_bytes %zu\n"
+               "# HELP sluice_query_memory_limit_bytes What they may hold together (--query.max-memory; 0: no limit).\n"
+               "# TYPE sluice_query_memory_limit_bytes gauge\nsluice_query_memory_limit_bytes %zu\n"
+               "# HELP sluice_query_memory_refused_total Queries and remote reads ended because the others held "
+               "the budget.\n"
+               "# TYPE sluice_query_memory_refused_total counter\nsluice_query_memory_refused_total %lu\n",
+               atomic_load(&m->used), m->limit, atomic_load(&m->refused));
+}
+
 void api_query_register_routes(api_query_t *q, api_server_t *srv)
 {
+    metrics_register("query", q_metrics, q);
     api_route_add(srv, API_GET | API_POST, "/api/v1/query", "query", h_query, q);
     api_route_add(srv, API_GET | API_POST, "/api/v1/query_range", "query_range", h_query_range, q);
     api_route_add(srv, API_GET | API_POST, "/api/v1/series", "series", h_series, q);

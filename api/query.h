@@ -27,11 +27,13 @@
 typedef struct {
     api_server_t *srv; /* replies hop back to its worker loops */
     storage_t *storage;
-    int64_t lookback_ms;     /* --query.lookback-delta (0: 5m) */
-    int64_t timeout_ms;      /* --query.timeout (0: 2m) */
-    int64_t max_samples;     /* --query.max-samples (0: 50,000,000) */
-    int max_concurrency;     /* --query.max-concurrency: pool threads (0: 20) */
-    const char *config_yaml; /* /api/v1/status/config body; copied */
+    int64_t lookback_ms;         /* --query.lookback-delta (0: 5m) */
+    int64_t timeout_ms;          /* --query.timeout (0: 2m) */
+    int64_t max_samples;         /* --query.max-samples (0: 50,000,000) */
+    int max_concurrency;         /* --query.max-concurrency: pool threads (0: 20) */
+    size_t max_memory;           /* --query.max-memory-per-query (0: none) */
+    struct arena_budget *budget; /* --query.max-memory, shared with remote read; may be NULL */
+    const char *config_yaml;     /* /api/v1/status/config body; copied */
 } api_query_options_t;
 
 typedef struct api_query api_query_t;

@@ -50,7 +50,11 @@
  * for the whole request: above it the answer is 400 "exceeded sample limit (N)", Prometheus' words.
  * Prometheus counts per query, so a request repeating one query 400 times could take 400 times
  * the limit; here the queries of a request share it), snappy compressed, Content-Type
- * application/x-protobuf, Content-Encoding snappy.
+ * application/x-protobuf, Content-Encoding snappy. The bytes it builds (response, its pieces, the
+ * compressed copy) are charged before they are taken to a per-request budget
+ * (--query.max-memory-per-query: 400 beyond it) under the budget queries share
+ * (--query.max-memory: 503 while others hold it), and the request gives up after --query.timeout
+ * (503), checked as samples are read.
  *
  * STREAMED_XOR_CHUNKS: chunked HTTP reply, Content-Type
  * "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse", a stream of frames:
@@ -73,7 +77,7 @@
  * took the previous one. A slow reader therefore holds at most ~2 budgets of sluice's memory,
  * whatever the response size. A querier error mid-stream writes the error text into the stream
  * (as Prometheus does), so the client fails to decode a frame instead of taking a short answer
- * for a complete one.
+ * for a complete one; so does running past --query.timeout.
  *
  * ---- GET /api/v1/metadata ------------------------------------------------------------------------
  *
@@ -96,6 +100,7 @@
 #include "internal/proto/remote.pb-c.h"
 #include "api/router.h"
 #include "internal/labels/matcher.h"
+#include "internal/util/clock.h"
 #include "internal/util/crc32c.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
@@ -835,6 +840,40 @@ static void put_labels(buf_t *b, const labels_t *ls)
 /* ==== SAMPLES ================================================================================== */
 
 /* Answers with SAMPLES; frees qs's matchers. */
+/* One SAMPLES request's memory and time: the bytes its buffers hold are charged to a budget of
+ * its own under the shared query budget, growth by growth. */
+typedef struct {
+    arena_budget_t budget;
+    size_t charged;
+    int64_t deadline_ns; /* 0: none */
+} rlimits_t;
+
+/* Makes sure `have` bytes are charged. 0, or an HTTP status with the message in err. */
+static int rlimits_charge(rlimits_t *l, size_t have, char *err, size_t errlen)
+{
+    if (have > l->charged) {
+        arena_budget_t *no = arena_budget_charge(&l->budget, have - l->charged);
+        if (no == &l->budget) {
+            snprintf(err, errlen, "remote read would use more than %zu bytes of memory (--query.max-memory-per-query)",
+                     l->budget.limit);
+            return 400;
+        }
+        if (no) {
+            snprintf(err, errlen,
+                     "the queries running now hold all of the query memory budget (%zu bytes, --query.max-memory); "
+                     "try again later",
+                     no->limit);
+            return 503;
+        }
+        l->charged = have;
+    }
+    if (l->deadline_ns && clock_mono_ns() > l->deadline_ns) {
+        snprintf(err, errlen, "remote read timed out (--query.timeout)");
+        return 503;
+    }
+    return 0;
+}
+
 static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, size_t nq)
 {
     buf_t resp = BUF_INIT, qr = BUF_INIT, ts = BUF_INIT;
@@ -845,6 +884,9 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
         code = 503;
         snprintf(err, sizeof(err), "out of memory");
     }
+    rlimits_t lim = {.budget = {.limit = r->opt.read_max_memory, .parent = r->opt.read_budget}};
+    if (r->opt.read_timeout_ms > 0)
+        lim.deadline_ns = clock_mono_ns() + r->opt.read_timeout_ms * 1000000;
     uint64_t nsamples = 0; /* across every query of the request */
     for (size_t i = 0; i < nq && !code; i++) {
         buf_reset(&qr);
@@ -866,6 +908,10 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
                     snprintf(err, sizeof(err), "exceeded sample limit (%" PRIu64 ")", r->opt.read_sample_limit);
                     break;
                 }
+                /* before ts doubles (so the check runs once per growth, and the clock with it) */
+                if (ts.len + 32 > ts.cap &&
+                    (code = rlimits_charge(&lim, resp.cap + qr.cap + 3 * ts.cap + 64, err, sizeof(err))) != 0)
+                    break;
                 uint8_t sm[32];
                 size_t k = 0;
                 uint64_t bits;
@@ -881,6 +927,9 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
                 memcpy(ts.data + ts.len, sm, k);
                 ts.len += k;
             }
+            /* qr is about to take a copy of ts */
+            if (!code)
+                code = rlimits_charge(&lim, resp.cap + ts.cap + 2 * (qr.len + ts.len + 16), err, sizeof(err));
             if (ts.len > lablen && !code)
                 buf_len_field(&qr, 1, ts.data, ts.len);
         }
@@ -890,27 +939,34 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
         }
         querier_set_free(set);
         if (!code)
+            code = rlimits_charge(&lim, qr.cap + ts.cap + 2 * (resp.len + qr.len + 16), err, sizeof(err));
+        if (!code)
             buf_len_field(&resp, 1, qr.data ? qr.data : "", qr.len);
     }
     querier_close(q);
     rqueries_free(qs, nq); /* before replying: qs lives in the request arena */
     buf_free(&qr);
     buf_free(&ts);
+    size_t clen = snappy_max_compressed_length(resp.len);
+    if (!code)
+        code = rlimits_charge(&lim, resp.cap + clen, err, sizeof(err));
     if (code) {
         buf_free(&resp);
+        arena_budget_release(&lim.budget, lim.charged);
         atomic_fetch_add(&r->r_rejected, 1);
         api_reply_text(req, code, "%s\n", err);
         return;
     }
-    size_t clen = snappy_max_compressed_length(resp.len);
     char *c = malloc(clen ? clen : 1);
     if (!c || snappy_compress(resp.data ? resp.data : "", resp.len, c, &clen) != SNAPPY_OK) {
         free(c);
         buf_free(&resp);
+        arena_budget_release(&lim.budget, lim.charged);
         api_reply_text(req, 503, "out of memory\n");
         return;
     }
     buf_free(&resp);
+    arena_budget_release(&lim.budget, lim.charged);
     api_reply_header(req, "Content-Encoding", "snappy");
     api_reply(req, 200, "application/x-protobuf", c, clen);
     free(c);
@@ -931,6 +987,7 @@ typedef struct {
     buf_t cs;                    /* chunk messages of the frame being built */
     buf_t out;                   /* frames not yet handed to the connection */
     size_t budget;
+    int64_t deadline_ns; /* --query.timeout; 0: none */
     bool in_pump, again;
 } rstream_t;
 
@@ -1075,6 +1132,10 @@ static void rstream_pump(rstream_t *st)
                         break;
                     }
                 }
+                if (st->deadline_ns && clock_mono_ns() > st->deadline_ns) {
+                    fail = "remote read timed out (--query.timeout)";
+                    break;
+                }
                 st->cur = querier_set_next(st->set);
                 if (!st->cur) {
                     if (querier_set_error(st->set)) {
@@ -1155,6 +1216,8 @@ static void remote_read_streamed(api_remote_t *r, api_req_t *req, rquery_t *qs, 
         return;
     }
     *st = (rstream_t){.r = r, .req = req, .q = q, .qs = qs, .nq = nq, .budget = r->opt.read_max_bytes_in_frame};
+    if (r->opt.read_timeout_ms > 0)
+        st->deadline_ns = clock_mono_ns() + r->opt.read_timeout_ms * 1000000;
     api_reply_stream_start(req, 200, CT_STREAMED, rstream_closed, st);
     rstream_pump(st);
 }

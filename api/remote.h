@@ -25,6 +25,9 @@ typedef struct {
     uint64_t read_sample_limit;     /* SAMPLES responses, per query; 0 = no limit */
     size_t read_max_bytes_in_frame; /* STREAMED_XOR_CHUNKS frame budget; 0 = 1 MiB */
     size_t metadata_max_metrics;    /* distinct metric names kept for /api/v1/metadata; 0 = 10000 */
+    int64_t read_timeout_ms;        /* --query.timeout for a whole read request; 0 = none */
+    size_t read_max_memory;         /* SAMPLES: bytes one request may build (--query.max-memory-per-query); 0 = none */
+    arena_budget_t *read_budget;    /* shared with queries (--query.max-memory); may be NULL */
 } api_remote_options_t;
 
 typedef struct api_remote api_remote_t;

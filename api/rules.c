@@ -269,6 +269,7 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
                           .lookback_ms = o->lookback_ms,
                           .query_timeout_ms = o->query_timeout_ms,
                           .max_samples = o->max_samples,
+                          .max_memory = o->max_memory,
                           .resend_delay_ms = o->resend_delay_ms,
                           .outage_tolerance_ms = o->outage_tolerance_ms,
                           .for_grace_period_ms = o->for_grace_ms,

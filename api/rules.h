@@ -33,6 +33,7 @@ typedef struct {
     const char *config_file;       /* the `actions:` of the closed loop; NULL/"" = none */
     int64_t eval_interval_ms, resend_delay_ms, for_grace_ms, outage_tolerance_ms;
     int64_t lookback_ms, query_timeout_ms, max_samples;
+    size_t max_memory; /* per evaluation */
     int64_t am_queue_capacity, am_timeout_ms;
 } api_rules_options_t;
 

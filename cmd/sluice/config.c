@@ -83,6 +83,12 @@ static const config_option_t config_options[] = {
      "Most samples one query may hold in memory at once.", NULL},
     {"query.max-concurrency", OPT_INT, OFF(query_max_concurrency), "20",
      "Queries evaluated at once (query threads); more wait in a queue.", NULL},
+    {"query.max-memory-per-query", OPT_SIZE, OFF(query_max_memory_per_query), "2GiB",
+     "Most memory one query (or remote read request) may hold; more ends it with 422 (0 = no limit of its own).", NULL},
+    {"query.max-memory", OPT_SIZE, OFF(query_max_memory), "4GiB",
+     "Most memory all running queries and remote reads may hold together; a query that needs more while others hold "
+     "it ends with 503 (0 = no limit). Rule evaluation is not charged.",
+     NULL},
     {"storage.remote.read-sample-limit", OPT_INT, OFF(remote_read_sample_limit), "50000000",
      "Most samples one query of a SAMPLES remote read may return; more is a 400 (0 = no limit; streamed reads have "
      "none, as in Prometheus).",

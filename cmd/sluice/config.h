@@ -44,6 +44,7 @@ typedef struct {
     int64_t query_timeout_ms;
     int64_t query_max_samples;
     int64_t query_max_concurrency;
+    uint64_t query_max_memory_per_query, query_max_memory;
     /* remote read */
     int64_t remote_read_sample_limit;
     uint64_t remote_read_max_bytes_in_frame;

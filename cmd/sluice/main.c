@@ -187,6 +187,9 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     config_free(&fresh);
 }
 
+/* --query.max-memory: what running queries and remote reads hold together (arena budgets). */
+static arena_budget_t query_memory;
+
 int main(int argc, char **argv)
 {
     config_t cfg;
@@ -202,6 +205,7 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return 2;
     }
+    heap_init();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit must be a write error (503), not a dead daemon */
     log_info("main", "starting sluice", LF_S("version", SLUICE_VERSION), LF_S("revision", SLUICE_REVISION));
@@ -259,12 +263,15 @@ int main(int argc, char **argv)
     api_status_register_routes(status, srv);
     api_tsdb_status_register_routes(storage, srv);
     config_format_yaml(&cfg, &config_yaml);
+    query_memory.limit = (size_t)cfg.query_max_memory;
     api_query_options_t qo = {.srv = srv,
                               .storage = storage,
                               .lookback_ms = cfg.query_lookback_ms,
                               .timeout_ms = cfg.query_timeout_ms,
                               .max_samples = cfg.query_max_samples,
                               .max_concurrency = (int)cfg.query_max_concurrency,
+                              .max_memory = (size_t)cfg.query_max_memory_per_query,
+                              .budget = &query_memory,
                               .config_yaml = config_yaml.data};
     query = api_query_new(&qo, err, sizeof(err));
     if (!query) {
@@ -290,7 +297,10 @@ int main(int argc, char **argv)
     api_remote_options_t rmo = {.storage = storage,
                                 .max_decoded_bytes = cfg.max_body_bytes,
                                 .read_sample_limit = (uint64_t)cfg.remote_read_sample_limit,
-                                .read_max_bytes_in_frame = (size_t)cfg.remote_read_max_bytes_in_frame};
+                                .read_max_bytes_in_frame = (size_t)cfg.remote_read_max_bytes_in_frame,
+                                .read_timeout_ms = cfg.query_timeout_ms,
+                                .read_max_memory = (size_t)cfg.query_max_memory_per_query,
+                                .read_budget = &query_memory};
     remote = api_remote_new(&rmo);
     if (!remote) {
         log_error("main", "out of memory");
@@ -322,6 +332,7 @@ int main(int argc, char **argv)
                                .lookback_ms = cfg.query_lookback_ms,
                                .query_timeout_ms = cfg.query_timeout_ms,
                                .max_samples = cfg.query_max_samples,
+                               .max_memory = (size_t)cfg.query_max_memory_per_query,
                                .am_queue_capacity = cfg.alertmanager_queue_capacity,
                                .am_timeout_ms = cfg.alertmanager_timeout_ms};
     rules = api_rules_new(&ruo, err, sizeof(err));

@@ -13,6 +13,7 @@
  * Memory: loaded series live in a data arena for the query; every step allocates in a scratch
  * arena reset after the step; results are deep-copied into the result's arena.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,6 +56,7 @@ const char *promql_errkind_name(promql_errkind_t k)
     case PROMQL_ERR_TIMEOUT: return "timeout";
     case PROMQL_ERR_CANCELED: return "canceled";
     case PROMQL_ERR_INTERNAL: return "internal";
+    case PROMQL_ERR_UNAVAILABLE: return "unavailable";
     default: return "";
     }
 }
@@ -67,6 +69,85 @@ _Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...)
     va_end(ap);
     c->err_kind = k;
     longjmp(c->jb, 1);
+}
+
+/* A block of the query's memory was refused before it was allocated (arena budgets). */
+_Noreturn static void memory_refused(pq_ctx_t *c, const arena_budget_t *refused)
+{
+    if (refused == &c->budget)
+        pq_errorf(c, PROMQL_ERR_EXECUTION,
+                  "query processing would use more than %zu bytes of memory (--query.max-memory-per-query)",
+                  c->budget.limit);
+    if (refused)
+        pq_errorf(c, PROMQL_ERR_UNAVAILABLE,
+                  "the queries running now hold all of the query memory budget (%zu bytes, --query.max-memory); "
+                  "try again later",
+                  refused->limit);
+    pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
+}
+
+static void on_arena_refused(void *ctx, const arena_budget_t *refused, size_t want)
+{
+    (void)want;
+    memory_refused(ctx, refused);
+}
+
+/* Makes arena a charge the query's budget; a refusal unwinds the evaluation. */
+static void budget_arena(pq_ctx_t *c, arena_t *a)
+{
+    if (!a)
+        pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
+    if (arena_set_budget(a, &c->budget, on_arena_refused, c) < 0)
+        memory_refused(c, &c->budget);
+}
+
+/* An arena that lives past the current step, destroyed by owned_release or at the query's end
+ * (also when an error unwinds the evaluation). */
+typedef struct pq_owned_arena {
+    arena_t *a;
+    struct pq_owned_arena *next;
+} pq_owned_arena_t;
+
+static arena_t *owned_create(pq_ctx_t *c)
+{
+    pq_owned_arena_t *o = malloc(sizeof(*o));
+    arena_t *a = arena_create(0);
+    if (!o || !a) {
+        free(o);
+        arena_destroy(a);
+        pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
+    }
+    o->a = a;
+    o->next = c->owned;
+    c->owned = o;
+    budget_arena(c, a);
+    return a;
+}
+
+/* Hands a back to the caller, who destroys it. */
+static arena_t *owned_steal(pq_ctx_t *c, arena_t *a)
+{
+    for (pq_owned_arena_t **p = &c->owned; *p; p = &(*p)->next) {
+        if ((*p)->a == a) {
+            pq_owned_arena_t *o = *p;
+            *p = o->next;
+            free(o);
+            return a;
+        }
+    }
+    assert(!"arena not owned by the query");
+    return a;
+}
+
+static void owned_release(pq_ctx_t *c, arena_t *a)
+{
+    arena_destroy(owned_steal(c, a));
+}
+
+static void owned_release_all(pq_ctx_t *c)
+{
+    while (c->owned)
+        owned_release(c, c->owned->a);
 }
 
 static void check_interrupt(pq_ctx_t *c)
@@ -186,19 +267,25 @@ labels_t pq_labels_keep(pq_ctx_t *c, labels_t ls, const char *const *names, size
 }
 
 /* Open-addressing set/map keyed by 64-bit hashes (values: int). */
-/* Label-set hash -> index tables of one evaluation: util/hashmap in the step arena. Running out
- * of it aborts, as every arena_alloc of the engine does. */
-static void hmap_oom(void)
+/* Which budget refused the block an arena_try_alloc just failed to get (NULL: malloc failed). */
+static const arena_budget_t *refusal_of(const pq_ctx_t *c)
 {
-    fputs("sluice: arena allocation failed (promql hash table)\n", stderr);
-    abort();
+    return atomic_load(&c->budget.refused) ? &c->budget : c->budget.parent;
+}
+
+/* Label-set hash -> index tables of one evaluation: util/hashmap in the step arena. The map
+ * allocates with arena_try_alloc, so a refused block comes back as a failure here: the budget
+ * said no (or malloc did). */
+static void hmap_oom(pq_ctx_t *c)
+{
+    memory_refused(c, refusal_of(c));
 }
 
 static void hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
 {
     hashmap_init(m, c->sa, HASHMAP_HASHED_KEYS);
     if (hashmap_reserve(m, expect) < 0)
-        hmap_oom();
+        hmap_oom(c);
 }
 
 /* Key's value, inserting v if absent (*existed says which). */
@@ -206,7 +293,7 @@ static uint64_t *hmap_put(pq_ctx_t *c, hashmap_t *m, uint64_t k, uint64_t v, boo
 {
     uint64_t *p = hashmap_upsert(m, k, v, existed);
     if (!p)
-        hmap_oom();
+        hmap_oom(c);
     return p;
 }
 
@@ -340,9 +427,14 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory selecting series");
         size_t cap = 0;
         const querier_series_t *qs;
+        /* One series' samples are gathered in tmp before they get an exact-size array in da;
+         * tmp is charged to the query's budget like the arenas. Nothing here may unwind while the
+         * set is open: a refusal breaks out, closes it, then raises the error. */
         promql_point_t *tmp = NULL;
         size_t tcap = 0;
-        while ((qs = querier_set_next(set)) != NULL) {
+        const arena_budget_t *refused = NULL;
+        bool failed = false;
+        while (!failed && (qs = querier_set_next(set)) != NULL) {
             querier_iter_t it;
             querier_iter_init(&it, qs, sd->mint, sd->maxt);
             size_t np = 0;
@@ -351,40 +443,65 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             double v;
             while (querier_iter_next(&it, &t, &v)) {
                 if (np == tcap) {
-                    tcap = tcap ? tcap * 2 : 256;
-                    promql_point_t *nt = realloc(tmp, tcap * sizeof(*nt));
-                    if (!nt)
-                        abort();
+                    size_t ncap = tcap ? tcap * 2 : 256;
+                    refused = arena_budget_charge(&c->budget, (ncap - tcap) * sizeof(*tmp));
+                    promql_point_t *nt = refused ? NULL : realloc(tmp, ncap * sizeof(*nt));
+                    if (!nt) {
+                        if (!refused)
+                            arena_budget_release(&c->budget, (ncap - tcap) * sizeof(*tmp));
+                        failed = true;
+                        break;
+                    }
                     tmp = nt;
+                    tcap = ncap;
                 }
                 tmp[np++] = (promql_point_t){t, v};
                 if (promql_is_stale_nan(v))
                     stale = true;
             }
-            if (np == 0)
+            if (failed || np == 0)
                 continue;
             if (sd->n == cap) {
-                cap = cap ? cap * 2 : 16;
-                pq_sseries_t *ns = arena_alloc(da, cap * sizeof(*ns));
+                size_t ncap = cap ? cap * 2 : 16;
+                pq_sseries_t *ns = arena_try_alloc(da, ncap * sizeof(*ns));
+                if (!ns) {
+                    refused = refusal_of(c);
+                    failed = true;
+                    break;
+                }
                 if (sd->n)
                     memcpy(ns, sd->s, sd->n * sizeof(*ns));
                 sd->s = ns;
+                cap = ncap;
             }
-            pq_sseries_t *ss = &sd->s[sd->n++];
+            pq_sseries_t *ss = &sd->s[sd->n];
             ss->metric.n = qs->labels.n;
-            ss->metric.v = arena_alloc(da, (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t));
-            for (size_t i = 0; i < qs->labels.n; i++) {
-                ss->metric.v[i].name = arena_strdup(da, qs->labels.v[i].name);
-                ss->metric.v[i].value = arena_strdup(da, qs->labels.v[i].value);
+            ss->metric.v = arena_try_alloc(da, (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t));
+            ss->pts = arena_try_alloc(da, np * sizeof(promql_point_t));
+            bool ok = ss->metric.v && ss->pts;
+            for (size_t i = 0; ok && i < qs->labels.n; i++) {
+                ss->metric.v[i].name = arena_try_alloc(da, strlen(qs->labels.v[i].name) + 1);
+                ss->metric.v[i].value = arena_try_alloc(da, strlen(qs->labels.v[i].value) + 1);
+                ok = ss->metric.v[i].name && ss->metric.v[i].value;
+                if (ok) {
+                    strcpy((char *)ss->metric.v[i].name, qs->labels.v[i].name);
+                    strcpy((char *)ss->metric.v[i].value, qs->labels.v[i].value);
+                }
             }
-            ss->pts = arena_alloc(da, np * sizeof(promql_point_t));
+            if (!ok) {
+                refused = refusal_of(c);
+                failed = true;
+                break;
+            }
             memcpy(ss->pts, tmp, np * sizeof(promql_point_t));
             ss->n = np;
             ss->has_stale = stale;
             ss->rollup_until = qs->rollup_until;
+            sd->n++;
         }
         free(tmp);
-        const char *qerr = querier_set_error(set);
+        arena_budget_release(&c->budget, tcap * sizeof(*tmp));
+        const char *qerr = failed ? NULL : querier_set_error(set);
         if (qerr) {
             char m[400];
             snprintf(m, sizeof(m), "%s", qerr);
@@ -392,6 +509,8 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             pq_errorf(c, PROMQL_ERR_INTERNAL, "%s", m);
         }
         querier_set_free(set);
+        if (failed)
+            memory_refused(c, refused);
     }
 }
 
@@ -569,6 +688,7 @@ static pq_subq_cache_t *subq_cache_get(pq_ctx_t *c, const promql_expr_t *e)
         abort();
     sc->next = c->subq_caches;
     c->subq_caches = sc;
+    budget_arena(c, sc->a);
     return sc;
 }
 
@@ -610,7 +730,7 @@ static const pq_val_t *subq_cache_find(pq_subq_cache_t *sc, int64_t ts)
     return lo < sc->n && sc->ent[lo].ts == ts ? &sc->ent[lo].v : NULL;
 }
 
-static void subq_cache_evict(pq_subq_cache_t *sc, int64_t before)
+static void subq_cache_evict(pq_ctx_t *c, pq_subq_cache_t *sc, int64_t before)
 {
     while (sc->head < sc->n && sc->ent[sc->head].ts < before)
         sc->head++;
@@ -618,9 +738,7 @@ static void subq_cache_evict(pq_subq_cache_t *sc, int64_t before)
     if (sc->head < 64 || sc->head < live)
         return;
     /* dropped entries outweigh live ones: move the live ones to a fresh arena */
-    arena_t *na = arena_create(0);
-    if (!na)
-        abort();
+    arena_t *na = owned_create(c);
     size_t cap = live * 2 + 16;
     subq_ent_t *ne = arena_alloc(na, cap * sizeof(*ne));
     for (size_t i = 0; i < live; i++) {
@@ -628,7 +746,7 @@ static void subq_cache_evict(pq_subq_cache_t *sc, int64_t before)
         ne[i].v = subq_copy(na, &sc->ent[sc->head + i].v, i ? &ne[i - 1].v : NULL);
     }
     arena_destroy(sc->a);
-    sc->a = na;
+    sc->a = owned_steal(c, na); /* freed with the caches from here */
     sc->ent = ne;
     sc->head = 0;
     sc->n = live;
@@ -658,6 +776,11 @@ static void subq_cache_put(pq_subq_cache_t *sc, int64_t ts, const pq_val_t *v)
     sc->n++;
 }
 
+/* Inner steps are gathered into an arena of the subquery's own, and the scratch each inner
+ * evaluation used is rewound once its values are gathered: memory follows the gathered samples,
+ * not every temporary of every inner step. Gathered samples count against max_samples as they
+ * grow (as Prometheus counts a subquery's matrix); a step's temporaries count only while it
+ * runs. */
 static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     pq_val_t r = {.type = PROMQL_VT_MATRIX};
@@ -672,47 +795,75 @@ static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
     r.win_end = te;
     pq_subq_cache_t *sc = c->interval > 0 ? subq_cache_get(c, e) : NULL;
     if (sc)
-        subq_cache_evict(sc, first);
+        subq_cache_evict(c, sc, first);
+    arena_t *ga = owned_create(c);
+    arena_t *keep = c->sa;
+    c->sa = ga; /* the gathering index grows in ga */
     acc_t acc;
     acc_init(c, &acc);
-    /* Cached inner steps share label arrays with their predecessor, so a series at the same
-     * index with the same label pointer is the same series: no hashing needed. */
+    c->sa = keep;
+    int64_t base = c->cur_samples, gathered = 0;
+    /* With the cache, values come from its arena, where an inner step shares label arrays with
+     * its predecessor: the same label pointer at the same index is the same series. Fresh values
+     * point into the rewound scratch, so there the labels are compared instead. */
     const label_t **prev_l = NULL;
     int *prev_slot = NULL;
-    size_t prev_n = 0;
+    size_t prev_n = 0, prev_cap = 0;
     for (int64_t ts = first; ts <= te; ts += step) {
+        arena_mark_t mark = arena_mark(c->sa);
+        c->cur_samples = base + gathered;
         const pq_val_t *cv = sc ? subq_cache_find(sc, ts) : NULL;
         pq_val_t v;
         if (cv) {
             v = *cv;
         } else {
             v = pq_eval(c, e->u.subq.expr, ts);
-            if (sc)
+            if (sc) {
                 subq_cache_put(sc, ts, &v);
+                cv = subq_cache_find(sc, ts);
+                if (cv)
+                    v = *cv;
+            }
         }
+        bool stable = cv != NULL;
         if (v.type == PROMQL_VT_SCALAR) {
             labels_t none = {NULL, 0};
-            acc_add(c, c->sa, &acc, none, ts, v.scalar, false);
+            acc_add(c, ga, &acc, none, ts, v.scalar, false);
+            gathered++;
         } else {
-            const label_t **cur_l = arena_alloc(c->sa, (v.vec.n ? v.vec.n : 1) * sizeof(*cur_l));
-            int *cur_slot = arena_alloc(c->sa, (v.vec.n ? v.vec.n : 1) * sizeof(*cur_slot));
-            for (size_t i = 0; i < v.vec.n; i++) {
-                const label_t *lv = v.vec.v[i].metric.v;
-                if (i < prev_n && lv && prev_l[i] == lv) {
-                    cur_slot[i] = prev_slot[i];
-                    acc_push(c->sa, &acc.s[cur_slot[i]], ts, v.vec.v[i].v);
-                } else {
-                    cur_slot[i] = acc_add(c, c->sa, &acc, v.vec.v[i].metric, ts, v.vec.v[i].v, false);
-                }
-                cur_l[i] = lv;
+            if (v.vec.n > prev_cap) {
+                prev_cap = v.vec.n * 2;
+                prev_l = arena_alloc(ga, prev_cap * sizeof(*prev_l));
+                prev_slot = arena_alloc(ga, prev_cap * sizeof(*prev_slot));
+                prev_n = 0; /* the old pairs are not carried over: those series are hashed once */
             }
-            prev_l = cur_l;
-            prev_slot = cur_slot;
+            for (size_t i = 0; i < v.vec.n; i++) {
+                const promql_sample_t *smp = &v.vec.v[i];
+                const label_t *lv = smp->metric.v;
+                bool same = i < prev_n &&
+                            (stable ? lv && prev_l[i] == lv : labels_equal(&acc.s[prev_slot[i]].metric, &smp->metric));
+                if (same) {
+                    acc_push(ga, &acc.s[prev_slot[i]], ts, smp->v);
+                } else {
+                    prev_slot[i] = acc_add(c, ga, &acc, smp->metric, ts, smp->v, !stable);
+                }
+                prev_l[i] = stable ? lv : NULL;
+            }
             prev_n = v.vec.n;
+            gathered += (int64_t)v.vec.n;
         }
+        arena_rewind(c->sa, mark);
+        c->cur_samples = base;
+        pq_count_samples(c, gathered);
     }
-    for (size_t i = 0; i < acc.n; i++)
-        mat_push(c, &r.mat, acc.s[i].metric, acc.s[i].p, acc.s[i].n);
+    /* The result goes to the caller's scratch; ga's copy and its growth garbage are dropped. */
+    c->cur_samples = base;
+    for (size_t i = 0; i < acc.n; i++) {
+        promql_point_t *p = arena_alloc(c->sa, (acc.s[i].n ? acc.s[i].n : 1) * sizeof(*p));
+        memcpy(p, acc.s[i].p, acc.s[i].n * sizeof(*p));
+        mat_push(c, &r.mat, copy_labels(c->sa, acc.s[i].metric), p, acc.s[i].n);
+    }
+    owned_release(c, ga);
     return r;
 }
 
@@ -1102,13 +1253,18 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     c->cancel = o->cancel;
     if (o->timeout_ms > 0)
         c->deadline_ns = clock_mono_ns() + o->timeout_ms * 1000000;
-    c->sel = arena_calloc(da, (size_t)(ast->nselectors ? ast->nselectors : 1), sizeof(pq_seldata_t));
+    c->budget.limit = o->max_memory;
+    c->budget.parent = o->budget;
 
     if (setjmp(c->jb)) {
         res->err_kind = c->err_kind;
         snprintf(res->err, sizeof(res->err), "%s", c->err);
         goto done;
     }
+    budget_arena(c, da);
+    budget_arena(c, c->sa);
+    budget_arena(c, c->qa);
+    c->sel = arena_calloc(da, (size_t)(ast->nselectors ? ast->nselectors : 1), sizeof(pq_seldata_t));
     promql_vtype_t rt = ast->root->type;
     if (interval > 0 && rt != PROMQL_VT_SCALAR && rt != PROMQL_VT_VECTOR)
         pq_errorf(c, PROMQL_ERR_BAD_DATA,
@@ -1191,8 +1347,12 @@ done:
     res->peak_samples = c->peak_samples;
     subq_caches_free(c);
     pq_func_caches_free(c);
+    owned_release_all(c);
     arena_destroy(c->sa);
     arena_destroy(da);
+    /* the result outlives the query's budget, which lives in c; it is bounded by max_samples */
+    (void)arena_set_budget(res->arena, NULL, NULL, NULL);
+    assert(atomic_load(&c->budget.used) == 0);
     free(c);
     return res;
 }

@@ -31,16 +31,23 @@ typedef struct {
     int64_t max_samples;        /* 0: 50,000,000 */
     int64_t subquery_step_ms;   /* default subquery step; 0: 60 s */
     const volatile int *cancel; /* optional: evaluation stops with PROMQL_ERR_CANCELED when != 0 */
+    /* Memory: every block the evaluation takes is charged, before it is allocated, to a budget of
+     * max_memory bytes (0: none of its own) whose parent is `budget` (optional, shared by all
+     * queries of the process). A refusal ends the query: PROMQL_ERR_EXECUTION for its own limit,
+     * PROMQL_ERR_UNAVAILABLE for the shared one. */
+    struct arena_budget *budget;
+    size_t max_memory;
 } promql_opts_t;
 
 /* Error kinds; the HTTP layer maps them to Prometheus' errorType and status. */
 typedef enum {
     PROMQL_ERR_NONE = 0,
-    PROMQL_ERR_BAD_DATA,  /* "bad_data", 400: e.g. range query of a string expression */
-    PROMQL_ERR_EXECUTION, /* "execution", 422: evaluation errors, too many samples */
-    PROMQL_ERR_TIMEOUT,   /* "timeout", 503 */
-    PROMQL_ERR_CANCELED,  /* "canceled", 503 */
-    PROMQL_ERR_INTERNAL,  /* "internal", 500: storage failures */
+    PROMQL_ERR_BAD_DATA,    /* "bad_data", 400: e.g. range query of a string expression */
+    PROMQL_ERR_EXECUTION,   /* "execution", 422: evaluation errors, too many samples */
+    PROMQL_ERR_TIMEOUT,     /* "timeout", 503 */
+    PROMQL_ERR_CANCELED,    /* "canceled", 503 */
+    PROMQL_ERR_INTERNAL,    /* "internal", 500: storage failures */
+    PROMQL_ERR_UNAVAILABLE, /* "unavailable", 503: the shared query memory budget is in use */
 } promql_errkind_t;
 
 const char *promql_errkind_name(promql_errkind_t k); /* "bad_data", "execution", ... */

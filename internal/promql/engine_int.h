@@ -13,6 +13,7 @@
 #include "internal/promql/ast.h"
 #include "internal/promql/engine.h"
 #include "internal/promql/value.h"
+#include "internal/util/arena.h"
 
 /* A growable instant vector in the step arena. */
 typedef struct {
@@ -68,7 +69,9 @@ typedef struct pq_ctx {
     int64_t start, end, interval; /* outer query; interval 0 for instant */
     int64_t lookback, subq_step, max_samples;
     int64_t cur_samples, peak_samples, result_samples;
-    int64_t deadline_ns; /* 0: none */
+    int64_t deadline_ns;          /* 0: none */
+    arena_budget_t budget;        /* this query's memory; parent: promql_opts_t.budget */
+    struct pq_owned_arena *owned; /* arenas made mid-evaluation, destroyed at the end even on error */
     const volatile int *cancel;
     unsigned tick;
     pq_seldata_t *sel;

@@ -314,8 +314,10 @@ static promql_result_t *rl_query_eval(rules_manager_t *m, const rl_rule_t *r, in
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    promql_opts_t po = {
-        .lookback_ms = m->o.lookback_ms, .timeout_ms = m->o.query_timeout_ms, .max_samples = m->o.max_samples};
+    promql_opts_t po = {.lookback_ms = m->o.lookback_ms,
+                        .timeout_ms = m->o.query_timeout_ms,
+                        .max_samples = m->o.max_samples,
+                        .max_memory = m->o.max_memory};
     promql_result_t *res = promql_exec_instant(q, r->def->ast, ts, &po);
     querier_close(q);
     if (res->err_kind != PROMQL_ERR_NONE) {

@@ -84,9 +84,10 @@ typedef struct {
     const labels_t *external_labels;                    /* copied; for templates ($externalLabels) */
     const char *external_url;                           /* copied; for templates and generatorURL; NULL = "" */
     int64_t lookback_ms, query_timeout_ms, max_samples; /* PromQL options; 0 = defaults */
-    int64_t resend_delay_ms;                            /* 0 = 1m */
-    int64_t outage_tolerance_ms;                        /* 0 = 1h */
-    int64_t for_grace_period_ms;                        /* 0 = 10m */
+    size_t max_memory;       /* per evaluation (promql_opts_t.max_memory); rules are not charged to the shared budget */
+    int64_t resend_delay_ms; /* 0 = 1m */
+    int64_t outage_tolerance_ms; /* 0 = 1h */
+    int64_t for_grace_period_ms; /* 0 = 10m */
     rules_hooks_t hooks;
 } rules_options_t;
 

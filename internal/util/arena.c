@@ -4,6 +4,7 @@
  */
 #include "internal/util/arena.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,7 +24,65 @@ struct arena {
     arena_block_t *head;
     size_t limit;
     size_t total;
+    arena_budget_t *budget;
+    size_t charged; /* bytes of blocks charged to budget */
+    arena_fail_fn fail;
+    void *fail_ctx;
+    arena_budget_t *refused; /* set by a try_alloc the budget refused */
 };
+
+arena_budget_t *arena_budget_charge(arena_budget_t *b, size_t n)
+{
+    for (arena_budget_t *p = b; p; p = p->parent) {
+        size_t before = atomic_fetch_add(&p->used, n);
+        if (p->limit && (before + n > p->limit || before + n < before)) {
+            atomic_fetch_sub(&p->used, n);
+            for (arena_budget_t *q = b; q != p; q = q->parent)
+                atomic_fetch_sub(&q->used, n);
+            atomic_fetch_add(&p->refused, 1);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+void arena_budget_release(arena_budget_t *b, size_t n)
+{
+    for (arena_budget_t *p = b; p; p = p->parent) {
+        assert(atomic_load(&p->used) >= n);
+        atomic_fetch_sub(&p->used, n);
+    }
+}
+
+static size_t block_bytes(const arena_block_t *b)
+{
+    return sizeof(*b) + b->size;
+}
+
+static void block_free(arena_t *a, arena_block_t *b)
+{
+    if (a->budget) {
+        arena_budget_release(a->budget, block_bytes(b));
+        a->charged -= block_bytes(b);
+    }
+    free(b);
+}
+
+int arena_set_budget(arena_t *a, arena_budget_t *b, arena_fail_fn fail, void *ctx)
+{
+    size_t have = 0;
+    for (arena_block_t *k = a->head; k; k = k->next)
+        have += block_bytes(k);
+    if (b && have && arena_budget_charge(b, have))
+        return -1;
+    if (a->budget)
+        arena_budget_release(a->budget, a->charged);
+    a->budget = b;
+    a->charged = b ? have : 0;
+    a->fail = fail;
+    a->fail_ctx = ctx;
+    return 0;
+}
 
 arena_t *arena_create(size_t limit)
 {
@@ -40,9 +99,10 @@ void arena_destroy(arena_t *a)
     arena_block_t *b = a->head;
     while (b) {
         arena_block_t *n = b->next;
-        free(b);
+        block_free(a, b);
         b = n;
     }
+    assert(a->charged == 0);
     free(a);
 }
 
@@ -54,7 +114,7 @@ void arena_reset(arena_t *a)
     arena_block_t *n = b->next;
     while (n) {
         arena_block_t *nn = n->next;
-        free(n);
+        block_free(a, n);
         n = nn;
     }
     b->next = NULL;
@@ -78,9 +138,18 @@ void *arena_try_alloc(arena_t *a, size_t n)
             size = 1u << 20;
         if (size < n)
             size = n;
+        if (a->budget) {
+            a->refused = arena_budget_charge(a->budget, sizeof(arena_block_t) + size);
+            if (a->refused)
+                return NULL;
+        }
         arena_block_t *nb = malloc(sizeof(*nb) + size);
-        if (!nb)
+        if (!nb) {
+            if (a->budget)
+                arena_budget_release(a->budget, sizeof(*nb) + size);
             return NULL;
+        }
+        a->charged += a->budget ? sizeof(*nb) + size : 0;
         nb->size = size;
         nb->used = 0;
         nb->next = a->head;
@@ -95,7 +164,10 @@ void *arena_try_alloc(arena_t *a, size_t n)
 
 void *arena_alloc(arena_t *a, size_t n)
 {
+    a->refused = NULL;
     void *p = arena_try_alloc(a, n);
+    if (!p && a->refused && a->fail)
+        a->fail(a->fail_ctx, a->refused, n);
     if (!p) {
         fputs("sluice: arena allocation failed\n", stderr);
         abort();
@@ -136,6 +208,25 @@ char *arena_sprintf(arena_t *a, const char *fmt, ...)
     vsnprintf(p, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
     return p;
+}
+
+arena_mark_t arena_mark(const arena_t *a)
+{
+    return (arena_mark_t){a->head, a->head ? a->head->used : 0, a->total};
+}
+
+void arena_rewind(arena_t *a, arena_mark_t m)
+{
+    while (a->head && a->head != m.block) {
+        arena_block_t *n = a->head->next;
+        block_free(a, a->head);
+        a->head = n;
+    }
+    /* the marked block is still there unless the arena was reset since, which voids the mark */
+    assert(a->head == m.block);
+    if (a->head)
+        a->head->used = m.used;
+    a->total = m.total;
 }
 
 size_t arena_used(const arena_t *a)

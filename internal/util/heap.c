@@ -12,6 +12,13 @@ static _Atomic uint64_t heap_trimmed_bytes;
 static _Atomic uint64_t heap_trim_ns;
 static _Atomic uint64_t heap_in_use; /* at the last trim */
 
+#define HEAP_MMAP_THRESHOLD (256 * 1024)
+
+void heap_init(void)
+{
+    mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD); /* fixed: no dynamic raise */
+}
+
 int64_t heap_trim(void)
 {
     uint64_t t0 = clock_mono_ns();

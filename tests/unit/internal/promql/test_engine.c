@@ -2,7 +2,8 @@
  * Engine entry points beyond the conformance scripts: range-query shape (step alignment, sorted
  * series, scalar results as one label-less series), result ownership, error kinds (bad_data for
  * range queries of range vectors, execution for max_samples and duplicate label sets, canceled),
- * and the test-script runner's own failure reporting.
+ * memory bounds (subqueries counted as Prometheus counts them, per-query and shared budgets), and
+ * the test-script runner's own failure reporting.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include "internal/promql/ast.h"
 #include "internal/promql/engine.h"
 #include "internal/promql/testscript.h"
+#include "internal/util/arena.h"
 
 static promql_memstore_t *store_with_counters(void)
 {
@@ -169,13 +171,77 @@ static void test_script_runner_reports_failures(void **s)
     assert_int_equal(st.failed, 2);
 }
 
+/* A subquery holds its gathered inner steps (counted as they grow) plus one inner step's
+ * temporaries; earlier steps' temporaries are gone. */
+static void test_subquery_sample_accounting(void **s)
+{
+    (void)s;
+    promql_memstore_t *m = store_with_counters();
+    /* 600 inner steps x 3 series gathered */
+    promql_result_t *r = run(m, "sum_over_time(req_total[10m:1s])", 600000, 0, 0, NULL);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.nsamples, 3);
+    assert_true(r->peak_samples >= 1800 && r->peak_samples <= 1800 + 10);
+    promql_result_free(r);
+
+    promql_opts_t o = {.max_samples = 1500};
+    r = run(m, "sum_over_time(req_total[10m:1s])", 600000, 0, 0, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    assert_non_null(strstr(r->err, "too many samples"));
+    promql_result_free(r);
+
+    /* the same in a range query (inner steps come from the subquery cache), and nested: the
+     * answers agree with the instant ones */
+    promql_result_t *ri = run(m, "max_over_time(sum_over_time(req_total[1m:10s])[3m:20s])", 600000, 0, 0, NULL);
+    r = run(m, "max_over_time(sum_over_time(req_total[1m:10s])[3m:20s])", 540000, 600000, 30000, NULL);
+    assert_int_equal(ri->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(r->value.nseries, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(r->value.series[i].npoints, 3);
+        assert_true(r->value.series[i].points[2].v == ri->value.samples[i].v);
+    }
+    promql_result_free(ri);
+    promql_result_free(r);
+    promql_memstore_free(m);
+}
+
+static void test_memory_budgets(void **s)
+{
+    (void)s;
+    promql_memstore_t *m = store_with_counters();
+    arena_budget_t shared = {.limit = 1 << 30};
+    promql_opts_t o = {.max_memory = 256 << 10, .budget = &shared};
+    promql_result_t *r = run(m, "count_over_time(req_total[10m:1ms])", 600000, 0, 0, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_EXECUTION);
+    assert_non_null(strstr(r->err, "more than 262144 bytes of memory"));
+    promql_result_free(r);
+    assert_int_equal(atomic_load(&shared.used), 0);
+
+    /* within its own limit, the shared budget refuses: unavailable (503), to try again later */
+    shared.limit = 200 << 10;
+    o.max_memory = 0;
+    r = run(m, "count_over_time(req_total[10m:1ms])", 600000, 0, 0, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_UNAVAILABLE);
+    assert_string_equal(promql_errkind_name(r->err_kind), "unavailable");
+    assert_non_null(strstr(r->err, "--query.max-memory"));
+    promql_result_free(r);
+    assert_int_equal(atomic_load(&shared.used), 0);
+
+    /* a small query fits; the budget is given back when it ends */
+    r = run(m, "sum(rate(req_total[1m]))", 0, 600000, 10000, &o);
+    assert_int_equal(r->err_kind, PROMQL_ERR_NONE);
+    promql_result_free(r);
+    assert_int_equal(atomic_load(&shared.used), 0);
+    promql_memstore_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_range_rate),
-        cmocka_unit_test(test_scalar_range_and_instant_vector),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_script_runner_reports_failures),
+        cmocka_unit_test(test_range_rate),     cmocka_unit_test(test_scalar_range_and_instant_vector),
+        cmocka_unit_test(test_errors),         cmocka_unit_test(test_subquery_sample_accounting),
+        cmocka_unit_test(test_memory_budgets), cmocka_unit_test(test_script_runner_reports_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

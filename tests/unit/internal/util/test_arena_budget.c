@@ -1,0 +1,121 @@
+/* Unit tests for arena budgets: blocks are charged to a budget and its parents, refused before
+ * they are allocated, released when freed; arena_alloc calls the fail handler on refusal. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "internal/util/arena.h"
+
+static void test_budget_charges_parents(void **state)
+{
+    (void)state;
+    arena_budget_t global = {.limit = 1 << 20};
+    arena_budget_t q1 = {.limit = 600 << 10, .parent = &global}, q2 = {.limit = 2 << 20, .parent = &global};
+    arena_t *a = arena_create(0), *b = arena_create(0);
+    assert_int_equal(arena_set_budget(a, &q1, NULL, NULL), 0);
+    assert_int_equal(arena_set_budget(b, &q2, NULL, NULL), 0);
+    assert_non_null(arena_try_alloc(a, 500 << 10));
+    assert_true(atomic_load(&q1.used) >= 500 << 10);
+    assert_int_equal(atomic_load(&global.used), atomic_load(&q1.used));
+    /* q1's own limit refuses */
+    assert_null(arena_try_alloc(a, 200 << 10));
+    assert_int_equal(atomic_load(&q1.refused), 1);
+    /* the parent refuses what q2 alone would take */
+    assert_non_null(arena_try_alloc(b, 400 << 10));
+    assert_null(arena_try_alloc(b, 190 << 10));
+    assert_int_equal(atomic_load(&global.refused), 1);
+    assert_int_equal(atomic_load(&q2.refused), 0);
+    /* nothing refused was charged; freeing releases everything */
+    size_t used = atomic_load(&global.used);
+    assert_int_equal(used, atomic_load(&q1.used) + atomic_load(&q2.used));
+    arena_reset(a); /* keeps one block (the newest) */
+    assert_true(atomic_load(&q1.used) < used && atomic_load(&q1.used) > 0);
+    arena_destroy(a);
+    arena_destroy(b);
+    assert_int_equal(atomic_load(&q1.used), 0);
+    assert_int_equal(atomic_load(&q2.used), 0);
+    assert_int_equal(atomic_load(&global.used), 0);
+}
+
+static jmp_buf jb;
+static const arena_budget_t *seen;
+
+static void on_fail(void *ctx, const arena_budget_t *refused, size_t want)
+{
+    (void)ctx;
+    (void)want;
+    seen = refused;
+    longjmp(jb, 1);
+}
+
+static void test_alloc_calls_fail_handler(void **state)
+{
+    (void)state;
+    arena_budget_t q = {.limit = 64 << 10};
+    arena_t *a = arena_create(0);
+    assert_int_equal(arena_set_budget(a, &q, on_fail, NULL), 0);
+    volatile int n = 0;
+    if (setjmp(jb) == 0) {
+        for (;;) {
+            arena_alloc(a, 4096);
+            n++;
+        }
+    }
+    assert_ptr_equal(seen, &q);
+    assert_true(n >= 8 && n < 16);
+    assert_true(atomic_load(&q.used) <= q.limit);
+    arena_destroy(a);
+    assert_int_equal(atomic_load(&q.used), 0);
+}
+
+static void test_set_budget_charges_existing_blocks(void **state)
+{
+    (void)state;
+    arena_t *a = arena_create(0);
+    assert_non_null(arena_try_alloc(a, 100 << 10));
+    arena_budget_t small = {.limit = 16 << 10};
+    assert_int_equal(arena_set_budget(a, &small, NULL, NULL), -1);
+    assert_int_equal(atomic_load(&small.used), 0);
+    arena_budget_t big = {.limit = 1 << 20};
+    assert_int_equal(arena_set_budget(a, &big, NULL, NULL), 0);
+    assert_true(atomic_load(&big.used) >= 100 << 10);
+    arena_destroy(a);
+    assert_int_equal(atomic_load(&big.used), 0);
+}
+
+static void test_mark_rewind(void **state)
+{
+    (void)state;
+    arena_budget_t q = {0};
+    arena_t *a = arena_create(0);
+    assert_int_equal(arena_set_budget(a, &q, NULL, NULL), 0);
+    char *keep = arena_strdup(a, "kept");
+    arena_mark_t m = arena_mark(a);
+    size_t used = atomic_load(&q.used), total = arena_used(a);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 100; i++)
+            assert_non_null(arena_alloc(a, 10000));
+        assert_true(atomic_load(&q.used) > used);
+        arena_rewind(a, m);
+        assert_int_equal(atomic_load(&q.used), used);
+        assert_int_equal(arena_used(a), total);
+    }
+    assert_string_equal(keep, "kept");
+    char *next = arena_alloc(a, 8);
+    assert_ptr_equal(next, keep + 16); /* the space after the mark is handed out again */
+    arena_destroy(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_budget_charges_parents),
+        cmocka_unit_test(test_alloc_calls_fail_handler),
+        cmocka_unit_test(test_set_budget_charges_existing_blocks),
+        cmocka_unit_test(test_mark_rewind),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
