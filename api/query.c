@@ -48,6 +48,7 @@
 #include "internal/promql/engine.h"
 #include "internal/promql/selector.h"
 #include "internal/util/clock.h"
+#include "internal/util/heap.h"
 #include "internal/util/arena.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
@@ -631,8 +632,10 @@ static void job_run_promql(query_job_t *j)
         buf_free(&data);
         j->code = 200;
     }
+    size_t held = r->peak_memory;
     promql_result_free(r);
     querier_close(qr);
+    heap_trim_after(held);
 }
 
 /* Sorted, de-duplicated union of string lists. */

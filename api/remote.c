@@ -102,6 +102,7 @@
 #include "internal/labels/matcher.h"
 #include "internal/util/clock.h"
 #include "internal/util/crc32c.h"
+#include "internal/util/heap.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 #include "internal/util/utf8.h"
@@ -953,6 +954,7 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
     if (code) {
         buf_free(&resp);
         arena_budget_release(&lim.budget, lim.charged);
+        heap_trim_after(lim.charged);
         atomic_fetch_add(&r->r_rejected, 1);
         api_reply_text(req, code, "%s\n", err);
         return;
@@ -970,6 +972,7 @@ static void remote_read_samples(api_remote_t *r, api_req_t *req, rquery_t *qs, s
     api_reply_header(req, "Content-Encoding", "snappy");
     api_reply(req, 200, "application/x-protobuf", c, clen);
     free(c);
+    heap_trim_after(lim.charged);
 }
 
 /* ==== STREAMED_XOR_CHUNKS ============================================================================ */

@@ -205,7 +205,6 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return 2;
     }
-    heap_init();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN); /* a file-size limit must be a write error (503), not a dead daemon */
     log_info("main", "starting sluice", LF_S("version", SLUICE_VERSION), LF_S("revision", SLUICE_REVISION));

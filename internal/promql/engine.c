@@ -1345,6 +1345,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     }
 done:
     res->peak_samples = c->peak_samples;
+    res->peak_memory = atomic_load(&c->budget.peak);
     subq_caches_free(c);
     pq_func_caches_free(c);
     owned_release_all(c);

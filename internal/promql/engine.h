@@ -58,6 +58,7 @@ typedef struct {
     promql_errkind_t err_kind;
     char err[512];
     int64_t peak_samples; /* statistic: the most samples held at once */
+    size_t peak_memory;   /* statistic: the most bytes the evaluation held (its budget's peak) */
 } promql_result_t;
 
 /* Instant query at t_ms. Never NULL (aborts on OOM). The value is a SCALAR, STRING, VECTOR or,

@@ -25,7 +25,8 @@ struct arena {
     size_t limit;
     size_t total;
     arena_budget_t *budget;
-    size_t charged; /* bytes of blocks charged to budget */
+    size_t charged;       /* bytes of blocks charged to budget */
+    arena_block_t *spare; /* the biggest block given back by reset/rewind, reused before malloc */
     arena_fail_fn fail;
     void *fail_ctx;
     arena_budget_t *refused; /* set by a try_alloc the budget refused */
@@ -42,6 +43,9 @@ arena_budget_t *arena_budget_charge(arena_budget_t *b, size_t n)
             atomic_fetch_add(&p->refused, 1);
             return p;
         }
+        size_t peak = atomic_load(&p->peak);
+        while (before + n > peak && !atomic_compare_exchange_weak(&p->peak, &peak, before + n))
+            ;
     }
     return NULL;
 }
@@ -68,9 +72,22 @@ static void block_free(arena_t *a, arena_block_t *b)
     free(b);
 }
 
+/* Keeps b as the spare when it beats the current one: a loop that rewinds every iteration then
+ * reuses its blocks instead of asking malloc (and, for big blocks, the kernel) each time. */
+static void block_retire(arena_t *a, arena_block_t *b)
+{
+    if (a->spare && a->spare->size >= b->size) {
+        block_free(a, b);
+        return;
+    }
+    if (a->spare)
+        block_free(a, a->spare);
+    a->spare = b;
+}
+
 int arena_set_budget(arena_t *a, arena_budget_t *b, arena_fail_fn fail, void *ctx)
 {
-    size_t have = 0;
+    size_t have = a->spare ? block_bytes(a->spare) : 0;
     for (arena_block_t *k = a->head; k; k = k->next)
         have += block_bytes(k);
     if (b && have && arena_budget_charge(b, have))
@@ -102,6 +119,8 @@ void arena_destroy(arena_t *a)
         block_free(a, b);
         b = n;
     }
+    if (a->spare)
+        block_free(a, a->spare);
     assert(a->charged == 0);
     free(a);
 }
@@ -114,7 +133,7 @@ void arena_reset(arena_t *a)
     arena_block_t *n = b->next;
     while (n) {
         arena_block_t *nn = n->next;
-        block_free(a, n);
+        block_retire(a, n);
         n = nn;
     }
     b->next = NULL;
@@ -138,6 +157,15 @@ void *arena_try_alloc(arena_t *a, size_t n)
             size = 1u << 20;
         if (size < n)
             size = n;
+        if (a->spare && a->spare->size >= size) {
+            arena_block_t *nb = a->spare;
+            a->spare = NULL;
+            nb->used = 0;
+            nb->next = a->head;
+            a->head = nb;
+            b = nb;
+            goto take;
+        }
         if (a->budget) {
             a->refused = arena_budget_charge(a->budget, sizeof(arena_block_t) + size);
             if (a->refused)
@@ -156,6 +184,7 @@ void *arena_try_alloc(arena_t *a, size_t n)
         a->head = nb;
         b = nb;
     }
+take:;
     void *p = b->data + b->used;
     b->used += n;
     a->total += n;
@@ -219,7 +248,7 @@ void arena_rewind(arena_t *a, arena_mark_t m)
 {
     while (a->head && a->head != m.block) {
         arena_block_t *n = a->head->next;
-        block_free(a, a->head);
+        block_retire(a, a->head);
         a->head = n;
     }
     /* the marked block is still there unless the arena was reset since, which voids the mark */

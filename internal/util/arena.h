@@ -28,6 +28,7 @@ typedef struct arena_budget {
     size_t limit;                  /* 0: no limit of its own */
     struct arena_budget *parent;   /* charged too; may be NULL */
     _Atomic unsigned long refused; /* charges refused by this budget's own limit */
+    _Atomic size_t peak;           /* the most `used` has been */
 } arena_budget_t;
 
 /* Charges n bytes to b and every parent; when any would pass its limit nothing is charged and the

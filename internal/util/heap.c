@@ -12,11 +12,12 @@ static _Atomic uint64_t heap_trimmed_bytes;
 static _Atomic uint64_t heap_trim_ns;
 static _Atomic uint64_t heap_in_use; /* at the last trim */
 
-#define HEAP_MMAP_THRESHOLD (256 * 1024)
+#define HEAP_TRIM_AFTER_BYTES (64u << 20)
 
-void heap_init(void)
+void heap_trim_after(size_t held)
 {
-    mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD); /* fixed: no dynamic raise */
+    if (held >= HEAP_TRIM_AFTER_BYTES)
+        heap_trim();
 }
 
 int64_t heap_trim(void)

@@ -9,16 +9,16 @@
 #ifndef SLUICE_UTIL_HEAP_H
 #define SLUICE_UTIL_HEAP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "internal/util/buf.h"
 
-/* Call once at start-up, before threads: blocks of 256 KiB and more (query arenas' big blocks,
- * large buffers) get pages of their own that go back to the kernel when freed. glibc would
- * otherwise raise that threshold to the largest block ever freed and keep such blocks in the
- * freeing thread's arena, where a query on another thread cannot reuse them: four queries held to
- * a 600 MiB budget together left RSS 875 MiB up. */
-void heap_init(void);
+/* For a request that held `held` bytes and has freed them: trims when that was much. glibc keeps
+ * what a thread freed in that thread's arena, where a query on another thread cannot use it;
+ * without this, four queries held to a 600 MiB budget together left RSS 875 MiB up. (malloc_trim
+ * walks every arena: worth it only after big requests; the main loop's timer trims the rest.) */
+void heap_trim_after(size_t held);
 /* Returns free pages of every arena to the kernel; the bytes RSS dropped by (0 if none). */
 int64_t heap_trim(void);
 /* sluice_heap_trims_total, sluice_heap_trimmed_bytes_total, sluice_heap_in_use_bytes (malloc's
