@@ -37,14 +37,14 @@
  *
  * ---- WAL retention interplay ---------------------------------------------------------------------
  *
- * storage_snapshot deletes WAL segments the snapshot covers. The sender registers a hold
+ * storage_snapshot deletes WAL segments the kept snapshots cover. The sender registers a hold
  * (storage_set_wal_hold): the lowest committed segment over all targets — loaded from the .pos
  * files before recovery, so even the first snapshot after a restart keeps what is unsent. With
  * --remote-write.wal-max-hold > 0 the hold gives up segments whose last write is older than that
  * (a receiver down for days must not fill the disk): the reader then finds them gone, skips to the
  * next one, counts sluice_remote_storage_wal_segments_skipped_total and logs it. Segments are only
  * deleted at snapshots (--storage.snapshot-interval), so the WAL on disk is "unsent data, plus up
- * to one snapshot interval".
+ * to two snapshot intervals" (the previous snapshot is kept as a fallback, with its segments).
  *
  * ---- Threads and locks ---------------------------------------------------------------------------
  *

@@ -4,6 +4,8 @@
  * Files under <path>:
  *   wal/           WAL segments (storage/wal.c)
  *   head.snapshot  the last snapshot (storage/snapshot.c container, records below)
+ *   head.snapshot.prev          the one before, kept (with the WAL it needs) as the fallback
+ *   head.snapshot.corrupt-<ms>  damaged snapshots set aside at start-up, for inspection
  *   sluice.db      catalog + roll-ups (SQLite, storage/catalog.c, storage/rollup.c)
  *
  * Snapshot record type 1, one per series with samples in memory (little-endian):
@@ -29,8 +31,15 @@
  *
  * Recovery state machine (storage_recover):
  *
- *   CATALOG --load ids--> SNAPSHOT --ok: restore series / corrupt: log, skip--> REPLAY
- *     --segments >= snapshot's (or all)--> OPEN_WAL --> ROLLUPS --> READY
+ *   CATALOG --load ids--> SNAPSHOT --loaded / none--> REPLAY
+ *     --segments >= the loaded snapshot's (or all)--> OPEN_WAL --> ROLLUPS --> READY
+ *
+ *   SNAPSHOT (load_snapshot): head.snapshot verifies -> load it. Otherwise the previous one
+ *   (whole, its WAL on disk) -> the intact records of the damaged newest -> those of a damaged
+ *   previous -> none (WAL alone); damaged files are set aside and what was lost is logged.
+ *   Replaying the WAL over a snapshot that already holds some of its samples is harmless: the
+ *   head refuses a second sample for a second it has closed (out of order), a same-second
+ *   replay is replaced again by the later record, and state deltas are re-appliable.
  *
  * Locks: ckpt (rwlock) is held for reading by appenders across "WAL log + head apply" and for
  * writing only around wal_cut, so a snapshot never needs to stop appends for longer than that.
@@ -310,19 +319,10 @@ static void restore_state(storage_t *s, uint8_t type, const void *data, size_t l
     }
 }
 
-static int load_snapshot(recover_t *rc)
+/* Restores every record r delivers; returns the WAL segment to replay from. */
+static uint32_t restore_snapshot(recover_t *rc, snapshot_reader_t *r)
 {
     storage_t *s = rc->s;
-    snapshot_reader_t *r;
-    char err[256];
-    int src = snapshot_reader_open(s->snap_path, &r, err, sizeof(err));
-    if (src == SNAPSHOT_ERR_NOT_FOUND)
-        return 0;
-    if (src != SNAPSHOT_OK) {
-        log_error("storage", "snapshot unreadable, recovering from the WAL alone", LF_S("file", s->snap_path),
-                  LF_S("err", err));
-        return 0;
-    }
     uint32_t seg = snapshot_reader_wal_segment(r);
     arena_t *a = arena_create(0);
     uint8_t type;
@@ -341,11 +341,125 @@ static int load_snapshot(recover_t *rc)
         arena_reset(a);
     }
     arena_destroy(a);
-    snapshot_reader_close(r);
     if (bad)
         log_warn("storage", "snapshot records skipped", LF_I("records", bad));
-    log_info("storage", "snapshot loaded", LF_I("series", rc->restored), LF_I("wal_segment", seg));
-    return (int)seg;
+    return seg;
+}
+
+/* One snapshot file considered at start-up. */
+typedef struct {
+    char path[4200];
+    snapshot_reader_t *r; /* set for SNAPSHOT_OK and SNAPSHOT_PARTIAL */
+    int rc;
+    char err[256];
+} snap_file_t;
+
+static void snap_file_open(snap_file_t *f, const char *path, const char *suffix)
+{
+    snprintf(f->path, sizeof(f->path), "%s%s", path, suffix);
+    f->r = NULL;
+    f->err[0] = 0;
+    f->rc = snapshot_reader_salvage(f->path, &f->r, f->err, sizeof(f->err));
+}
+
+static bool snap_file_damaged(const snap_file_t *f)
+{
+    return f->rc == SNAPSHOT_PARTIAL || f->rc == SNAPSHOT_ERR_CORRUPT;
+}
+
+/* Does the WAL on disk still reach back to segment seg (so nothing after seg was deleted)? */
+static bool wal_reaches(const storage_t *s, uint32_t seg)
+{
+    uint32_t oldest;
+    return wal_oldest_segment(s->wal_dir, &oldest) == WAL_OK && oldest != 0 && oldest <= seg;
+}
+
+/* Renames a damaged snapshot aside (never deleted: it may hold what nothing else does). */
+static void snap_file_set_aside(snap_file_t *f)
+{
+    char to[4300] = "", err[256];
+    if (snapshot_set_aside(f->path, to, sizeof(to), err, sizeof(err)) == SNAPSHOT_OK)
+        log_error("storage", "damaged snapshot set aside", LF_S("file", f->path), LF_S("now", to),
+                  LF_S("damage", f->err));
+    else
+        log_error("storage", "cannot set a damaged snapshot aside", LF_S("file", f->path), LF_S("err", err));
+}
+
+/*
+ * Picks what to recover from, loads it, and returns the first WAL segment to replay (0: all).
+ * The newest snapshot when it verifies; otherwise, in order of preference:
+ *   1. the previous snapshot, whole, + the WAL from its segment: lossless, because snapshots
+ *      keep the segments the older one needs (unless they were deleted by hand: then only when
+ *      there is nothing of the newest to salvage);
+ *   2. the intact records of the damaged newest one + the WAL from its segment: the series
+ *      after the damage keep only what the WAL holds;
+ *   3. the intact records of a damaged previous one + the WAL from its segment;
+ *   4. nothing: the WAL alone (samples only a snapshot held are lost; the catalog names the
+ *      series whose WAL series records are gone).
+ * Salvaged and previous snapshots are never mixed: restoring a series twice is refused by the
+ * head, but state records replace each other, and the WAL from the chosen segment is exactly
+ * what completes the chosen snapshot. Every damaged file is set aside.
+ */
+static uint32_t load_snapshot(recover_t *rc)
+{
+    storage_t *s = rc->s;
+    snap_file_t cur, prev;
+    snap_file_open(&cur, s->snap_path, "");
+    if (cur.rc == SNAPSHOT_OK) {
+        uint32_t seg = restore_snapshot(rc, cur.r);
+        snapshot_reader_close(cur.r);
+        log_info("storage", "snapshot loaded", LF_I("series", rc->restored), LF_I("wal_segment", seg));
+        return seg;
+    }
+    snap_file_open(&prev, s->snap_path, SNAPSHOT_PREV_SUFFIX);
+    if (cur.rc == SNAPSHOT_ERR_NOT_FOUND && prev.rc == SNAPSHOT_ERR_NOT_FOUND)
+        return 0; /* a first start */
+
+    snap_file_t *use = NULL;
+    bool prev_reach = prev.rc == SNAPSHOT_OK && wal_reaches(s, snapshot_reader_wal_segment(prev.r));
+    if (prev.rc == SNAPSHOT_OK && (prev_reach || cur.rc != SNAPSHOT_PARTIAL))
+        use = &prev;
+    else if (cur.rc == SNAPSHOT_PARTIAL)
+        use = &cur;
+    else if (prev.rc == SNAPSHOT_PARTIAL)
+        use = &prev;
+
+    uint32_t seg = use ? restore_snapshot(rc, use->r) : 0;
+    snapshot_verdict_t v = {0};
+    if (use)
+        snapshot_reader_verdict(use->r, &v);
+    snapshot_reader_close(cur.r);
+    snapshot_reader_close(prev.r);
+
+    if (use == &prev && prev.rc == SNAPSHOT_OK && cur.rc == SNAPSHOT_ERR_NOT_FOUND)
+        log_warn("storage", "newest snapshot missing (a crash while it was replaced?); loaded the previous one",
+                 LF_S("file", prev.path), LF_I("series", rc->restored), LF_I("wal_segment", seg),
+                 LF_B("wal_complete", prev_reach));
+    else if (use == &prev && prev.rc == SNAPSHOT_OK)
+        log_error("storage", "snapshot damaged; recovering from the previous snapshot and the WAL since it",
+                  LF_S("file", cur.path), LF_S("err", cur.err), LF_S("previous", prev.path),
+                  LF_I("series", rc->restored), LF_I("wal_segment", seg), LF_B("wal_complete", prev_reach),
+                  LF_S("lost", prev_reach ? "nothing" : "the records of the missing WAL segments"));
+    else if (use)
+        log_error("storage",
+                  "snapshot damaged; recovered the records before the damage, the rest is lost unless the WAL "
+                  "holds it",
+                  LF_S("file", use->path), LF_S("err", use->err), LF_I("records", v.records),
+                  LF_I("records_expected", v.records_expected), LF_I("damage_offset", v.stop_offset),
+                  LF_I("bytes_lost", v.file_bytes - v.stop_offset), LF_I("series", rc->restored),
+                  LF_I("wal_segment", seg),
+                  LF_S("fallback", use == &prev             ? cur.err
+                                   : prev.rc == SNAPSHOT_OK ? "previous snapshot whole, but the WAL it needs is gone"
+                                                            : prev.err));
+    else
+        log_error("storage", "no usable snapshot, recovering from the WAL alone; what only the snapshot held is lost",
+                  LF_S("file", cur.path), LF_S("err", cur.err), LF_S("previous", prev.err));
+
+    if (snap_file_damaged(&cur))
+        snap_file_set_aside(&cur);
+    if (snap_file_damaged(&prev))
+        snap_file_set_aside(&prev);
+    return seg;
 }
 
 static int replay_series(void *ud, uint64_t id, const labels_t *ls)
@@ -508,10 +622,10 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     }
 
     recover_t rc = {.s = s, .catalog_misses_left = 100000};
-    int seg = load_snapshot(&rc);
+    uint32_t seg = load_snapshot(&rc);
     wal_replay_cb_t cb = {.on_series = replay_series, .on_samples = replay_samples, .on_blob = replay_blob};
     wal_replay_stats_t ws;
-    int wrc = wal_replay(s->wal_dir, (uint32_t)seg, &cb, &rc, &ws, err, errlen);
+    int wrc = wal_replay(s->wal_dir, seg, &cb, &rc, &ws, err, errlen);
     hashmap_free(&rc.refs);
     free(rc.refv);
     if (wrc != WAL_OK)
@@ -696,7 +810,11 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
         return STORAGE_ERR_IO;
     }
     char terr[256];
-    uint32_t keep = seg;
+    uint32_t keep = seg, oldest;
+    /* The previous snapshot, kept as the fallback should this one prove damaged, needs the WAL
+     * from its own segment on. */
+    if (snapshot_oldest_wal_segment(s->snap_path, &oldest) == SNAPSHOT_OK && oldest < keep)
+        keep = oldest;
     if (s->wal_hold) {
         uint32_t h = s->wal_hold(s->wal_hold_ud);
         if (h && h < keep)

@@ -5,10 +5,12 @@
  *
  *   append:   resolve/create series (ids from the catalog) -> check rules -> WAL (series, then
  *             samples) -> head -> roll-ups. A sample is acknowledged only once it is in the WAL.
- *   open:     catalog load (label hash -> id) -> snapshot load (a corrupt snapshot is logged and
- *             ignored: WAL-only recovery) -> WAL replay -> ready.
+ *   open:     catalog load (label hash -> id) -> snapshot load (a damaged snapshot is set aside
+ *             and logged; recovery uses the previous snapshot, or the damaged one's intact
+ *             records, or the WAL alone) -> WAL replay -> ready.
  *   snapshot: WAL cut under a brief exclusive lock, then the head is written without blocking
- *             appenders; older WAL segments are deleted once the snapshot is durable.
+ *             appenders; once the snapshot is durable and verified, the one before it is kept as
+ *             the fallback and the WAL segments neither needs are deleted.
  *   close:    snapshot, then everything is closed.
  *   query:    storage_querier picks the tier per query and series (storage/querier_tiered.h):
  *             raw samples, roll-ups past the raw retention or for steps >= a roll-up width,
@@ -140,9 +142,9 @@ void storage_write_metrics(storage_t *s, buf_t *b);
  * returns, fsync'd by the group commit or before returning with wal_fsync_always).
  *
  * Recovery (inside storage_recover, before ready): restore(ud, data, len, true) once with the
- * full state the last snapshot holds for this type (skipped when there is none, or the snapshot
- * was unreadable), then restore(ud, data, len, false) for every delta of the type logged after
- * that snapshot, in log order. A full record replaces whatever the client has.
+ * full state the snapshot recovery loaded holds for this type (skipped when there is none, or
+ * its record was lost to damage), then restore(ud, data, len, false) for every delta of the type
+ * logged after that snapshot, in log order. A full record replaces whatever the client has.
  *
  * Snapshots: every storage_snapshot calls checkpoint(ud, out) right after cutting the WAL; the
  * client appends its complete state to out. Deltas logged before the cut are then dropped with

@@ -701,6 +701,22 @@ int wal_truncate_before(wal_t *w, uint32_t segment_no, char *err, size_t errlen)
     return rc;
 }
 
+int wal_oldest_segment(const char *dir, uint32_t *segment_no)
+{
+    uint32_t *segs, max_any;
+    size_t n;
+    *segment_no = 0;
+    int lr = seg_list(dir, &segs, &n, &max_any);
+    if (lr == -ENOENT)
+        return WAL_OK;
+    if (lr != 0)
+        return lr == -ENOMEM ? WAL_ERR_NOMEM : WAL_ERR_IO;
+    if (n)
+        *segment_no = segs[0]; /* sorted */
+    free(segs);
+    return WAL_OK;
+}
+
 void wal_get_stats(wal_t *w, wal_stats_t *out)
 {
     pthread_mutex_lock(&w->mu);

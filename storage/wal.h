@@ -30,7 +30,9 @@
  *   2. wal_cut(wal, &S): new segment S; everything logged before is in segments < S.
  *   3. Capture the head state for the snapshot; release the rwlock; write the snapshot with
  *      wal segment S (snapshot_writer_open(path, S)) and commit it.
- *   4. wal_truncate_before(wal, S) once the snapshot is durable (commit returned 0).
+ *   4. wal_truncate_before(wal, K) once the snapshot is durable (commit returned 0), where K is
+ *      the segment of the OLDEST snapshot kept (snapshot.h keeps the previous one as a fallback,
+ *      and it needs segments >= its own S; snapshot_oldest_wal_segment).
  * A crash between 3 and 4 leaves older segments on disk; replay skips them (step 2 above).
  * Records logged between the cut and the capture are in the snapshot AND in segment S. So replay
  * on top of a snapshot may deliver samples the head already has: the head must ignore a sample
@@ -146,6 +148,11 @@ int wal_cut(wal_t *wal, uint32_t *segment_no, char *err, size_t errlen);
 int wal_truncate_before(wal_t *wal, uint32_t segment_no, char *err, size_t errlen);
 
 void wal_get_stats(wal_t *wal, wal_stats_t *out);
+
+/* The lowest segment number in `dir` (0 when it holds none or does not exist), so recovery can
+ * tell whether the WAL still reaches back to an older snapshot's segment. Returns 0,
+ * WAL_ERR_IO or WAL_ERR_NOMEM. */
+int wal_oldest_segment(const char *dir, uint32_t *segment_no);
 
 /* ---- replay -------------------------------------------------------------------------------- */
 

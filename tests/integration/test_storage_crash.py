@@ -9,7 +9,8 @@ directory and checks every raw sample (value, no holes, nothing missing up to --
 The durability contract checked: after kill -9, everything acknowledged at least one fsync
 interval before the kill is there. (kill -9 keeps the page cache, so in practice every
 acknowledged batch survives; the figures printed by test_kill9_rounds show it.)
-Corruption cases check recovery is clean, logged, and loses only what the damage destroyed.
+Corruption cases check recovery is clean, logged, and loses only what the damage destroyed (a
+damaged snapshot costs nothing while the previous one and its WAL are there).
 Finally the daemon itself (SLUICE_BIN, same storage_open) is killed and must become ready again.
 """
 # ctest-labels: slow
@@ -165,29 +166,31 @@ def test_wal_tail_damage(data_dir, damage):
     assert "torn or corrupt" not in err  # repaired for good
 
 
-def test_corrupt_snapshot_falls_back_to_wal(data_dir):
-    """A corrupt snapshot is logged and ignored; the WAL segments still on disk are replayed and
-    everything acknowledged after the snapshot is there."""
+def test_corrupt_snapshot_falls_back_to_previous(data_dir):
+    """A corrupt snapshot is set aside and logged; the previous snapshot (kept with the WAL
+    segments it needs) and the WAL since it bring back everything acknowledged."""
     ld = Loader(data_dir, "--snapshot-interval-ms", "1500")
     ld.wait_acks(5)
     deadline = time.time() + 60
-    while "snapshot written" not in ld.log():
+    while ld.log().count("snapshot written") < 2:
         assert time.time() < deadline, ld.log()
         time.sleep(0.1)
     n = len(ld.acks)
     ld.wait_acks(n + 20)
     ld.kill9()
     snap = os.path.join(data_dir, "head.snapshot")
+    assert os.path.exists(snap + ".prev")
     size = os.path.getsize(snap)
     with open(snap, "r+b") as f:
         f.seek(size // 2)
         f.write(b"\xde\xad\xbe\xef")
-    rc, s, err = verify(data_dir, ld.durable_ack(), "--allow-missing-prefix")
+    rc, s, err = verify(data_dir, ld.durable_ack())
     assert rc == 0, f"{s}\n{err}"
-    assert "snapshot unreadable, recovering from the WAL alone" in err, err
+    assert "snapshot damaged; recovering from the previous snapshot" in err, err
+    assert "damaged snapshot set aside" in err, err
+    assert len(glob.glob(snap + ".corrupt-*")) == 1
     assert s["wrong"] == 0 and s["missing"] == 0 and s["tail_missing"] == 0
-    # Data before the snapshot's WAL segment went with the snapshot.
-    assert s["first_t"] > ld.acks[0][0]
+    assert s["first_t"] == ld.acks[0][0]  # nothing lost: the prefix is there too
 
 
 def test_deleted_wal_segment(data_dir):

@@ -1,5 +1,6 @@
 /* Unit tests for storage/snapshot.c: round trip, every flipped byte detected, missing, truncated
- * and extended files, atomic replacement, abort. */
+ * and extended files, atomic replacement, abort; salvage of the intact records before damage
+ * (flipped bytes anywhere, bad trailer, truncation); the kept predecessor and setting aside. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,6 +54,13 @@ static bool exists(const char *p)
     return stat(p, &sb) == 0;
 }
 
+static void remove_prev(const char *path)
+{
+    char prev[4200];
+    snprintf(prev, sizeof prev, "%s%s", path, SNAPSHOT_PREV_SUFFIX);
+    unlink(prev);
+}
+
 /* Record i of the test content: type 1 + i % 3, payload "rec-<i>" repeated i % 5 times (so some
  * payloads are empty). */
 static size_t content(int i, uint8_t *type, char *out, size_t cap)
@@ -99,6 +107,38 @@ static void check_snapshot(snapshot_reader_t *r, uint32_t seg, int nrec)
     }
     assert_int_equal(snapshot_reader_next(r, &type, &data, &len), 0);
     assert_int_equal(snapshot_reader_next(r, &type, &data, &len), 0);
+}
+
+/* Offset of record i in a file written by write_snapshot (i == nrec: the trailer's). */
+static size_t record_offset(int i)
+{
+    size_t off = 32;
+    for (int k = 0; k < i; k++) {
+        uint8_t t;
+        char b[128];
+        off += 12 + content(k, &t, b, sizeof b);
+    }
+    return off;
+}
+
+/* Reads everything r delivers, checking it is the first records of the test content; returns how
+ * many there were. */
+static int check_prefix(snapshot_reader_t *r)
+{
+    uint8_t type;
+    const void *data;
+    size_t len;
+    int i = 0;
+    while (snapshot_reader_next(r, &type, &data, &len) == 1) {
+        uint8_t t;
+        char b[128];
+        size_t n = content(i, &t, b, sizeof b);
+        assert_int_equal(type, t);
+        assert_int_equal(len, n);
+        assert_memory_equal(data, b, n);
+        i++;
+    }
+    return i;
 }
 
 static void test_roundtrip(void **state)
@@ -175,6 +215,7 @@ static void test_roundtrip(void **state)
     snapshot_writer_abort(NULL);
 
     unlink(path);
+    remove_prev(path);
     rmdir(dir);
     free(dir);
 }
@@ -273,6 +314,282 @@ static void test_record_removed(void **state)
     free(dir);
 }
 
+/* A record damaged in the middle: salvage delivers exactly the records before it and says where
+ * it stopped; the strict reader still refuses the file. */
+static void test_salvage_intact_prefix(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    write_snapshot(path, 6, 12);
+    size_t len;
+    uint8_t *orig = read_file(path, &len);
+    char err[256] = "";
+    snapshot_reader_t *r = NULL;
+    snapshot_verdict_t v;
+
+    /* intact: salvage is the strict open */
+    assert_int_equal(snapshot_reader_salvage(path, &r, err, sizeof err), SNAPSHOT_OK);
+    snapshot_reader_verdict(r, &v);
+    assert_true(v.whole);
+    assert_int_equal(v.records, 12);
+    assert_int_equal(v.records_expected, 12);
+    assert_int_equal(v.stop_offset, record_offset(12));
+    assert_int_equal(v.file_bytes, len);
+    check_snapshot(r, 6, 12);
+    snapshot_reader_close(r);
+
+    for (int bad = 0; bad < 12; bad++) {
+        /* the last byte of record `bad` (its payload, or its CRC when the payload is empty) */
+        size_t at = record_offset(bad + 1) - 1;
+        orig[at] ^= 0x10;
+        write_file(path, orig, len);
+        orig[at] ^= 0x10;
+        assert_int_equal(snapshot_reader_open(path, &r, err, sizeof err), SNAPSHOT_ERR_CORRUPT);
+        assert_null(r);
+        err[0] = 0;
+        assert_int_equal(snapshot_reader_salvage(path, &r, err, sizeof err), SNAPSHOT_PARTIAL);
+        assert_non_null(strstr(err, "record"));
+        assert_int_equal(snapshot_reader_wal_segment(r), 6);
+        snapshot_reader_verdict(r, &v);
+        assert_false(v.whole);
+        assert_int_equal(v.records, (uint64_t)bad);
+        assert_int_equal(v.records_expected, 12); /* the trailer survived: it says what was lost */
+        assert_int_equal(v.stop_offset, record_offset(bad));
+        assert_int_equal(snapshot_reader_record_count(r), (uint64_t)bad);
+        assert_int_equal(check_prefix(r), bad);
+        snapshot_reader_rewind(r);
+        assert_int_equal(check_prefix(r), bad);
+        snapshot_reader_close(r);
+    }
+    free(orig);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Every flipped byte: salvage never delivers a byte that is not the original's; a damaged header
+ * is refused, anything else opens as PARTIAL with an intact prefix. */
+static void test_salvage_every_flipped_byte(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    write_snapshot(path, 3, 12);
+    size_t len;
+    uint8_t *orig = read_file(path, &len);
+    char err[256];
+    for (size_t i = 0; i < len; i++) {
+        orig[i] ^= 0x81;
+        write_file(path, orig, len);
+        orig[i] ^= 0x81;
+        snapshot_reader_t *r = NULL;
+        int rc = snapshot_reader_salvage(path, &r, err, sizeof err);
+        if (i < 32) {
+            assert_int_equal(rc, SNAPSHOT_ERR_CORRUPT);
+            assert_null(r);
+            continue;
+        }
+        if (rc != SNAPSHOT_PARTIAL)
+            fail_msg("flip byte %zu: rc %d", i, rc);
+        int n = check_prefix(r);
+        snapshot_verdict_t v;
+        snapshot_reader_verdict(r, &v);
+        assert_int_equal(v.records, (uint64_t)n);
+        if (i < record_offset(12)) {
+            /* record k holds byte i: exactly the records before it */
+            int k = 0;
+            while (record_offset(k + 1) <= i)
+                k++;
+            assert_int_equal(n, k);
+        } else {
+            assert_int_equal(n, 12); /* trailer damage costs no record */
+        }
+        snapshot_reader_close(r);
+    }
+    free(orig);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* A damaged or missing trailer: every record is intact, the count is unknown or wrong. */
+static void test_salvage_bad_trailer(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    write_snapshot(path, 4, 7);
+    size_t len;
+    uint8_t *b = read_file(path, &len);
+    char err[256] = "";
+    snapshot_reader_t *r = NULL;
+    snapshot_verdict_t v;
+
+    b[len - 10] ^= 0xff; /* whole-file CRC field: the trailer's own CRC fails */
+    write_file(path, b, len);
+    assert_int_equal(snapshot_reader_salvage(path, &r, err, sizeof err), SNAPSHOT_PARTIAL);
+    assert_non_null(strstr(err, "trailer"));
+    snapshot_reader_verdict(r, &v);
+    assert_int_equal(v.records, 7);
+    assert_int_equal(v.records_expected, -1);
+    assert_int_equal(check_prefix(r), 7);
+    snapshot_reader_close(r);
+    b[len - 10] ^= 0xff;
+
+    /* bytes after a good trailer */
+    uint8_t *ext = malloc(len + 5);
+    memcpy(ext, b, len);
+    memset(ext + len, 0, 5);
+    write_file(path, ext, len + 5);
+    free(ext);
+    assert_int_equal(snapshot_reader_open(path, &r, err, sizeof err), SNAPSHOT_ERR_CORRUPT);
+    assert_int_equal(snapshot_reader_salvage(path, &r, err, sizeof err), SNAPSHOT_PARTIAL);
+    snapshot_reader_verdict(r, &v);
+    assert_int_equal(v.records_expected, 7);
+    assert_int_equal(check_prefix(r), 7);
+    snapshot_reader_close(r);
+
+    /* the trailer counts a record that is not there */
+    memmove(b + 32, b + 44, len - 44); /* record 0 is 12 bytes */
+    write_file(path, b, len - 12);
+    assert_int_equal(snapshot_reader_salvage(path, &r, err, sizeof err), SNAPSHOT_PARTIAL);
+    assert_non_null(strstr(err, "records"));
+    snapshot_reader_verdict(r, &v);
+    assert_int_equal(v.records, 6);
+    assert_int_equal(v.records_expected, 7);
+    snapshot_reader_close(r);
+    free(b);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Truncated anywhere: a cut header is refused; otherwise the whole records before the cut. */
+static void test_salvage_truncated(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    write_snapshot(path, 5, 9);
+    size_t len;
+    uint8_t *orig = read_file(path, &len);
+    char err[256] = "";
+    for (size_t cut = 0; cut < len; cut++) {
+        write_file(path, orig, cut);
+        snapshot_reader_t *r = NULL;
+        int rc = snapshot_reader_salvage(path, &r, err, sizeof err);
+        if (cut < 32) {
+            assert_int_equal(rc, SNAPSHOT_ERR_CORRUPT);
+            assert_null(r);
+            continue;
+        }
+        assert_int_equal(rc, SNAPSHOT_PARTIAL);
+        int whole = 0;
+        while (whole < 9 && record_offset(whole + 1) <= cut)
+            whole++;
+        assert_int_equal(check_prefix(r), whole);
+        snapshot_verdict_t v;
+        snapshot_reader_verdict(r, &v);
+        assert_int_equal(v.stop_offset, record_offset(whole));
+        assert_int_equal(v.records_expected, -1);
+        snapshot_reader_close(r);
+    }
+    free(orig);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Commit keeps the current snapshot as <path>.prev; a failed commit touches neither. */
+static void test_keep_previous(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096], prev[4200];
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    snprintf(prev, sizeof prev, "%s%s", path, SNAPSHOT_PREV_SUFFIX);
+    char err[256] = "";
+    uint32_t seg = 0;
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), SNAPSHOT_ERR_NOT_FOUND);
+    assert_int_equal(snapshot_read_wal_segment(path, &seg, err, sizeof err), SNAPSHOT_ERR_NOT_FOUND);
+
+    write_snapshot(path, 3, 4);
+    assert_false(exists(prev));
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), 0);
+    assert_int_equal(seg, 3);
+
+    write_snapshot(path, 5, 6);
+    snapshot_reader_t *r = NULL;
+    assert_int_equal(snapshot_reader_open(path, &r, err, sizeof err), 0);
+    check_snapshot(r, 5, 6);
+    snapshot_reader_close(r);
+    assert_int_equal(snapshot_reader_open(prev, &r, err, sizeof err), 0);
+    check_snapshot(r, 3, 4);
+    snapshot_reader_close(r);
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), 0);
+    assert_int_equal(seg, 3);
+
+    write_snapshot(path, 7, 2);
+    assert_int_equal(snapshot_read_wal_segment(path, &seg, err, sizeof err), 0);
+    assert_int_equal(seg, 7);
+    assert_int_equal(snapshot_read_wal_segment(prev, &seg, err, sizeof err), 0);
+    assert_int_equal(seg, 5);
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), 0);
+    assert_int_equal(seg, 5);
+
+    /* a failed writer rotates nothing */
+    snapshot_writer_t *w = snapshot_writer_open(path, 9, err, sizeof err);
+    assert_int_equal(snapshot_writer_add(w, 0, "z", 1, err, sizeof err), SNAPSHOT_ERR_ARG);
+    assert_int_equal(snapshot_writer_commit(w, err, sizeof err), SNAPSHOT_ERR_IO);
+    assert_int_equal(snapshot_read_wal_segment(path, &seg, err, sizeof err), 0);
+    assert_int_equal(seg, 7);
+    assert_int_equal(snapshot_read_wal_segment(prev, &seg, err, sizeof err), 0);
+    assert_int_equal(seg, 5);
+
+    /* only the predecessor (a crash between the two renames of a commit) */
+    unlink(path);
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), 0);
+    assert_int_equal(seg, 5);
+    /* a damaged header does not count */
+    write_file(path, "SLUICESN garbage garbage garbage garbage", 40);
+    assert_int_equal(snapshot_read_wal_segment(path, &seg, err, sizeof err), SNAPSHOT_ERR_CORRUPT);
+    assert_int_equal(snapshot_oldest_wal_segment(path, &seg), 0);
+    assert_int_equal(seg, 5);
+
+    unlink(path);
+    unlink(prev);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Setting aside renames and never replaces an existing file. */
+static void test_set_aside(void **state)
+{
+    char *dir = tmpdir_make();
+    char path[4096], to1[4300] = "", to2[4300] = "";
+    snprintf(path, sizeof path, "%s/snapshot", dir);
+    char err[256] = "";
+    assert_int_equal(snapshot_set_aside(path, to1, sizeof to1, err, sizeof err), SNAPSHOT_ERR_NOT_FOUND);
+    write_file(path, "one", 3);
+    assert_int_equal(snapshot_set_aside(path, to1, sizeof to1, err, sizeof err), 0);
+    assert_false(exists(path));
+    assert_non_null(strstr(to1, "/snapshot.corrupt-"));
+    write_file(path, "two", 3);
+    assert_int_equal(snapshot_set_aside(path, to2, sizeof to2, err, sizeof err), 0);
+    assert_string_not_equal(to1, to2);
+    size_t n;
+    char *b = read_file(to1, &n);
+    assert_memory_equal(b, "one", 3);
+    free(b);
+    b = read_file(to2, &n);
+    assert_memory_equal(b, "two", 3);
+    free(b);
+    unlink(to1);
+    unlink(to2);
+    rmdir(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +597,12 @@ int main(void)
         cmocka_unit_test(test_every_flipped_byte),
         cmocka_unit_test(test_missing_truncated_extended),
         cmocka_unit_test(test_record_removed),
+        cmocka_unit_test(test_salvage_intact_prefix),
+        cmocka_unit_test(test_salvage_every_flipped_byte),
+        cmocka_unit_test(test_salvage_bad_trailer),
+        cmocka_unit_test(test_salvage_truncated),
+        cmocka_unit_test(test_keep_previous),
+        cmocka_unit_test(test_set_aside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,14 @@
 /* Unit tests for storage/storage.c: append rules and limits through the facade, reopen after a
  * clean close (snapshot + WAL), recovery from the WAL alone after a crash (child exits without
- * closing), a corrupt snapshot, and the statistics/metrics outputs. */
+ * closing), a corrupt snapshot (previous snapshot + WAL, salvage of intact records, set aside),
+ * and the statistics/metrics outputs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +170,29 @@ static void fill(storage_t *s, int64_t from, int count)
     }
 }
 
+/* Number of damaged snapshots set aside in <path>. */
+static int count_set_aside(const char *path)
+{
+    char pat[400];
+    snprintf(pat, sizeof(pat), "%s/head.snapshot.corrupt-*", path);
+    glob_t g;
+    int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
+static long snapshot_size(const char *path)
+{
+    char snap[400];
+    snprintf(snap, sizeof(snap), "%s/head.snapshot", path);
+    FILE *f = fopen(snap, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    return size;
+}
+
 /* Flips bytes of <path>/head.snapshot at offset off (XOR 0x5a, 0xa5, ...). */
 static void corrupt_snapshot(const char *path, long off, int n)
 {
@@ -239,10 +264,64 @@ static void test_reopen_snapshot_and_wal(void **state)
     assert_int_equal(n3, n1);
     storage_close(s);
 
-    /* Corrupt snapshot: open still succeeds (WAL-only recovery, logged). */
+    /* Corrupt snapshot: the previous snapshot and the WAL since it bring everything back, and the
+     * damaged file is set aside. */
     corrupt_snapshot(path, 100, 2);
     s = open_store(path, 0);
+    totals(s, "m", &n3, &sum3, &ser3);
+    assert_int_equal(n3, n1);
+    assert_int_equal(ser3, ser1);
+    totals(s, "crash", &n3, &sum3, &ser3);
+    assert_int_equal(n3, 10);
+    assert_int_equal(count_set_aside(path), 1);
     assert_int_equal(append1(s, "m", "j0", fake_now, 1, &r), STORAGE_OK);
+    storage_close(s);
+}
+
+/* The only snapshot, damaged in its last record, with the WAL before it gone: the series in the
+ * intact records come back, the one in the damaged record is lost. Then the damaged newest
+ * snapshot of two, when the WAL the previous one needs is gone: its intact records win too. */
+static void test_salvage_snapshot(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/salvage", dir);
+    storage_t *s = open_store(path, 0);
+    int64_t t0 = fake_now - 3600 * 1000LL;
+    fill(s, t0, 30);
+    storage_close(s); /* the only snapshot; segments before it are deleted */
+
+    corrupt_snapshot(path, snapshot_size(path) - 24 - 8, 4); /* the last record's payload */
+    s = open_store(path, 0);
+    size_t n, ser;
+    double sum;
+    totals(s, "m", &n, &sum, &ser);
+    assert_int_equal(ser, 19);
+    assert_int_equal(n, 19 * 30);
+    assert_int_equal(count_set_aside(path), 1);
+    fill(s, t0 + 30 * 10000LL, 10); /* the lost series starts afresh */
+    storage_close(s);
+
+    s = open_store(path, 0);
+    fill(s, t0 + 40 * 10000LL, 10);
+    storage_close(s); /* two snapshots now */
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -f %s/wal/*", path); /* the previous one's WAL is gone */
+    assert_int_equal(system(cmd), 0);
+    corrupt_snapshot(path, snapshot_size(path) - 24 - 8, 4);
+    s = open_store(path, 0);
+    totals(s, "m", &n, &sum, &ser);
+    assert_int_equal(ser, 19);
+    assert_true(n >= 18 * 50 + 20);
+    assert_int_equal(count_set_aside(path), 2);
+    storage_close(s);
+
+    /* A damaged header, no previous snapshot: nothing to salvage, the WAL alone; still set aside. */
+    char prev[400];
+    snprintf(prev, sizeof(prev), "%s/head.snapshot.prev", path);
+    unlink(prev);
+    corrupt_snapshot(path, 4, 2);
+    s = open_store(path, 0);
+    assert_int_equal(count_set_aside(path), 3);
     storage_close(s);
 }
 
@@ -403,6 +482,25 @@ static void toy_set(storage_t *s, toy_t *t, uint8_t slot, uint8_t v)
     assert_int_equal(storage_log_state(s, 7, d, 2, err, sizeof(err)), STORAGE_OK);
 }
 
+/* kill -9 style: a child takes a snapshot, logs one delta and exits without closing. */
+static void log_delta_after_snapshot(const char *path, uint8_t slot, uint8_t v)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        toy_t tc = {0};
+        storage_t *c = open_toy(path, &tc);
+        char e[128];
+        uint8_t d[2] = {slot, v};
+        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK ||
+            storage_log_state(c, 7, d, 2, e, sizeof(e)) != STORAGE_OK)
+            _exit(1);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_state_clients(void **state)
 {
     char path[300];
@@ -449,26 +547,30 @@ static void test_state_clients(void **state)
     assert_memory_equal(t3.slots, ((uint8_t[16]){0, 11, 21, 30, 40}), 16);
     storage_close(s);
 
-    /* Corrupt snapshot: no full record, the WAL deltas after it still arrive. */
-    pid = fork();
-    if (pid == 0) {
-        toy_t tc = {0};
-        storage_t *c = open_toy(path, &tc);
-        char e[128];
-        uint8_t d1[2] = {5, 50};
-        if (storage_snapshot(c, e, sizeof(e)) != STORAGE_OK ||
-            storage_log_state(c, 7, d1, 2, e, sizeof(e)) != STORAGE_OK)
-            _exit(1);
-        _exit(0);
-    }
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* Corrupt snapshot: the previous snapshot's full record, then every delta since it. */
+    log_delta_after_snapshot(path, 5, 50);
     corrupt_snapshot(path, 40, 1);
     toy_t t4 = {0};
     s = open_toy(path, &t4);
-    assert_int_equal(t4.full_calls, 0);
+    assert_int_equal(t4.full_calls, 1);
     assert_int_equal(t4.delta_calls, 1);
-    assert_int_equal(t4.slots[5], 50);
+    assert_memory_equal(t4.slots, ((uint8_t[16]){0, 11, 21, 30, 40, 50}), 16);
+    assert_int_equal(count_set_aside(path), 1);
+    storage_close(s);
+
+    /* No previous snapshot either: the damaged one's intact records (none here: the state record
+     * is the first) and the deltas after it. */
+    log_delta_after_snapshot(path, 6, 60);
+    corrupt_snapshot(path, 40, 1);
+    char prev[400];
+    snprintf(prev, sizeof(prev), "%s/head.snapshot.prev", path);
+    assert_int_equal(unlink(prev), 0);
+    toy_t t5 = {0};
+    s = open_toy(path, &t5);
+    assert_int_equal(t5.full_calls, 0);
+    assert_int_equal(t5.delta_calls, 1);
+    assert_int_equal(t5.slots[6], 60);
+    assert_int_equal(count_set_aside(path), 2);
     storage_close(s);
 
     /* Memory-only stores accept deltas and keep nothing. */
@@ -548,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_append_rules_and_limits),
         cmocka_unit_test(test_reopen_snapshot_and_wal),
         cmocka_unit_test(test_corrupt_snapshot_series_from_catalog),
+        cmocka_unit_test(test_salvage_snapshot),
         cmocka_unit_test(test_series_ids_stable),
         cmocka_unit_test(test_series_per_request_distinct),
         cmocka_unit_test(test_state_clients),
