@@ -312,6 +312,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
     promql_result_free(after);
     promql_result_t *rg = promql_exec_range(qr, ast, start, end, step, &opts);
     check_range(ast, rg, start, end, step);
+    static int verbose = -1;
+    if (verbose < 0)
+        verbose = getenv("FUZZ_PROMQL_EVAL_VERBOSE") != NULL;
+    if (verbose) /* what each query came to: for checking that seeds meet the data */
+        fprintf(stderr, "%s\n  instant: %s %zu samples; range: %s %zu series\n", q, mid->err_kind ? mid->err : "ok",
+                mid->value.nsamples, rg->err_kind ? rg->err : "ok", rg->value.nseries);
     /* keywords are case-insensitive: look in a lower-case copy */
     char *lq = fuzz_strndup(in, size);
     for (char *p = lq; *p; p++)
