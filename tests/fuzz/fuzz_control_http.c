@@ -357,7 +357,8 @@ static void check_no_jobs(fuzz_server_t *s)
              s->token ? "Authorization: Bearer " : "", s->token ? s->token : "", s->token ? "\r\n" : "");
     fuzz_buf_t r = {0};
     int st = 0;
-    for (int tries = 0; tries < 100 && st == 0; tries++) { /* 0: the worker was busy past the wait */
+    /* 0: the worker was busy past the wait (a loaded machine): ask again, for up to 5 s */
+    for (int tries = 0; tries < 500 && st == 0; tries++) {
         free(r.data);
         r = (fuzz_buf_t){0};
         st = exchange(s, req, strlen(req), false, false, &r);
