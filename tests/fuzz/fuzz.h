@@ -8,8 +8,10 @@
  *   - in every other build: linked with tests/fuzz/replay_main.c -> tests/fuzz/replay_<name>,
  *     which feeds it every file of corpus/<name>/ and regressions/<name>/ once (ctest
  *     fuzz/replay/<name>), so a crash found once stays fixed under the ordinary ASan build.
- * A target must not leak, must not keep state between inputs, and checks properties with
- * FUZZ_CHECK (abort on failure, so libFuzzer records the input as a crash).
+ * A target must not leak, must not keep state between inputs — except what it cannot rebuild per
+ * input (fuzz_control_http's servers, fuzz_promql_eval's data set): that is made on first use
+ * (replay_main calls no initializer), freed at exit, and kept from growing without bound — and
+ * checks properties with FUZZ_CHECK (abort on failure, so libFuzzer records the input as a crash).
  */
 #ifndef SLUICE_TESTS_FUZZ_H
 #define SLUICE_TESTS_FUZZ_H

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the seed corpora of tests/fuzz/corpus/<target>/ from the project's own fixtures.
 
-    tests/fuzz/make_corpus.py [--flink-gen build/tests/tools/flink_gen] [--promql-tests DIR]
+    tests/fuzz/make_corpus.py [--flink-gen build/tests/tools/flink_gen] [--promql-tests DIR] [target...]
 
 Seeds are small (libFuzzer derives its default -max_len from the largest seed) and cover each
 surface's grammar: text bodies as the unit tests and Flink's reporter write them (flink_gen),
@@ -187,6 +187,88 @@ CONTROL = [
         '"revert_to":{"mode":"paused","rate_limit_per_second":null,"drain":[]}}'),
 ]
 
+# ---- control API requests (fuzz_control_http: server byte, method byte, route byte, then
+# "<path suffix>\n<headers>\n\n<body>"; a method byte >= 0xf0 sends the rest raw) ---------------
+OPEN, REMOTE, LOCKED, TOKEN = 0, 1, 2, 3
+GET, PUT, POST, HEAD, DELETE, OPTIONS, PATCH, BREW, RAW = 0, 1, 2, 3, 4, 5, 6, 7, 0xF0
+R_JOBS_, R_JOB, R_JOB_, R_JOBS, R_STREAM, R_TIS, R_HISTORY, R_ROOT = range(8)
+JSON = "Content-Type: application/json\n"
+TOK = "Authorization: Bearer fuzz-token-0123456789\n"
+CONTROL_HTTP = [
+    (OPEN, PUT, R_JOBS_, "flink-etl\n" + JSON + '\n{"mode":"paused","reason":"db maintenance","for":"30m"}'),
+    (OPEN, PUT, R_JOB, "\n" + JSON + '\n{"mode":"rate_limited","rate_limit_per_second":500,"version":1}'),
+    (OPEN, PUT, R_JOB, "\n" + JSON + '\n{"mode":"draining","drain":[{"attribute":"table","regex":"^tmp_"}]}'),
+    (OPEN, PUT, R_JOB, "\n" + JSON + '\n{"mode":"running","version":99}'),
+    (OPEN, POST, R_JOB_, "pause\n" + JSON + '\n{"reason":"deploy","for":"1s"}'),
+    (OPEN, POST, R_JOB_, "pause\n\n"),
+    (OPEN, POST, R_JOB_, "resume\n" + JSON + "\n{}"),
+    (OPEN, POST, R_JOB_, "rate-limit\n" + JSON + '\n{"per_second":1000}'),
+    (OPEN, POST, R_JOB_, "drain\n" + JSON + '\n{"match":[{"attribute":"db","regex":"a|b"}]}'),
+    (OPEN, GET, R_JOB_, "pause\n\n"),
+    (OPEN, POST, R_JOB_, "explode\n\n"),
+    (OPEN, GET, R_JOB, "?version=0&wait=5ms\n\n"),
+    (OPEN, GET, R_JOB, "?wait=1m\nIf-None-Match: W/\"0\"\n\n"),
+    (OPEN, GET, R_JOB, "?version=-1\n\n"),
+    (OPEN, HEAD, R_JOB, "\nIf-None-Match: \"3\"\n\n"),
+    (OPEN, GET, R_HISTORY, "?limit=5&before=3\n\n"),
+    (OPEN, GET, R_JOBS, "\n\n"),
+    (OPEN, GET, R_STREAM, "?job=flink-etl\n\n"),
+    (OPEN, GET, R_STREAM, "\nLast-Event-ID: 1\n\n"),
+    (OPEN, GET, R_STREAM, "?last_event_id=x\n\n"),
+    (OPEN, POST, R_TIS, "\nContent-Type: application/x-www-form-urlencoded\n\naction=fullbuild_workflow_action&"
+                        "event_submit_do_get_rate_controller=true&pipeline=flink-etl&lastModified=0"),
+    (OPEN, POST, R_TIS, "?action=x\n\n"),
+    (OPEN, PUT, R_JOB, "\nOrigin: http://evil.example\n" + JSON + '\n{"mode":"paused"}'),
+    (OPEN, PUT, R_JOB, "\nOrigin: http://sluice.test:80\n" + JSON + '\n{"mode":"paused"}'),
+    (OPEN, PUT, R_JOB, "\nSec-Fetch-Site: cross-site\n" + JSON + '\n{"mode":"paused"}'),
+    (OPEN, PUT, R_JOB, "\nContent-Type: text/plain\n\n{\"mode\":\"paused\"}"),
+    (OPEN, PUT, R_JOBS_, "a%2Fb%20c\n" + JSON + '\n{"mode":"paused"}'),
+    (OPEN, PUT, R_JOBS_, "bad%00name\n" + JSON + '\n{"mode":"paused"}'),
+    (OPEN, DELETE, R_JOB, "\n\n"),
+    (OPEN, OPTIONS, R_JOBS, "\n\n"),
+    (OPEN, BREW, R_ROOT, "\n\n"),
+    (OPEN, PUT, R_JOB, "\nExpect: 100-continue\n" + JSON + '\n{"mode":"paused"}'),
+    (REMOTE, PUT, R_JOB, "\n" + JSON + '\n{"mode":"paused"}'),
+    (REMOTE, POST, R_JOB_, "pause\n\n"),
+    (REMOTE, GET, R_JOB, "\n\n"),
+    (LOCKED, GET, R_JOB, "\nAuthorization: Bearer wrong-token-123\n\n"),
+    (LOCKED, PUT, R_JOB, "\nAuthorization: Basic Zm9vOmJhcg==\n" + JSON + '\n{"mode":"paused"}'),
+    (LOCKED, POST, R_TIS, "?action=fullbuild_workflow_action&event_submit_do_get_rate_controller=true&pipeline=j\n\n"),
+    (TOKEN, PUT, R_JOB, "\n" + TOK + JSON + '\n{"mode":"paused","for":"2s"}'),
+    (TOKEN, POST, R_JOB_, "resume\n" + TOK + JSON + "\n{}"),
+    (TOKEN, PUT, R_JOB, "\n" + JSON + '\n{"mode":"paused"}'),
+    (TOKEN, GET, R_HISTORY, "\n\n"),
+    (OPEN, RAW, 0, "PUT /api/v1/control/jobs/raw HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n11\r\n{\"mode\":\"paused\"}\r\n0\r\n\r\n"),
+    (OPEN, RAW, 0, "GET /api/v1/control/jobs/a HTTP/1.1\r\nHost: x\r\n\r\n"
+                   "POST /api/v1/control/jobs/a/pause HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+    (OPEN, RAW, 0, "GET /api/v1/control/jobs/%zz HTTP/1.0\r\n\r\n"),
+    (REMOTE, RAW, 0, "PUT /api/v1/control/jobs/r HTTP/1.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 17\r\n\r\n{\"mode\":\"paused\"}"),
+]
+
+
+# ---- PromQL over fuzz_promql_eval's data set ------------------------------------------------------
+PROMQL_EVAL = [
+    "http_requests_total", 'rate(http_requests_total{job="api"}[1m])', "increase(http_requests_total[5m])",
+    "resets(http_requests_total[10m])", "irate(http_requests_total[2m])", "delta(temp[3m])", "idelta(temp[1m])",
+    "sum by (job) (rate(http_requests_total[1m]))", "sum without (instance) (http_requests_total)",
+    'histogram_quantile(0.9, rate(lat_bucket[2m]))', "histogram_quantile(0.5, sum by (le) (lat_bucket))",
+    "lat_sum / lat_count", "up == 0", "up offset 2m", "up @ 300", "up @ end()", "absent(up{job=\"none\"})",
+    "absent_over_time(temp[1m])", "count_values(\"v\", up)", "topk(2, http_requests_total)",
+    "bottomk(1, temp)", "quantile(0.5, temp)", "stddev(temp)", "stdvar by (room) (temp)", "group(up)",
+    "avg_over_time(temp[5m])", "max_over_time(rate(http_requests_total[1m])[5m:30s])",
+    "min_over_time(temp[10m:1m] offset 1m)", "quantile_over_time(0.9, temp[5m])", "last_over_time(up[3m])",
+    "changes(up[10m])", "deriv(temp[5m])", "predict_linear(temp[5m], 60)", "holt_winters(temp[5m], 0.5, 0.5)",
+    'label_replace(up, "host", "$1", "instance", "(.*)")', 'label_join(up, "x", "-", "job", "instance")',
+    "sort_desc(flink_numRecordsIn)", "sum by (task) (rate(flink_numRecordsIn[1m]))",
+    "flink_numRecordsIn / on(task) group_left sum by (task) (flink_numRecordsIn)",
+    "http_requests_total and on(instance) up", "up unless up offset 1m", "temp or vector(1)",
+    "scalar(sum(up)) * 2", "time() - timestamp(up)", "clamp(temp, -1, 1)", "round(temp, 0.5)", "-temp ^ 2",
+    "temp > bool 20", "sgn(temp) % 3", "vector(time()) atan2 vector(1)", "days_in_month(vector(0))",
+    "sum(rate(lat_bucket[5m])) by (le)", "count(count by (job) (up))", "exp(ln(abs(temp)))",
+]
+
 # ---- Pushgateway paths (after /metrics/) ----------------------------------------------------------
 PATHS = ["job/flink", "job/flink/instance/tm-1", "job@base64/Zmxpbms=/a/b/c@base64/", "job/j/a@base64/YWJj",
          "job/j/le/0.5/quantile/x", "job/", "job/j/odd", "job/j/__x/1", "job/j/job/other", "job@base64/=",
@@ -269,9 +351,15 @@ def main():
     ap.add_argument("--flink-gen", default=os.path.join(ROOT, "build", "tests", "tools", "flink_gen"))
     ap.add_argument("--promql-tests", action="append",
                     default=[os.path.join(ROOT, "tests", "promql"), os.path.join(ROOT, "..", "shared", "conformance", "promql-2.42")])
+    ap.add_argument("targets", nargs="*", help="write only these targets' seeds")
     a = ap.parse_args()
-    if snappy is None:
+    want = set(a.targets)
+    if snappy is None and (not want or want & {"fuzz_remote_write", "fuzz_remote_read"}):
         sys.exit("make_corpus: python3-snappy is needed (deploy/install-deps.sh)")
+    if want:
+        global put
+        put_all = put
+        put = lambda target, data: put_all(target, data) if target in want else None  # noqa: E731
     for body in TEXT + flink_bodies(a.flink_gen):
         put("fuzz_text_parse", b"\0" + body.encode())
     for body in OPENMETRICS:
@@ -291,6 +379,10 @@ def main():
         put("fuzz_rulefile", r)
     for kind, body in CONTROL:
         put("fuzz_control_json", bytes([kind]) + body.encode())
+    for srv, method, route, rest in CONTROL_HTTP:
+        put("fuzz_control_http", bytes([srv, method, route]) + rest.encode())
+    for q in PROMQL_EVAL:
+        put("fuzz_promql_eval", q)
     for p in PATHS:
         put("fuzz_push_path", p)
     for c in xor_seeds():
