@@ -22,7 +22,6 @@ import time
 
 import pytest
 import requests
-import snappy
 
 import promproto
 from conftest import Sluice, free_port
