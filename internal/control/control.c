@@ -12,10 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "internal/util/parse.h"
+#include "internal/util/regex.h"
 #include "internal/util/utf8.h"
 
 static const char *const control_mode_names[CONTROL_NMODES] = {"running", "paused", "rate_limited", "draining"};
@@ -180,19 +178,17 @@ int control_job_name_valid(const char *job, size_t len, char *err, size_t errlen
     return control_text_valid("job", job, len, CONTROL_MAX_JOB_LEN, false, err, errlen);
 }
 
+/* Drain patterns go to the job (unanchored, as written); they are checked with sluice's one regex
+ * engine, so a pattern is accepted only if Go/RE2 syntax accepts it. */
 static int control_regex_valid(const char *re, char *err, size_t errlen, size_t idx)
 {
-    int code;
-    PCRE2_SIZE off;
-    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &code, &off, NULL);
-    if (!c) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(code, msg, sizeof(msg));
-        snprintf(err, errlen, "match[%zu].regex is not a valid regular expression: %s at offset %zu", idx,
-                 (const char *)msg, (size_t)off);
+    regex_prog_t *c;
+    char msg[256];
+    if (regex_compile(re, 0, &c, msg, sizeof(msg)) != REGEX_OK) {
+        snprintf(err, errlen, "match[%zu].regex is not a valid regular expression: %s", idx, msg);
         return -1;
     }
-    pcre2_code_free(c);
+    regex_free(c);
     return 0;
 }
 

@@ -58,7 +58,7 @@ typedef enum {
 
 typedef struct {
     char *attribute; /* record attribute, e.g. "table" */
-    char *regex;     /* PCRE2, anchored by the author if wanted ("^tmp_") */
+    char *regex;     /* RE2/Go syntax, anchored by the author if wanted ("^tmp_") */
 } control_match_t;
 
 /* What a client chooses: the mode and its parameters. */

@@ -10,26 +10,24 @@
  *   ANY         `.*`                         no '\n' in v  (Go's `.` excludes newline)
  *   NONEMPTY    `.+`                         n > 0 and no '\n'
  *   PREFIX      `lit.*`                      starts with lit, no '\n' after it
- *   PCRE        anything else                pcre2_match on ^(?:re)$
+ *   REGEX       anything else                RE2 (util/regex) on ^(?:re)$
  *
  * The result is negated for `!=` and `!~`. The literal scanner accepts plain bytes and a
- * backslash before any non-alphanumeric ASCII character (`\.` is a literal dot); any other
- * metacharacter, escape or flag group sends the regex to PCRE2.
- *
- * PCRE2 needs per-call match data; each thread keeps one block (thread-local) and grows it to the
- * largest pattern it has seen, so matching never allocates in the steady state.
+ * backslash before any non-alphanumeric ASCII character (`\.` is a literal dot, as in Go); any
+ * other metacharacter, escape or flag group sends the regex to RE2. A value that is not valid
+ * UTF-8 also goes to RE2, which refuses it as Go does.
  */
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "internal/labels/matcher.h"
 
-#include <pcre2.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_LITERAL, K_SET, K_ANY, K_NONEMPTY, K_PREFIX, K_PCRE } kind_t;
+#include "internal/util/regex.h"
+#include "internal/util/utf8.h"
+
+typedef enum { K_LITERAL, K_SET, K_ANY, K_NONEMPTY, K_PREFIX, K_REGEX } kind_t;
 
 struct matcher {
     matcher_type_t type;
@@ -42,8 +40,7 @@ struct matcher {
     size_t litlen;
     char **set; /* SET (and LITERAL, as a 1-element set): sorted, unique */
     size_t nset;
-    pcre2_code *re;
-    pcre2_match_context *mctx;
+    regex_prog_t *re; /* REGEX */
 };
 
 /* ---- literal scanning ---------------------------------------------------------------------- */
@@ -137,80 +134,11 @@ static bool try_literal_set(matcher_t *m, const char *re)
     return true;
 }
 
-/* ---- PCRE2 ---------------------------------------------------------------------------------- */
+/* ---- RE2 ------------------------------------------------------------------------------------ */
 
-static _Thread_local pcre2_match_data *tl_md;
-static _Thread_local uint32_t tl_md_pairs;
-
-/* A thread's match data is freed when the thread exits (query pool threads come and go). */
-static pthread_key_t tl_md_key;
-static pthread_once_t tl_md_once = PTHREAD_ONCE_INIT;
-static void tl_md_destroy(void *md)
+static int compile_regex(matcher_t *m, const char *re, char *err, size_t errlen)
 {
-    pcre2_match_data_free(md);
-}
-static void tl_md_key_init(void)
-{
-    (void)pthread_key_create(&tl_md_key, tl_md_destroy);
-}
-
-static int compile_pcre(matcher_t *m, const char *re, char *err, size_t errlen)
-{
-    size_t n = strlen(re);
-    char *pat = malloc(n + 8);
-    if (!pat) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    memcpy(pat, "^(?:", 4);
-    memcpy(pat + 4, re, n);
-    memcpy(pat + 4 + n, ")$", 3);
-    int ec;
-    PCRE2_SIZE eo;
-    m->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY | PCRE2_NEVER_BACKSLASH_C, &ec,
-                          &eo, NULL);
-    free(pat);
-    if (!m->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(ec, msg, sizeof(msg));
-        /* Offsets are into the wrapped pattern; report them relative to the user's. */
-        size_t off = eo >= 4 ? eo - 4 : 0;
-        snprintf(err, errlen, "error parsing regexp: %s at offset %zu: `%s`", (char *)msg, off, re);
-        return -1;
-    }
-    (void)pcre2_jit_compile(m->re, PCRE2_JIT_COMPLETE); /* failure = interpreter, still correct */
-    m->mctx = pcre2_match_context_create(NULL);
-    if (!m->mctx) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    /* RE2 is linear-time; PCRE2 backtracks. Bound the work so a hostile regex costs a failed
-     * match, not a stuck worker. */
-    pcre2_set_match_limit(m->mctx, 1000000);
-    pcre2_set_depth_limit(m->mctx, 10000);
-    return 0;
-}
-
-static bool pcre_match(const matcher_t *m, const char *v, size_t n)
-{
-    uint32_t pairs = 0;
-    pcre2_pattern_info(m->re, PCRE2_INFO_CAPTURECOUNT, &pairs);
-    pairs += 1;
-    if (!tl_md || tl_md_pairs < pairs) {
-        if (tl_md)
-            pcre2_match_data_free(tl_md);
-        tl_md = pcre2_match_data_create(pairs < 16 ? 16 : pairs, NULL);
-        tl_md_pairs = pairs < 16 ? 16 : pairs;
-        pthread_once(&tl_md_once, tl_md_key_init);
-        (void)pthread_setspecific(tl_md_key, tl_md);
-        if (!tl_md) {
-            tl_md_pairs = 0;
-            return false;
-        }
-    }
-    int rc = pcre2_match(m->re, (PCRE2_SPTR)(v ? v : ""), n, 0, 0, tl_md, m->mctx);
-    return rc >= 0;
+    return regex_compile(re, REGEX_ANCHOR, &m->re, err, errlen) == REGEX_OK ? 0 : -1;
 }
 
 /* ---- construction --------------------------------------------------------------------------- */
@@ -248,6 +176,12 @@ static matcher_t *build(matcher_type_t type, const char *name, const char *value
         if (!m->set || !(m->set[0] = strdup(value)))
             goto oom;
         m->nset = 1;
+    } else if (fast && !utf8_valid(value, strlen(value))) {
+        m->kind = K_REGEX; /* refused by RE2 ("invalid UTF-8"), as by Go */
+        if (compile_regex(m, value, err, errlen) < 0) {
+            matcher_free(m);
+            return NULL;
+        }
     } else if (fast && strcmp(value, ".*") == 0) {
         m->kind = K_ANY;
     } else if (fast && strcmp(value, ".+") == 0) {
@@ -277,8 +211,8 @@ static matcher_t *build(matcher_type_t type, const char *name, const char *value
             m->litlen = (size_t)ll;
         } else {
             free(lit);
-            m->kind = K_PCRE;
-            if (compile_pcre(m, value, err, errlen) < 0) {
+            m->kind = K_REGEX;
+            if (compile_regex(m, value, err, errlen) < 0) {
                 matcher_free(m);
                 return NULL;
             }
@@ -312,10 +246,7 @@ void matcher_free(matcher_t *m)
     for (size_t i = 0; i < m->nset; i++)
         free(m->set[i]);
     free(m->set);
-    if (m->re)
-        pcre2_code_free(m->re);
-    if (m->mctx)
-        pcre2_match_context_free(m->mctx);
+    regex_free(m->re);
     free(m);
 }
 
@@ -353,7 +284,7 @@ static bool match_raw(const matcher_t *m, const char *v, size_t n)
     case K_PREFIX:
         return n >= m->litlen && memcmp(v, m->lit, m->litlen) == 0 &&
                memchr(v + m->litlen, '\n', n - m->litlen) == NULL;
-    case K_PCRE: return pcre_match(m, v, n);
+    case K_REGEX: return regex_full_match(m->re, v, n);
     }
     return false;
 }

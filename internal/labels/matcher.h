@@ -3,18 +3,17 @@
  *
  * Semantics are Prometheus 2.42's:
  *  - A regex is fully anchored: `=~"re"` matches a value v iff v matches ^(?:re)$ as a whole.
- *    Syntax is RE2's as far as PCRE2 allows (PCRE2 compiled with UTF, DOLLAR_ENDONLY so `$` is
- *    end-of-text like Go's, `.` does not match "\n" like Go's default). PCRE2 constructs RE2 does
- *    not have (backreferences, lookaround) are accepted, not rejected; a match limit keeps
- *    backtracking bounded.
+ *    Syntax and semantics are Go's regexp (RE2, through internal/util/regex.h): `.` does not
+ *    match "\n", `$` is end of text. What Go refuses (backreferences, look-arounds, (?R), \C) is
+ *    refused here with Go's message, and matching is linear-time, so it never gives up.
  *  - A series that lacks the label is matched as if the label's value were "" — so a matcher that
  *    matches the empty string (`x=""`, `x!="a"`, `x=~".*"`, `x!~".+"`) also selects series
  *    without label x. matcher_matches_empty() tells callers which case they are in.
  *
- * Fast paths decided once at construction, so matching a value rarely reaches PCRE2:
+ * Fast paths decided once at construction, so matching a value rarely reaches RE2:
  * `.*` (any value without "\n"), `.+`, a literal (`foo`, `foo\.bar`), a literal prefix
  * (`foo.*`), and an alternation of literals (`a|b|c`, binary search in a sorted set). Any other
- * regex is compiled once with PCRE2 (JIT when available).
+ * regex is compiled once with RE2.
  *
  * A matcher owns copies of its name and value; it is immutable after matcher_new, so one matcher
  * may be used from many threads at once.
@@ -59,8 +58,8 @@ size_t matcher_literal_set(const matcher_t *m, const char *const **vals);
 /* "name=\"value\"" style rendering (op = = != =~ !~), into buf; returns buf. */
 const char *matcher_format(const matcher_t *m, char *buf, size_t len);
 
-/* Shared inside labels/ and with tests: a matcher that skips every fast path (always PCRE2 for
- * regex types), to check the fast paths agree with PCRE2. */
+/* Shared inside labels/ and with tests: a matcher that skips every fast path (always RE2 for
+ * regex types), to check the fast paths agree with RE2. */
 matcher_t *matcher__new_no_fastpath(matcher_type_t type, const char *name, const char *value, char *err, size_t errlen);
 
 #endif

@@ -19,11 +19,9 @@
 #include <strings.h>
 #include <time.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "internal/labels/labels.h"
 #include "internal/promql/engine_int.h"
+#include "internal/util/regex.h"
 
 /* ---- numeric helpers ------------------------------------------------------------------------ */
 
@@ -804,77 +802,18 @@ static void g_histogram_quantile(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a,
 
 /* label_replace / label_join */
 
-static void expand_template(buf_t *dst, const char *tmpl, const char *src, PCRE2_SIZE *ov, int rc, pcre2_code *re)
-{
-    const char *t = tmpl;
-    while (*t) {
-        const char *d = strchr(t, '$');
-        if (!d) {
-            buf_puts(dst, t);
-            return;
-        }
-        buf_append(dst, t, (size_t)(d - t));
-        t = d;
-        if (t[1] == '$') {
-            buf_putc(dst, '$');
-            t += 2;
-            continue;
-        }
-        const char *s = t + 1;
-        bool brace = false;
-        if (*s == '{') {
-            brace = true;
-            s++;
-        }
-        size_t i = 0;
-        while (s[i] && ((unsigned char)s[i] >= 0x80 || s[i] == '_' || (s[i] >= 'a' && s[i] <= 'z') ||
-                        (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')))
-            i++;
-        if (i == 0 || (brace && s[i] != '}')) {
-            buf_putc(dst, '$');
-            t++;
-            continue;
-        }
-        char name[128];
-        size_t nl = i < sizeof(name) - 1 ? i : sizeof(name) - 1;
-        memcpy(name, s, nl);
-        name[nl] = 0;
-        const char *rest = s + i + (brace ? 1 : 0);
-        long num = 0;
-        for (size_t k = 0; k < nl; k++) {
-            if (name[k] < '0' || name[k] > '9' || num >= 100000000) {
-                num = -1;
-                break;
-            }
-            num = num * 10 + (name[k] - '0');
-        }
-        if (name[0] == '0' && nl > 1)
-            num = -1;
-        if (num < 0) {
-            int gn = pcre2_substring_number_from_name(re, (PCRE2_SPTR)name);
-            num = gn > 0 ? gn : -1;
-        }
-        if (num >= 0 && num < rc && ov[2 * num] != PCRE2_UNSET)
-            buf_append(dst, src + ov[2 * num], ov[2 * num + 1] - ov[2 * num]);
-        t = rest;
-    }
-}
-
 /* label_replace's arguments are string literals, so one call node always has the same regex:
- * compile it on the first step and keep it (with its match data) until the query ends. */
+ * compile it on the first step and keep it until the query ends. */
 typedef struct pq_re_cache {
     const promql_expr_t *call;
-    pcre2_code *re;
-    pcre2_match_data *md;
+    regex_prog_t *re;
     struct pq_re_cache *next;
 } pq_re_cache_t;
 
 void pq_func_caches_free(pq_ctx_t *c)
 {
-    for (pq_re_cache_t *rc = c->re_caches; rc; rc = rc->next) {
-        pcre2_match_data_free(rc->md);
-        pcre2_code_free(rc->re);
-    }
+    for (pq_re_cache_t *rc = c->re_caches; rc; rc = rc->next)
+        regex_free(rc->re);
     c->re_caches = NULL;
 }
 
@@ -886,40 +825,34 @@ static void g_label_replace(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size
     while (rcache && rcache->call != fc->call)
         rcache = rcache->next;
     if (!rcache) {
-        char *pat = arena_sprintf(c->sa, "^(?:%s)$", regex);
-        int ec;
-        PCRE2_SIZE eo;
-        pcre2_code *re =
-            pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
-        if (!re)
-            pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid regular expression in label_replace(): %s", regex);
-        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-        if (!md) {
-            pcre2_code_free(re);
+        /* Prometheus: regexp.Compile("^(?:" + regex + ")$"); its error text is not shown. */
+        regex_prog_t *re;
+        char rerr[256];
+        int rc = regex_compile(regex, REGEX_ANCHOR, &re, rerr, sizeof(rerr));
+        if (rc == REGEX_ERR_NOMEM)
             pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory");
-        }
-        (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* failure = interpreter, still correct */
+        if (rc != REGEX_OK)
+            pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid regular expression in label_replace(): %s", regex);
         rcache = arena_calloc(c->qa, 1, sizeof(*rcache));
         rcache->call = fc->call;
         rcache->re = re;
-        rcache->md = md;
         rcache->next = c->re_caches;
         c->re_caches = rcache; /* owned by the context from here: freed even if we error out */
     }
     if (!labels_valid_name(dst, strlen(dst)))
         pq_errorf(c, PROMQL_ERR_EXECUTION, "invalid destination label name in label_replace(): %s", dst);
-    pcre2_code *re = rcache->re;
-    pcre2_match_data *md = rcache->md;
+    regex_prog_t *re = rcache->re;
+    size_t nsp = regex_group_count(re) + 1;
+    regex_span_t *sp = arena_alloc(c->sa, nsp * sizeof(*sp));
     for (size_t i = 0; i < a[0].vec.n; i++) {
         promql_sample_t *s = &a[0].vec.v[i];
         const char *sv = labels_get(&s->metric, src);
         if (!sv)
             sv = "";
-        int rc = pcre2_match(re, (PCRE2_SPTR)sv, strlen(sv), 0, 0, md, NULL);
         labels_t m = s->metric;
-        if (rc > 0) {
+        if (regex_search(re, sv, strlen(sv), 0, sp, nsp)) {
             buf_t b = BUF_INIT;
-            expand_template(&b, repl, sv, pcre2_get_ovector_pointer(md), rc, re);
+            regex_expand(re, &b, repl, sv, sp, nsp);
             m = pq_labels_set(c, m, dst, b.data ? arena_strdup(c->sa, b.data) : "");
             buf_free(&b);
         }

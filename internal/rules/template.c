@@ -20,12 +20,10 @@
  */
 #include "internal/rules/template.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pcre2.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -36,6 +34,7 @@
 #include <time.h>
 
 #include "internal/util/arena.h"
+#include "internal/util/regex.h"
 
 /* What Prometheus prepends (template.go, Expander.Expand); only its length is used. */
 static const char tmpl_defs[] = "{{$labels := .Labels}}{{$externalLabels := .ExternalLabels}}"
@@ -1084,17 +1083,29 @@ static const char *tmpl_cstr(tmpl_exec_t *x, int pos, const char *fn, const tmpl
     return arena_strndup(x->a, v->s, v->n);
 }
 
-static pcre2_code *tmpl_regex(tmpl_exec_t *x, int pos, const char *fn, const char *re)
+/* Go's regexp.Compile (unanchored); a refused pattern is the function's error, as in Go: `match`
+ * returns Compile's error, `reReplaceAll` calls MustCompile, whose panic text wraps it in
+ * "regexp: Compile(`re`): " (re in backquotes when strconv.CanBackquote, else Go-quoted; the
+ * rare second form is approximated with C escapes). */
+static regex_prog_t *tmpl_regex(tmpl_exec_t *x, int pos, const char *fn, const char *re, bool must)
 {
-    int ec;
-    PCRE2_SIZE eo;
-    pcre2_code *c = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
-    if (!c) {
-        PCRE2_UCHAR msg[128];
-        pcre2_get_error_message(ec, msg, sizeof(msg));
-        tmpl_xerr(x, pos, "error calling %s: error parsing regexp: %s: `%s`", fn, (const char *)msg, re);
-    }
-    return c;
+    regex_prog_t *c;
+    char err[256];
+    if (regex_compile(re, 0, &c, err, sizeof(err)) == REGEX_OK)
+        return c;
+    if (!must)
+        tmpl_xerr(x, pos, "error calling %s: %s", fn, err);
+    bool backquote = true;
+    for (const char *p = re; *p; p++)
+        if (*p == '`' || ((unsigned char)*p < 0x20 && *p != '\t') || *p == 0x7f)
+            backquote = false;
+    if (backquote)
+        tmpl_xerr(x, pos, "error calling %s: regexp: Compile(`%s`): %s", fn, re, err);
+    buf_t q = BUF_INIT;
+    buf_put_json_string(&q, re, strlen(re));
+    char *qs = arena_strndup(x->a, q.data, q.len);
+    buf_free(&q);
+    tmpl_xerr(x, pos, "error calling %s: regexp: Compile(%s): %s", fn, qs, err);
 }
 
 static tmpl_val_t tmpl_call(tmpl_exec_t *x, int pos, const char *fn, tmpl_val_t *av, size_t n)
@@ -1173,42 +1184,25 @@ static tmpl_val_t tmpl_call(tmpl_exec_t *x, int pos, const char *fn, tmpl_val_t 
         return tmpl_str(s, strlen(s));
     }
     if (strcmp(fn, "match") == 0) {
+        /* regexp.MatchString(pattern, s): a search, not anchored. */
         tmpl_want_args(x, pos, fn, n, 2);
         const char *re = tmpl_cstr(x, pos, fn, &av[0]);
         const char *s = tmpl_cstr(x, pos, fn, &av[1]);
-        pcre2_code *c = tmpl_regex(x, pos, fn, re);
-        pcre2_match_data *md = pcre2_match_data_create_from_pattern(c, NULL);
-        int rc = pcre2_match(c, (PCRE2_SPTR)s, strlen(s), 0, 0, md, NULL);
-        pcre2_match_data_free(md);
-        pcre2_code_free(c);
-        return (tmpl_val_t){.k = V_BOOL, .b = rc >= 0};
+        regex_prog_t *c = tmpl_regex(x, pos, fn, re, false);
+        bool hit = regex_search(c, s, strlen(s), 0, NULL, 0);
+        regex_free(c);
+        return (tmpl_val_t){.k = V_BOOL, .b = hit};
     }
     if (strcmp(fn, "reReplaceAll") == 0) {
+        /* regexp.MustCompile(pattern).ReplaceAllString(text, repl) */
         tmpl_want_args(x, pos, fn, n, 3);
         const char *re = tmpl_cstr(x, pos, fn, &av[0]);
         const char *repl = tmpl_cstr(x, pos, fn, &av[1]);
         const char *s = tmpl_cstr(x, pos, fn, &av[2]);
-        pcre2_code *c = tmpl_regex(x, pos, fn, re);
-        size_t cap = strlen(s) * 2 + strlen(repl) * 4 + 64;
-        for (int tries = 0; tries < 8; tries++) {
-            PCRE2_UCHAR *o = arena_alloc(x->a, cap);
-            PCRE2_SIZE olen = cap;
-            int rc = pcre2_substitute(c, (PCRE2_SPTR)s, PCRE2_ZERO_TERMINATED, 0,
-                                      PCRE2_SUBSTITUTE_GLOBAL | PCRE2_SUBSTITUTE_OVERFLOW_LENGTH |
-                                          PCRE2_SUBSTITUTE_UNKNOWN_UNSET | PCRE2_SUBSTITUTE_UNSET_EMPTY,
-                                      NULL, NULL, (PCRE2_SPTR)repl, PCRE2_ZERO_TERMINATED, o, &olen);
-            if (rc == PCRE2_ERROR_NOMEMORY) {
-                cap = olen + 1;
-                continue;
-            }
-            pcre2_code_free(c);
-            buf_free(&b);
-            if (rc < 0)
-                return tmpl_str(s, strlen(s));
-            return tmpl_str((const char *)o, olen);
-        }
-        pcre2_code_free(c);
-        return tmpl_str(s, strlen(s));
+        regex_prog_t *c = tmpl_regex(x, pos, fn, re, true);
+        regex_replace_all(c, &b, s, strlen(s), repl);
+        regex_free(c);
+        return tmpl_bufstr(x, &b);
     }
     if (strcmp(fn, "len") == 0) {
         tmpl_want_args(x, pos, fn, n, 1);

@@ -1,7 +1,7 @@
 /*
  * fuzz_remote_read — POST /api/v1/read request decoding: snappy as fuzz_remote_write, then
  * protobuf-c's ReadRequest unpack into an arena (as api/remote.c does), response type
- * negotiation, and every query's matchers built with matcher_new (PCRE2 for =~ and !~), the part
+ * negotiation, and every query's matchers built with matcher_new (RE2 for =~ and !~), the part
  * of api/remote.c's rqueries_build that can fail on client input. A built matcher is also run
  * against its own value and the empty string. Raw input is unpacked as well.
  */

@@ -30,7 +30,8 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 
 CLANG="$(command -v clang || command -v clang-14 || true)"
-if [ -z "$CLANG" ]; then
+CLANGXX="$(command -v clang++ || command -v clang++-14 || true)"  # the RE2 shim is C++
+if [ -z "$CLANG" ] || [ -z "$CLANGXX" ]; then
   echo "fuzz: clang not found (apt-get install clang libclang-rt-14-dev); skipping" >&2
   exit 77
 fi
@@ -44,8 +45,8 @@ fi
 rm -rf "$probe"
 
 echo "fuzz: building ${#TARGETS[@]} targets in $BUILD"
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_FUZZ=ON \
-  -DSLUICE_SANITIZE=OFF -DSLUICE_TSAN=OFF >/dev/null || exit 1
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_CXX_COMPILER="$CLANGXX" \
+  -DCMAKE_BUILD_TYPE=Debug -DSLUICE_FUZZ=ON -DSLUICE_SANITIZE=OFF -DSLUICE_TSAN=OFF >/dev/null || exit 1
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >"$BUILD/build.log" 2>&1 || {
   tail -40 "$BUILD/build.log"; exit 1; }
 

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal/labels/matcher.h"
@@ -15,7 +16,7 @@ static bool m1(matcher_type_t t, const char *re, const char *v)
     matcher_t *m = matcher_new(t, "x", re, err, sizeof(err));
     assert_non_null(m);
     bool r = matcher_matches(m, v, v ? strlen(v) : 0);
-    /* Every verdict must agree with plain PCRE2. */
+    /* Every verdict must agree with plain RE2 (no fast path). */
     matcher_t *p = matcher__new_no_fastpath(t, "x", re, err, sizeof(err));
     assert_non_null(p);
     assert_int_equal(r, matcher_matches(p, v, v ? strlen(v) : 0));
@@ -119,21 +120,70 @@ static void test_bad_regex(void **state)
     assert_null(matcher_new(MATCHER_RE, "x", "a(b", err, sizeof(err)));
     assert_non_null(strstr(err, "error parsing regexp"));
     assert_null(matcher_new(MATCHER_NRE, "x", "[z-a]", err, sizeof(err)));
-    /* Catastrophic backtracking is bounded, not a hang. */
-    matcher_t *m = matcher_new(MATCHER_RE, "x", "(a+)+b", err, sizeof(err));
-    assert_non_null(m);
-    char s[64];
-    memset(s, 'a', 40);
-    s[40] = 0;
-    assert_false(matcher_matches(m, s, 40));
-    matcher_free(m);
+    /* What Go's regexp refuses is refused, with Go's message and the label's regex quoted. */
+    static const struct {
+        const char *re, *msg;
+    } refused[] = {
+        {"(a)\\1", "error parsing regexp: invalid escape sequence: `\\1`"},
+        {"(?R)", "error parsing regexp: invalid or unsupported Perl syntax: `(?R`"},
+        {"(?=x)", "error parsing regexp: invalid or unsupported Perl syntax: `(?=`"},
+        {"(?!x)", "error parsing regexp: invalid or unsupported Perl syntax: `(?!`"},
+        {"(?<=x)", "error parsing regexp: invalid or unsupported Perl syntax: `(?<`"},
+        {"\\C", "error parsing regexp: invalid escape sequence: `\\C`"},
+        {"(a", "error parsing regexp: missing closing ): `^(?:(a)$`"},
+        {"a++", "error parsing regexp: invalid nested repetition operator: `++`"},
+        {"\\xff", NULL}, /* valid: the escape \\xff is U+00FF */
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        for (int fast = 0; fast < 2; fast++) {
+            err[0] = 0;
+            matcher_t *m = fast ? matcher_new(MATCHER_RE, "x", refused[i].re, err, sizeof(err))
+                                : matcher__new_no_fastpath(MATCHER_RE, "x", refused[i].re, err, sizeof(err));
+            if (!refused[i].msg) {
+                assert_non_null(m);
+                matcher_free(m);
+                continue;
+            }
+            assert_null(m);
+            assert_string_equal(err, refused[i].msg);
+        }
+    }
+    /* A literal-looking value that is not UTF-8 does not slip through the fast paths. */
+    assert_null(matcher_new(MATCHER_RE, "x", "ab\xff", err, sizeof(err)));
+    assert_non_null(strstr(err, "error parsing regexp: invalid UTF-8"));
+}
+
+/* Issue #16: a pattern a backtracking engine gives up on must still give the right answer. */
+static void test_pathological_regex(void **state)
+{
+    char err[256];
+    char *s = malloc(5001);
+    assert_non_null(s);
+    memset(s, 'a', 5000);
+    s[5000] = 0;
+    matcher_t *re = matcher_new(MATCHER_RE, "v", "(a+)+b|a*", err, sizeof(err));
+    matcher_t *nre = matcher_new(MATCHER_NRE, "v", "(a+)+b|a*", err, sizeof(err));
+    matcher_t *nob = matcher_new(MATCHER_RE, "v", "(a+)+b", err, sizeof(err));
+    assert_non_null(re);
+    assert_non_null(nre);
+    assert_non_null(nob);
+    assert_true(matcher_matches(re, s, 5000));
+    assert_false(matcher_matches(nre, s, 5000));
+    assert_false(matcher_matches(nob, s, 5000));
+    s[4999] = 'b';
+    assert_true(matcher_matches(nob, s, 5000));
+    matcher_free(re);
+    matcher_free(nre);
+    matcher_free(nob);
+    free(s);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_equality),          cmocka_unit_test(test_anchoring), cmocka_unit_test(test_fast_paths),
-        cmocka_unit_test(test_empty_match_flags), cmocka_unit_test(test_bad_regex),
+        cmocka_unit_test(test_equality),   cmocka_unit_test(test_anchoring),
+        cmocka_unit_test(test_fast_paths), cmocka_unit_test(test_empty_match_flags),
+        cmocka_unit_test(test_bad_regex),  cmocka_unit_test(test_pathological_regex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
