@@ -1,6 +1,9 @@
 """Shared fixtures for integration tests: start the built sluice binary on a free port with a
-temporary data directory, and stop it afterwards (checking it exits cleanly)."""
+temporary data directory, and stop it afterwards (checking it exits cleanly); start a real
+Prometheus 2.42 beside one for differential tests."""
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,3 +104,44 @@ def start_sluice(tmpdir_path):
 @pytest.fixture
 def sluice(start_sluice):
     return start_sluice()
+
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+@contextlib.contextmanager
+def prometheus_beside_sluice(prefix, sluice_args=()):
+    """A real Prometheus (remote-write receiver on) and a sluice, both ready, in a temporary
+    folder: yields (prometheus_url, sluice). Both are stopped on exit; sluice must exit 0."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    port = free_port()
+    cfg = os.path.join(d, "prometheus.yml")
+    with open(cfg, "w") as f:
+        f.write("global:\n  scrape_interval: 15s\n")
+    plog = open(os.path.join(d, "prometheus.log"), "wb")
+    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
+                             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"],
+                            stdout=plog, stderr=subprocess.STDOUT)
+    prom_url = f"http://127.0.0.1:{port}"
+    sl = Sluice(os.path.join(d, "sluice"), sluice_args)
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if requests.get(prom_url + "/-/ready", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.time() > deadline or prom.poll() is not None:
+                raise RuntimeError("prometheus did not start")
+            time.sleep(0.1)
+        sl.wait_ready()
+        yield prom_url, sl
+    finally:
+        prom.send_signal(signal.SIGTERM)
+        prom.wait(timeout=30)
+        plog.close()
+        rc = sl.stop()
+        log = sl.read_log() if rc != 0 else ""
+        shutil.rmtree(d, ignore_errors=True)
+        assert rc == 0, log

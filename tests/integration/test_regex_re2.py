@@ -13,20 +13,13 @@ label matchers, label_replace and the series/remote-read endpoints are compared 
   alternatives, `\\d`, `[[:alpha:]]`, ...) over the same values, for `=~`, `!~` and
   label_replace."""
 # ctest-labels: peer
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 
 import pytest
 import requests
 
 import promproto
-from conftest import Sluice, free_port
-
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+from conftest import prometheus_beside_sluice
 
 LONG = "a" * 5000
 VALUES = ["abc", "ABC", "a\nb", "a.b", "aXb", "\u00fcn\u00efc\u00f6d\u00e9", "\u03a9mega", "123", "x y", "k",
@@ -35,29 +28,7 @@ VALUES = ["abc", "ABC", "a\nb", "a.b", "aXb", "\u00fcn\u00efc\u00f6d\u00e9", "\u
 
 @pytest.fixture(scope="module")
 def systems():
-    d = tempfile.mkdtemp(prefix="sluice-re2-")
-    port = free_port()
-    cfg = os.path.join(d, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 15s\n")
-    plog = open(os.path.join(d, "prometheus.log"), "wb")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
-                             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"],
-                            stdout=plog, stderr=subprocess.STDOUT)
-    prom_url = f"http://127.0.0.1:{port}"
-    sl = Sluice(os.path.join(d, "sluice"))
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if requests.get(prom_url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.time() > deadline or prom.poll() is not None:
-                raise RuntimeError("prometheus did not start")
-            time.sleep(0.1)
-        sl.wait_ready()
+    with prometheus_beside_sluice("sluice-re2-") as (prom_url, sl):
         t = (int(time.time()) - 30) * 1000
         series = [([("__name__", "rx_long"), ("v", LONG)], [(t, 1.0)]),
                   ([("__name__", "rx")], [(t, -1.0)])]  # no label v: matched as ""
@@ -67,14 +38,6 @@ def systems():
             st, _, body = promproto.remote_write(url, series)
             assert st in (200, 204), (url, st, body)
         yield prom_url, sl.url, t // 1000
-    finally:
-        prom.send_signal(signal.SIGTERM)
-        prom.wait(timeout=30)
-        plog.close()
-        rc = sl.stop()
-        log = sl.read_log() if rc != 0 else ""
-        shutil.rmtree(d, ignore_errors=True)
-        assert rc == 0, log
 
 
 def query(url, q, t):
