@@ -11,9 +11,10 @@ its memory to budgets it peaked at 5.7 GB RSS in a Release build, and three at o
   - across queries: with --query.max-memory=600MiB, four such queries at once end with 422 or 503
     (errorType unavailable) and RSS grows by at most the shared limit plus slack; afterwards the
     budget is back to 0 (sluice_query_memory_bytes) and ordinary queries answer;
-  - timeout everywhere: with --query.timeout=1s the query ends with 503 errorType timeout, and a
+  - timeout everywhere: with --query.timeout=1s the query ends with 503 errorType timeout, a
     SAMPLES remote read repeating one query 80 times (46 M samples, under the sample limit)
-    ends with 503 "timed out" instead of building its answer for minutes;
+    ends with 503 "timed out" instead of building its answer for minutes, and a streamed one of
+    400 copies ends its stream with the error text;
   - remote read memory: with --query.max-memory-per-query=64MiB a SAMPLES read of 20 copies
     (11.5 M samples, ~150 MB of protobuf) is refused with 400 and RSS grows by at most the limit
     plus slack; one copy (~7 MB) is answered.
@@ -162,6 +163,14 @@ def test_query_timeout_holds_for_queries_and_remote_read(start_sluice):
     assert st == 503, (st, body[:200] if isinstance(body, bytes) else "a whole answer")
     assert b"remote read timed out (--query.timeout)" in body
     assert time.time() - t0 < 30
+    # streamed, the answer has begun: the stream ends with the error text, which no client
+    # decodes as a frame (as a storage error mid-stream)
+    t0 = time.time()
+    st, hdrs, body = pp.remote_read(s.url, [q] * 400, accepted=(pp.STREAMED_XOR_CHUNKS,))
+    assert st == 200
+    assert body.endswith(b"remote read timed out (--query.timeout)"), body[-200:]
+    assert time.time() - t0 < 30
+
     # a small read fits in the time, even on a loaded machine
     st, _, resp = pp.remote_read(s.url, [(now - 3600_000, now, [(pp.EQ, "__name__", "hc")], None)])
     assert st == 200
