@@ -419,8 +419,10 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
         if (!sd->needed)
             continue;
         const promql_expr_t *e = pp.nodes[id];
-        querier_hints_t h = {c->start, c->end, c->interval, e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0,
-                             pp.funcs[id]};
+        querier_hints_t h = {c->start,     c->end,
+                             c->interval,  e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0,
+                             pp.funcs[id], c->rollup_step};
+        sd->func = pp.funcs[id];
         querier_set_t *set = querier_select(c->q, (const matcher_t *const *)e->u.sel.matchers, e->u.sel.nmatchers,
                                             sd->mint, sd->maxt, &h);
         if (!set)
@@ -497,6 +499,7 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             ss->n = np;
             ss->has_stale = stale;
             ss->rollup_until = qs->rollup_until;
+            ss->rollup_res = qs->rollup_res_ms;
             sd->n++;
         }
         free(tmp);
@@ -542,6 +545,28 @@ static size_t first_ge(const promql_point_t *p, size_t n, int64_t ts)
     return lo;
 }
 
+/* A step read roll-up samples of a series (bucket width res) through a window ending at te (range
+ * 0: a plain selector's lookback). Notes whether that is exact: min/max/sum/count_over_time see
+ * exactly the raw samples' aggregate when the window is whole buckets (its end on a bucket
+ * boundary, or its last millisecond, and the range a multiple of the width); everything else
+ * (values at a time, means, quantiles, rate's extrapolation from bucket ends) is approximate.
+ * docs/storage-rollups.md has the table. */
+static void note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res)
+{
+    static const char *const exact[] = {"min_over_time", "max_over_time", "sum_over_time", "count_over_time"};
+    c->rollups_used = true;
+    if (res > c->rollup_res)
+        c->rollup_res = res;
+    if (c->rollups_approx)
+        return;
+    bool ok = false;
+    for (size_t i = 0; func && range > 0 && res > 0 && i < sizeof(exact) / sizeof(exact[0]); i++)
+        if (strcmp(func, exact[i]) == 0)
+            ok = range % res == 0 && (te % res == 0 || (te + 1) % res == 0);
+    if (!ok)
+        c->rollups_approx = true;
+}
+
 static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, bool keep_ts)
 {
     pq_val_t r = {.type = PROMQL_VT_VECTOR};
@@ -552,6 +577,8 @@ static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, 
         ssize_t k = last_le(s->pts, s->n, te);
         if (k < 0 || s->pts[k].t < te - c->lookback || promql_is_stale_nan(s->pts[k].v))
             continue;
+        if (s->pts[k].t < s->rollup_until)
+            note_rollups(c, NULL, 0, te, s->rollup_res);
         pq_vec_push(c, &r.vec, s->metric, keep_ts ? s->pts[k].t : t, s->pts[k].v);
     }
     return r;
@@ -586,6 +613,8 @@ static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
         }
         mat_push(c, &r.mat, s->metric, p, n);
         r.mat.v[r.mat.n - 1].rollup_until = s->rollup_until;
+        if (p[0].t < s->rollup_until)
+            note_rollups(c, sd->func, e->u.sel.range_ms, te, s->rollup_res);
     }
     return r;
 }
@@ -934,6 +963,10 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
     promql_card_t card = e->u.bin.card;
     bool on = e->u.bin.on;
     const promql_strlist_t *names = &e->u.bin.labels;
+    /* Nothing can match, and Prometheus returns before looking for duplicate match groups: an
+     * empty side must not turn the other side's duplicates into an error. */
+    if (lhs->n == 0 || rhs->n == 0)
+        return;
     if (card == PROMQL_CARD_ONE_TO_MANY) {
         pq_vec_t *tmp = lhs;
         lhs = rhs;
@@ -1226,6 +1259,35 @@ static int cmp_series(const void *a, const void *b)
     return labels_compare(&x->metric, &y->metric);
 }
 
+/* Tells the user (Prometheus' "warnings", which Grafana shows) when roll-ups shaped the answer:
+ * always under the step-mode opt-in, else only where note_rollups found it approximate. */
+static void add_rollup_warnings(pq_ctx_t *c, promql_result_t *res)
+{
+    if (!c->rollups_used || (!c->rollup_step && !c->rollups_approx))
+        return;
+    char w[48];
+    int64_t r = c->rollup_res;
+    if (r % 3600000 == 0)
+        snprintf(w, sizeof(w), "%lldh", (long long)(r / 3600000));
+    else if (r % 60000 == 0)
+        snprintf(w, sizeof(w), "%lldm", (long long)(r / 60000));
+    else
+        snprintf(w, sizeof(w), "%lldms", (long long)r);
+    char m[400];
+    if (c->rollup_step)
+        snprintf(m, sizeof(m),
+                 "sluice: rollups=step: answered from %s roll-ups at the query step although raw samples exist; "
+                 "the result is approximate (docs/storage-rollups.md)",
+                 w);
+    else
+        snprintf(m, sizeof(m),
+                 "sluice: part of the range is older than raw retention and was read from %s roll-ups; the result "
+                 "is approximate there (exact only for min/max/sum/count_over_time over whole buckets, see "
+                 "docs/storage-rollups.md)",
+                 w);
+    res->warnings[res->nwarnings++] = arena_strdup(res->arena, m);
+}
+
 /* Runs the query; interval 0 = instant. */
 static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t start, int64_t end, int64_t interval,
                              const promql_opts_t *o)
@@ -1255,6 +1317,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         c->deadline_ns = clock_mono_ns() + o->timeout_ms * 1000000;
     c->budget.limit = o->max_memory;
     c->budget.parent = o->budget;
+    c->rollup_step = o->rollup_step;
 
     if (setjmp(c->jb)) {
         res->err_kind = c->err_kind;
@@ -1343,6 +1406,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         }
         qsort(out->series, out->nseries, sizeof(promql_series_t), cmp_series);
     }
+    add_rollup_warnings(c, res);
 done:
     res->peak_samples = c->peak_samples;
     res->peak_memory = atomic_load(&c->budget.peak);

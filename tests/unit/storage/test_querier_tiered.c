@@ -354,13 +354,25 @@ static void test_history_counter(void **state)
     assert_true(fabs(got_inc - want_inc) < 1e-6);
 }
 
-/* Step >= 1m inside raw retention: complete 1m buckets up to the last minute boundary, raw
- * after it. A step of 1h with a 5m range cannot use the 1h buckets (range too short). */
+/* Step >= 1m inside raw retention: raw samples, exactly what Prometheus would read, unless the
+ * caller opts in to step mode (rollup_step): then complete 1m buckets up to the last minute
+ * boundary, raw after it. A step of 1h with a 5m range cannot use the 1h buckets (range too
+ * short). */
 static void test_step_mode(void **state)
 {
     int64_t mint = fake_now - 20 * MIN_MS, maxt = fake_now - 7000;
     querier_hints_t h = {.func = "sum_over_time", .range_ms = 5 * MIN_MS, .step_ms = MIN_MS};
     got_t g;
+    const char *plain[] = {NULL, "rate", "sum_over_time", "avg_over_time", "idelta"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        for (int64_t step = MIN_MS; step <= HOUR_MS; step *= 60) {
+            querier_hints_t raw = {.func = plain[i], .range_ms = plain[i] ? 5 * MIN_MS : 0, .step_ms = step};
+            query_name(S_GAUGE, mint, maxt, &raw, &g);
+            assert_int_equal(g.rollup_until, 0);
+            assert_int_equal(check_stitched(S_GAUGE, &g, MIN_MS, NULL), 0);
+        }
+    }
+    h.rollup_step = true;
     query_name(S_GAUGE, mint, maxt, &h, &g);
     assert_int_equal(g.res, MIN_MS);
     assert_int_equal(g.rollup_until, floor_to(maxt, MIN_MS));
