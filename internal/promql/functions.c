@@ -128,10 +128,13 @@ static bool extrapolated_rate(const pq_fcall_t *fc, const promql_point_t *p, siz
     double interval = sampled;
     interval += to_start < threshold ? to_start : avg_between / 2;
     interval += to_end < threshold ? to_end : avg_between / 2;
-    result = result * (interval / sampled);
+    /* One factor, divided by the range before it scales the result, as 2.42 computes it (since
+     * native histograms): result * (interval / sampled) / range rounds differently in the last
+     * bit, and `%` or `==` on a rate can turn that bit into a different answer. */
+    double factor = interval / sampled;
     if (is_rate)
-        result = result / ((double)fc->range_ms / 1000);
-    *out = result;
+        factor /= (double)fc->range_ms / 1000;
+    *out = result * factor;
     return true;
 }
 
@@ -495,25 +498,34 @@ static void g_empty(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq
     (void)c, (void)fc, (void)a, (void)n, (void)out;
 }
 
+/* The labels absent() reports, as 2.42 builds them: matchers in order; the first `=` of a label
+ * sets it, any other matcher of that label (a later `=` too) deletes it at once, and a deleted
+ * label never comes back through another `=`. So order matters: {job!~"a",job="x"} gives
+ * {job="x"}, {job="x",job!~"a"} and {job="x",job="y",job="z"} give {}. */
 static labels_t absent_labels(pq_ctx_t *c, const promql_expr_t *arg)
 {
     arg = promql_unwrap_parens(arg);
     if (arg->kind != PROMQL_NODE_VECTOR_SEL && arg->kind != PROMQL_NODE_MATRIX_SEL)
         return no_labels;
     labels_t m = no_labels;
-    size_t nm = arg->u.sel.nmatchers;
-    const char **empty = arena_alloc(c->sa, (nm ? nm : 1) * sizeof(*empty));
-    size_t ne = 0;
+    size_t nm = arg->u.sel.nmatchers, nseen = 0;
+    const char **seen = arena_alloc(c->sa, (nm ? nm : 1) * sizeof(*seen)); /* names set by an `=` */
     for (size_t i = 0; i < nm; i++) {
         const matcher_t *ma = arg->u.sel.matchers[i];
-        if (strcmp(matcher_name(ma), LABEL_METRIC_NAME) == 0)
+        const char *name = matcher_name(ma);
+        if (strcmp(name, LABEL_METRIC_NAME) == 0)
             continue;
-        if (matcher_type(ma) == MATCHER_EQ && !labels_get(&m, matcher_name(ma)))
-            m = pq_labels_set(c, m, matcher_name(ma), matcher_value(ma));
-        else
-            empty[ne++] = matcher_name(ma);
+        bool was_set = false;
+        for (size_t k = 0; k < nseen && !was_set; k++)
+            was_set = strcmp(seen[k], name) == 0;
+        if (matcher_type(ma) == MATCHER_EQ && !was_set) {
+            m = pq_labels_set(c, m, name, matcher_value(ma));
+            seen[nseen++] = name;
+        } else {
+            m = pq_labels_del(c, m, &name, 1);
+        }
     }
-    return pq_labels_del(c, m, empty, ne);
+    return m;
 }
 
 static void g_absent(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)

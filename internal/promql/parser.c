@@ -192,7 +192,7 @@ static promql_strlist_t parse_label_list(ps_t *p)
             continue;
         }
         if (t->kind != TK_RPAREN)
-            unexpected(p, t, "in grouping opts, expected \")\" or \",\"");
+            unexpected(p, t, "in grouping opts, expected \",\" or \")\"");
     }
     next(p);
     return l;
@@ -239,8 +239,8 @@ static promql_expr_t *parse_selector(ps_t *p, const promql_tok_t *name_tok, int 
             char *lname = tok_str(p, t);
             char merr[256];
             matcher_t *m = matcher_new(mt, lname, val, merr, sizeof(merr));
-            if (!m)
-                perr(p, vt->pos, "%s", merr);
+            if (!m) /* Prometheus reports a bad regexp at the matcher, not at its string */
+                perr(p, t->pos, "%s", merr);
             push_matcher(p, m);
             if (n == cap) {
                 matcher_t **nm = arena_alloc(p->a, cap * 2 * sizeof(*nm));
