@@ -62,6 +62,7 @@ typedef struct {
     int64_t mint, maxt;
     bool needed;
     const char *func; /* the function the selector is a direct argument of, or NULL */
+    bool name_dups;   /* two of its series have the same labels but for __name__ */
 } pq_seldata_t;
 
 typedef struct pq_ctx {
@@ -79,6 +80,7 @@ typedef struct pq_ctx {
     pq_seldata_t *sel;
     struct pq_subq_cache *subq_caches; /* range queries: inner steps of each subquery, by time */
     struct pq_re_cache *re_caches;     /* label_replace regexes, compiled once per query */
+    struct pq_range_dups *range_dups;  /* engine.c, range_dups_note */
     const promql_ast_t *ast;
     bool rollup_step;    /* promql_opts_t.rollup_step */
     bool rollups_used;   /* some step read roll-up samples */
