@@ -1,7 +1,7 @@
 /*
  * querier_tiered — the querier storage_querier hands out: the raw tier (head) wherever it holds
- * the data, the roll-up tier (SQLite) only for what raw retention no longer covers, stitched per series, and
- * the series catalog to find series that have left memory. Implements querier.h.
+ * the data, the roll-up tier (SQLite) only for what raw retention no longer covers, stitched per
+ * series, and the series catalog to find series that have left memory. Implements querier.h.
  *
  * Tier choice for select(ms, mint, maxt, hints) (DESIGN.md, Storage tiers item 4). Raw samples are
  * the answer wherever they exist: PromQL over data the raw tier holds must answer exactly as
