@@ -20,7 +20,7 @@ import requests
 from test_promql_differential import C, G, H, T, canon, close, diff, fetch, systems  # noqa: F401 (fixture)
 
 SEED = int(os.environ.get("SEED", "20210"))
-N = int(os.environ.get("N", "1500"))
+N = int(os.environ.get("N", "1000"))
 SMALL_STEPS = (7, 10, 13, 15, 30)
 LARGE_STEPS = (60, 90, 120, 300)
 
