@@ -88,6 +88,7 @@ struct query_job {
     /* inputs */
     promql_ast_t *ast;
     int64_t t, start, end, step;
+    bool rollup_step; /* rollups=step: the approximate opt-in (promql_opts_t.rollup_step) */
     promql_selector_t *sels;
     size_t nsels;
     const char *label_name;
@@ -259,6 +260,24 @@ static void q_success(buf_t *b, const char *data, size_t len)
 {
     buf_puts(b, "{\"status\":\"success\",\"data\":");
     buf_append(b, data, len);
+    buf_putc(b, '}');
+}
+
+/* A success with Prometheus' optional "warnings" array after the data (left out when empty, as
+ * Prometheus' omitempty does). */
+static void q_success_warn(buf_t *b, const char *data, size_t len, const char *const *warnings, size_t nwarnings)
+{
+    buf_puts(b, "{\"status\":\"success\",\"data\":");
+    buf_append(b, data, len);
+    if (nwarnings) {
+        buf_puts(b, ",\"warnings\":[");
+        for (size_t i = 0; i < nwarnings; i++) {
+            if (i)
+                buf_putc(b, ',');
+            q_json_cstr(b, warnings[i]);
+        }
+        buf_putc(b, ']');
+    }
     buf_putc(b, '}');
 }
 
@@ -616,6 +635,7 @@ static void job_run_promql(query_job_t *j)
         .cancel = &j->cancel,
         .budget = q->opt.budget,
         .max_memory = q->opt.max_memory,
+        .rollup_step = j->rollup_step,
     };
     if (j->deadline_ns) {
         int64_t left = (j->deadline_ns - clock_mono_ns()) / 1000000;
@@ -628,7 +648,7 @@ static void job_run_promql(query_job_t *j)
     } else {
         buf_t data = BUF_INIT;
         q_put_value(&data, &r->value);
-        q_success(&j->body, data.data, data.len);
+        q_success_warn(&j->body, data.data, data.len, r->warnings, r->nwarnings);
         buf_free(&data);
         j->code = 200;
     }
@@ -919,6 +939,23 @@ static int q_timeout(api_query_t *q, api_req_t *req, query_job_t *j)
     return 0;
 }
 
+/* The sluice-only `rollups` parameter: "exact" (the default) answers from raw samples wherever
+ * they exist; "step" opts in to roll-ups at the query step (faster over long ranges, approximate,
+ * and said so in the response's warnings). Replies and returns -1 when bad. */
+static int q_rollups(api_req_t *req, query_job_t *j)
+{
+    const char *v = q_param(req, "rollups");
+    if (!*v || strcmp(v, "exact") == 0)
+        j->rollup_step = false;
+    else if (strcmp(v, "step") == 0)
+        j->rollup_step = true;
+    else {
+        q_reply_error(req, API_ERR_BAD_DATA, "invalid parameter \"rollups\": want \"exact\" or \"step\"");
+        return -1;
+    }
+    return 0;
+}
+
 static void q_reply_oom(api_req_t *req)
 {
     q_reply_error(req, API_ERR_INTERNAL, "out of memory");
@@ -933,7 +970,7 @@ static void h_query(api_req_t *req, void *ud)
     query_job_t *j = job_new(q, req, JOB_INSTANT);
     if (!j)
         return q_reply_oom(req);
-    if (q_timeout(q, req, j) != 0)
+    if (q_timeout(q, req, j) != 0 || q_rollups(req, j) != 0)
         return job_free(j);
     char err[512];
     j->ast = promql_parse(q_param(req, "query"), err, sizeof(err));
@@ -987,7 +1024,7 @@ static void h_query_range(api_req_t *req, void *ud)
     query_job_t *j = job_new(q, req, JOB_RANGE);
     if (!j)
         return q_reply_oom(req);
-    if (q_timeout(q, req, j) != 0)
+    if (q_timeout(q, req, j) != 0 || q_rollups(req, j) != 0)
         return job_free(j);
     j->ast = promql_parse(q_param(req, "query"), err, sizeof(err));
     if (!j->ast) {

@@ -16,8 +16,9 @@ client's wall time to the last byte of the (identity-encoded) response. Victoria
 
 Honest limits: the "30-day" query only has the last hour of data in every system (remote write
 cannot load a month into Prometheus' head or into sluice's raw tier), so it measures a 720-step
-evaluation over mostly empty time; sluice answers it from its roll-ups because the step is at
-least a roll-up resolution. The box has 2 cores shared with the load generator.
+evaluation over mostly empty time, from raw samples in every system (sluice reads roll-ups only
+for what raw retention no longer covers, or with the approximate rollups=step opt-in). The box has
+2 cores shared with the load generator.
 
 Usage: bench/query_bench.py [--sluice BUILD/sluice] [--series 10000] [--reps 15] [--warmup 2]
                             [--markdown FILE]

@@ -40,6 +40,9 @@ typedef struct {
     int64_t step_ms;          /* query step; 0 for instant queries */
     int64_t range_ms;         /* the range of the range-vector selector, 0 if none */
     const char *func;         /* function applied to the selector: "rate", "max_over_time", ... */
+    /* Opt-in to approximate answers: the store may serve roll-ups at the query step even where raw
+     * samples exist (querier_tiered.h, "step mode"). false: raw samples wherever they exist. */
+    bool rollup_step;
 } querier_hints_t;
 
 typedef struct {

@@ -2,7 +2,7 @@
  * querier_tiered — raw + roll-up + catalog behind one querier (contract and rules in
  * querier_tiered.h).
  *
- * A select builds a plan (which tier, which resolution, the step-mode boundary), runs the head
+ * A select builds a plan (which tier, which resolution, the step-mode boundary when asked for), runs the head
  * querier's select (raw series, sorted by labels) and, for history queries, resolves the
  * matchers against the catalog (candidates sorted by labels). querier_set_next merge-joins the
  * two sorted streams: a series in both is one output series; each output series is built
@@ -88,7 +88,8 @@ static void make_plan(tq_t *q, int64_t mint, int64_t maxt, const querier_hints_t
     p->history = mint < raw_start;
     for (size_t k = rs->n; k-- > 0;) {
         bool covers = now - rs->v[k].retention_ms <= mint;
-        if (covers && step > 0 && step >= rs->v[k].res_ms && range_fits(range, rs->v[k].res_ms, p->agg)) {
+        if (covers && h && h->rollup_step && step > 0 && step >= rs->v[k].res_ms &&
+            range_fits(range, rs->v[k].res_ms, p->agg)) {
             p->rollups = p->step = true;
             p->res_idx = k;
             break;

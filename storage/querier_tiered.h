@@ -1,19 +1,25 @@
 /*
- * querier_tiered — the querier storage_querier hands out: the raw tier (head) where it covers
- * the query and its step is fine, the roll-up tier (SQLite) elsewhere, stitched per series, and
- * the series catalog to find series that have left memory. Implements querier.h.
+ * querier_tiered — the querier storage_querier hands out: the raw tier (head) wherever it holds
+ * the data, the roll-up tier (SQLite) only for what raw retention no longer covers, stitched per
+ * series, and the series catalog to find series that have left memory. Implements querier.h.
  *
- * Tier choice for select(ms, mint, maxt, hints) (DESIGN.md, Storage tiers item 4). Let
- * raw_start = head_min_valid_time (oldest time the raw tier keeps), res_i the roll-up widths:
- *   - step mode: the coarsest resolution i whose retention covers mint, with hints->step >= res_i
- *     and a range that still sees enough buckets (range >= 2 res_i for counter functions,
- *     >= res_i for the other *_over_time functions; plain selectors (range 0) only while res_i <=
- *     5m, PromQL's default lookback, or they would show gaps). Every series reads complete
- *     buckets of res_i up to the last bucket boundary before min(maxt, now), raw samples after.
- *   - history mode: otherwise, when mint < raw_start: each series reads roll-ups (the finest
- *     resolution covering mint whose width fits the range) up to where its raw data starts,
- *     raw after; series that are no longer in memory are found in the catalog and read from
- *     roll-ups only.
+ * Tier choice for select(ms, mint, maxt, hints) (DESIGN.md, Storage tiers item 4). Raw samples are
+ * the answer wherever they exist: PromQL over data the raw tier holds must answer exactly as
+ * Prometheus does, at any step. Let raw_start = head_min_valid_time (oldest time the raw tier
+ * keeps), res_i the roll-up widths:
+ *   - history mode: when mint < raw_start: each series reads roll-ups (the finest resolution
+ *     covering mint whose width fits the range) up to where its raw data starts, raw after;
+ *     series that are no longer in memory are found in the catalog and read from roll-ups only.
+ *     Only this mode touches roll-ups unasked; querier_series_t.rollup_until tells the engine
+ *     which samples are synthetic, so it can warn where the answer is approximate
+ *     (docs/storage-rollups.md has the per-function exactness table).
+ *   - step mode, only with hints->rollup_step (an explicit, approximate opt-in: the API's
+ *     `rollups=step` parameter): the coarsest resolution i whose retention covers mint, with
+ *     hints->step >= res_i and a range that still sees enough buckets (range >= 2 res_i for
+ *     counter functions, >= res_i for the other *_over_time functions; plain selectors (range 0)
+ *     only while res_i <= 5m, PromQL's default lookback, or they would show gaps). Every series
+ *     reads complete buckets of res_i up to the last bucket boundary before min(maxt, now), raw
+ *     samples after.
  *   - otherwise raw only (also for every store without roll-ups).
  * Stitching: for a series whose raw data starts at B (B = first raw chunk's mint; in step mode
  * at least the boundary above), only buckets with ts + res <= B are used and only raw samples

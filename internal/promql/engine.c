@@ -405,6 +405,34 @@ static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, 
     }
 }
 
+/* Do two of the selector's series differ only in __name__? Only then can a function that drops
+ * the name make one labelset of two series (range_dups_note). Series with one name cannot. */
+static bool has_name_dups(pq_ctx_t *c, const pq_seldata_t *sd)
+{
+    if (sd->n < 2)
+        return false;
+    const char *first = labels_get(&sd->s[0].metric, LABEL_METRIC_NAME);
+    size_t i = 1;
+    while (i < sd->n) {
+        const char *nm = labels_get(&sd->s[i].metric, LABEL_METRIC_NAME);
+        if (!first || !nm || strcmp(first, nm) != 0)
+            break;
+        i++;
+    }
+    if (i == sd->n)
+        return false;
+    hashmap_t m;
+    hmap_init(c, &m, sd->n);
+    for (i = 0; i < sd->n; i++) {
+        bool ex;
+        labels_t ls = pq_labels_drop_name(c, sd->s[i].metric);
+        hmap_put(c, &m, labels_hash(&ls), i, &ex);
+        if (ex)
+            return true;
+    }
+    return false;
+}
+
 static void load_selectors(pq_ctx_t *c, arena_t *da)
 {
     int n = c->ast->nselectors;
@@ -419,8 +447,10 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
         if (!sd->needed)
             continue;
         const promql_expr_t *e = pp.nodes[id];
-        querier_hints_t h = {c->start, c->end, c->interval, e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0,
-                             pp.funcs[id]};
+        querier_hints_t h = {c->start,     c->end,
+                             c->interval,  e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : 0,
+                             pp.funcs[id], c->rollup_step};
+        sd->func = pp.funcs[id];
         querier_set_t *set = querier_select(c->q, (const matcher_t *const *)e->u.sel.matchers, e->u.sel.nmatchers,
                                             sd->mint, sd->maxt, &h);
         if (!set)
@@ -497,8 +527,11 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             ss->n = np;
             ss->has_stale = stale;
             ss->rollup_until = qs->rollup_until;
+            ss->rollup_res = qs->rollup_res_ms;
             sd->n++;
         }
+        if (!failed)
+            sd->name_dups = has_name_dups(c, sd);
         free(tmp);
         arena_budget_release(&c->budget, tcap * sizeof(*tmp));
         const char *qerr = failed ? NULL : querier_set_error(set);
@@ -542,6 +575,30 @@ static size_t first_ge(const promql_point_t *p, size_t n, int64_t ts)
     return lo;
 }
 
+/* A step read roll-up samples of a series (bucket width res, synthetic before `until`) through
+ * the window [te - range, te] (range 0: a plain selector's lookback). Notes whether that is exact:
+ * min/max/sum/count_over_time see exactly the raw samples' aggregate when the window starts on a
+ * bucket boundary and either ends on one too or reaches into the raw samples after `until` (a
+ * bucket's sample sits at its last millisecond, so a window [kR, mR] holds buckets k..m-1: the
+ * raw [kR, mR); only a raw sample at exactly mR is missing). Everything else (values at a time,
+ * means, quantiles, rate's extrapolation from bucket ends, unaligned windows) is approximate.
+ * docs/storage-rollups.md has the table. */
+static void note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res, int64_t until)
+{
+    static const char *const exact[] = {"min_over_time", "max_over_time", "sum_over_time", "count_over_time"};
+    c->rollups_used = true;
+    if (res > c->rollup_res)
+        c->rollup_res = res;
+    if (c->rollups_approx)
+        return;
+    bool ok = false;
+    for (size_t i = 0; func && range > 0 && res > 0 && i < sizeof(exact) / sizeof(exact[0]); i++)
+        if (strcmp(func, exact[i]) == 0)
+            ok = range % res == 0 && (te - range) % res == 0 && (te % res == 0 || te >= until);
+    if (!ok)
+        c->rollups_approx = true;
+}
+
 static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, bool keep_ts)
 {
     pq_val_t r = {.type = PROMQL_VT_VECTOR};
@@ -552,6 +609,8 @@ static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, 
         ssize_t k = last_le(s->pts, s->n, te);
         if (k < 0 || s->pts[k].t < te - c->lookback || promql_is_stale_nan(s->pts[k].v))
             continue;
+        if (s->pts[k].t < s->rollup_until)
+            note_rollups(c, NULL, 0, te, s->rollup_res, s->rollup_until);
         pq_vec_push(c, &r.vec, s->metric, keep_ts ? s->pts[k].t : t, s->pts[k].v);
     }
     return r;
@@ -586,6 +645,8 @@ static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
         }
         mat_push(c, &r.mat, s->metric, p, n);
         r.mat.v[r.mat.n - 1].rollup_until = s->rollup_until;
+        if (p[0].t < s->rollup_until)
+            note_rollups(c, sd->func, e->u.sel.range_ms, te, s->rollup_res, s->rollup_until);
     }
     return r;
 }
@@ -934,6 +995,10 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
     promql_card_t card = e->u.bin.card;
     bool on = e->u.bin.on;
     const promql_strlist_t *names = &e->u.bin.labels;
+    /* Nothing can match, and Prometheus returns before looking for duplicate match groups: an
+     * empty side must not turn the other side's duplicates into an error. */
+    if (lhs->n == 0 || rhs->n == 0)
+        return;
     if (card == PROMQL_CARD_ONE_TO_MANY) {
         pq_vec_t *tmp = lhs;
         lhs = rhs;
@@ -1084,6 +1149,46 @@ static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 
 /* ---- functions ------------------------------------------------------------------------------ */
 
+/* Duplicate labelsets across a whole evaluation. Prometheus 2.42 evaluates a function of a range
+ * vector (a matrix selector or a subquery) over the whole query range at once and then refuses
+ * the result if two of its series have one labelset ("vector cannot contain metrics with the
+ * same labelset") -- even when the two never have a value at the same step, which a per-step
+ * check cannot see. So for every such call whose input can collide once __name__ is dropped, this
+ * remembers, for the query's lifetime, which input series produced each output labelset. */
+typedef struct pq_range_dups {
+    const promql_expr_t *e;
+    hashmap_t seen; /* labels_hash(output) -> labels_hash(input series) */
+    struct pq_range_dups *next;
+} pq_range_dups_t;
+
+static void range_dups_note(pq_ctx_t *c, const promql_expr_t *e, labels_t out, labels_t in)
+{
+    pq_range_dups_t *d = c->range_dups;
+    while (d && d->e != e)
+        d = d->next;
+    if (!d) {
+        d = arena_alloc(c->qa, sizeof(*d));
+        d->e = e;
+        hashmap_init(&d->seen, c->qa, HASHMAP_HASHED_KEYS);
+        d->next = c->range_dups;
+        c->range_dups = d;
+    }
+    bool ex;
+    uint64_t src = labels_hash(&in);
+    uint64_t *p = hmap_put(c, &d->seen, labels_hash(&out), src, &ex);
+    if (ex && *p != src)
+        pq_errorf(c, PROMQL_ERR_EXECUTION, "vector cannot contain metrics with the same labelset");
+}
+
+/* Can the range-vector argument a of a name-dropping function give two series one labelset? */
+static bool range_arg_may_collide(const pq_ctx_t *c, const promql_expr_t *a)
+{
+    a = promql_unwrap_parens(a);
+    if (a->kind == PROMQL_NODE_MATRIX_SEL)
+        return c->sel[a->u.sel.id].name_dups;
+    return a->kind == PROMQL_NODE_SUBQUERY;
+}
+
 static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     const promql_func_t *f = e->u.call.func;
@@ -1115,6 +1220,7 @@ static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 
     if (f->mfn) {
         pq_mat_t *m = &args[mat_idx].mat;
+        bool track = !f->keep_name && m->n > 0 && range_arg_may_collide(c, e->u.call.args[mat_idx]);
         for (size_t i = 0; i < m->n; i++) {
             if (m->v[i].n == 0)
                 continue;
@@ -1123,6 +1229,8 @@ static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
             if (!f->mfn(c, &fc, m->v[i].pts, m->v[i].n, &v))
                 continue;
             labels_t ls = f->keep_name ? m->v[i].metric : pq_labels_drop_name(c, m->v[i].metric);
+            if (track)
+                range_dups_note(c, e, ls, m->v[i].metric);
             pq_vec_push(c, &out.vec, ls, t, v);
         }
     } else if (f->efn) {
@@ -1226,6 +1334,35 @@ static int cmp_series(const void *a, const void *b)
     return labels_compare(&x->metric, &y->metric);
 }
 
+/* Tells the user (Prometheus' "warnings", which Grafana shows) when roll-ups shaped the answer:
+ * always under the step-mode opt-in, else only where note_rollups found it approximate. */
+static void add_rollup_warnings(pq_ctx_t *c, promql_result_t *res)
+{
+    if (!c->rollups_used || (!c->rollup_step && !c->rollups_approx))
+        return;
+    char w[48];
+    int64_t r = c->rollup_res;
+    if (r % 3600000 == 0)
+        snprintf(w, sizeof(w), "%lldh", (long long)(r / 3600000));
+    else if (r % 60000 == 0)
+        snprintf(w, sizeof(w), "%lldm", (long long)(r / 60000));
+    else
+        snprintf(w, sizeof(w), "%lldms", (long long)r);
+    char m[400];
+    if (c->rollup_step)
+        snprintf(m, sizeof(m),
+                 "sluice: rollups=step: answered from %s roll-ups at the query step although raw samples exist; "
+                 "the result is approximate (docs/storage-rollups.md)",
+                 w);
+    else
+        snprintf(m, sizeof(m),
+                 "sluice: part of the range is older than raw retention and was read from %s roll-ups; the result "
+                 "is approximate there (exact only for min/max/sum/count_over_time over whole buckets, see "
+                 "docs/storage-rollups.md)",
+                 w);
+    res->warnings[res->nwarnings++] = arena_strdup(res->arena, m);
+}
+
 /* Runs the query; interval 0 = instant. */
 static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t start, int64_t end, int64_t interval,
                              const promql_opts_t *o)
@@ -1255,6 +1392,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         c->deadline_ns = clock_mono_ns() + o->timeout_ms * 1000000;
     c->budget.limit = o->max_memory;
     c->budget.parent = o->budget;
+    c->rollup_step = o->rollup_step;
 
     if (setjmp(c->jb)) {
         res->err_kind = c->err_kind;
@@ -1343,6 +1481,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         }
         qsort(out->series, out->nseries, sizeof(promql_series_t), cmp_series);
     }
+    add_rollup_warnings(c, res);
 done:
     res->peak_samples = c->peak_samples;
     res->peak_memory = atomic_load(&c->budget.peak);

@@ -19,6 +19,7 @@
 #ifndef SLUICE_PROMQL_ENGINE_H
 #define SLUICE_PROMQL_ENGINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "internal/promql/ast.h"
@@ -37,7 +38,12 @@ typedef struct {
      * PROMQL_ERR_UNAVAILABLE for the shared one. */
     struct arena_budget *budget;
     size_t max_memory;
+    /* Opt-in to approximate answers: selectors may read roll-ups at the query step although raw
+     * samples exist (querier_hints_t.rollup_step). The result then carries a warning. */
+    bool rollup_step;
 } promql_opts_t;
+
+#define PROMQL_MAX_WARNINGS 2
 
 /* Error kinds; the HTTP layer maps them to Prometheus' errorType and status. */
 typedef enum {
@@ -59,6 +65,10 @@ typedef struct {
     char err[512];
     int64_t peak_samples; /* statistic: the most samples held at once */
     size_t peak_memory;   /* statistic: the most bytes the evaluation held (its budget's peak) */
+    /* Prometheus-style warnings (the API's "warnings" array), in the arena: set when part of the
+     * answer came from roll-ups and is approximate there (docs/storage-rollups.md). */
+    const char *warnings[PROMQL_MAX_WARNINGS];
+    size_t nwarnings;
 } promql_result_t;
 
 /* Instant query at t_ms. Never NULL (aborts on OOM). The value is a SCALAR, STRING, VECTOR or,

@@ -53,6 +53,7 @@ typedef struct {
     size_t n;
     bool has_stale;
     int64_t rollup_until; /* points before it are roll-up buckets (storage/querier.h), else 0 */
+    int64_t rollup_res;   /* their bucket width */
 } pq_sseries_t;
 
 typedef struct {
@@ -60,6 +61,8 @@ typedef struct {
     size_t n;
     int64_t mint, maxt;
     bool needed;
+    const char *func; /* the function the selector is a direct argument of, or NULL */
+    bool name_dups;   /* two of its series have the same labels but for __name__ */
 } pq_seldata_t;
 
 typedef struct pq_ctx {
@@ -77,7 +80,12 @@ typedef struct pq_ctx {
     pq_seldata_t *sel;
     struct pq_subq_cache *subq_caches; /* range queries: inner steps of each subquery, by time */
     struct pq_re_cache *re_caches;     /* label_replace regexes, compiled once per query */
+    struct pq_range_dups *range_dups;  /* engine.c, range_dups_note */
     const promql_ast_t *ast;
+    bool rollup_step;    /* promql_opts_t.rollup_step */
+    bool rollups_used;   /* some step read roll-up samples */
+    bool rollups_approx; /* ... in a way that is not exact (engine.c, note_rollups) */
+    int64_t rollup_res;  /* the widest bucket width read */
     jmp_buf jb;
     promql_errkind_t err_kind;
     char err[512];

@@ -126,10 +126,13 @@ static bool extrapolated_rate(const pq_fcall_t *fc, const promql_point_t *p, siz
     double interval = sampled;
     interval += to_start < threshold ? to_start : avg_between / 2;
     interval += to_end < threshold ? to_end : avg_between / 2;
-    result = result * (interval / sampled);
+    /* One factor, divided by the range before it scales the result, as 2.42 computes it (since
+     * native histograms): result * (interval / sampled) / range rounds differently in the last
+     * bit, and `%` or `==` on a rate can turn that bit into a different answer. */
+    double factor = interval / sampled;
     if (is_rate)
-        result = result / ((double)fc->range_ms / 1000);
-    *out = result;
+        factor /= (double)fc->range_ms / 1000;
+    *out = result * factor;
     return true;
 }
 
@@ -493,25 +496,34 @@ static void g_empty(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq
     (void)c, (void)fc, (void)a, (void)n, (void)out;
 }
 
+/* The labels absent() reports, as 2.42 builds them: matchers in order; the first `=` of a label
+ * sets it, any other matcher of that label (a later `=` too) deletes it at once, and a deleted
+ * label never comes back through another `=`. So order matters: {job!~"a",job="x"} gives
+ * {job="x"}, {job="x",job!~"a"} and {job="x",job="y",job="z"} give {}. */
 static labels_t absent_labels(pq_ctx_t *c, const promql_expr_t *arg)
 {
     arg = promql_unwrap_parens(arg);
     if (arg->kind != PROMQL_NODE_VECTOR_SEL && arg->kind != PROMQL_NODE_MATRIX_SEL)
         return no_labels;
     labels_t m = no_labels;
-    size_t nm = arg->u.sel.nmatchers;
-    const char **empty = arena_alloc(c->sa, (nm ? nm : 1) * sizeof(*empty));
-    size_t ne = 0;
+    size_t nm = arg->u.sel.nmatchers, nseen = 0;
+    const char **seen = arena_alloc(c->sa, (nm ? nm : 1) * sizeof(*seen)); /* names set by an `=` */
     for (size_t i = 0; i < nm; i++) {
         const matcher_t *ma = arg->u.sel.matchers[i];
-        if (strcmp(matcher_name(ma), LABEL_METRIC_NAME) == 0)
+        const char *name = matcher_name(ma);
+        if (strcmp(name, LABEL_METRIC_NAME) == 0)
             continue;
-        if (matcher_type(ma) == MATCHER_EQ && !labels_get(&m, matcher_name(ma)))
-            m = pq_labels_set(c, m, matcher_name(ma), matcher_value(ma));
-        else
-            empty[ne++] = matcher_name(ma);
+        bool was_set = false;
+        for (size_t k = 0; k < nseen && !was_set; k++)
+            was_set = strcmp(seen[k], name) == 0;
+        if (matcher_type(ma) == MATCHER_EQ && !was_set) {
+            m = pq_labels_set(c, m, name, matcher_value(ma));
+            seen[nseen++] = name;
+        } else {
+            m = pq_labels_del(c, m, &name, 1);
+        }
     }
-    return pq_labels_del(c, m, empty, ne);
+    return m;
 }
 
 static void g_absent(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out)
@@ -606,69 +618,128 @@ static void g_sort_desc(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n
     do_sort(c, fc, a, out, true);
 }
 
-/* Date functions: with no argument, of vector(time()). */
-typedef double (*date_fn_t)(const struct tm *tm);
+/* Date functions: with no argument, of vector(time()).
+ *
+ * Prometheus converts the value with Go's int64(v) and reads the fields of time.Unix(sec, 0).UTC().
+ * Both have edges C does not share, and answers must match: int64() of NaN, +-Inf or anything out
+ * of range is 0x8000000000000000 on amd64 (so day_of_week(NaN) is 0, not NaN), and Go computes the
+ * civil date from "absolute" seconds since year -292277022399 in wrapping uint64 arithmetic, which
+ * gives defined (if odd) dates where gmtime_r fails. go_date below is that computation. */
+typedef struct {
+    int64_t year;
+    int month, mday, yday, wday, hour, min; /* month 1-12, mday 1-31, yday 0-365, wday 0 = Sunday */
+} go_date_t;
+
+#define GO_SECS_PER_DAY 86400ULL
+#define GO_ABSOLUTE_ZERO_YEAR (-292277022399LL)
+/* time.go: unixToInternal + internalToAbsolute (62135596800 + 9223371966579724800), the shift
+ * from Unix to absolute seconds. */
+#define GO_UNIX_TO_ABSOLUTE (9223372028715321600LL)
+
+static int64_t go_int64_of(double v)
+{
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+        return INT64_MIN; /* NaN, +-Inf, out of range: amd64's CVTTSD2SQ answer */
+    return (int64_t)v;
+}
+
+static bool go_is_leap(int64_t y)
+{
+    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+}
+
+static void go_date(int64_t unix_sec, go_date_t *d)
+{
+    static const int days_before[] = {0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334, 365};
+    uint64_t abs = (uint64_t)unix_sec + (uint64_t)GO_UNIX_TO_ABSOLUTE; /* wraps as in Go */
+    d->hour = (int)(abs % GO_SECS_PER_DAY / 3600);
+    d->min = (int)(abs % 3600 / 60);
+    /* Absolute day 0 is a Monday. */
+    d->wday = (int)((abs + GO_SECS_PER_DAY) % (7 * GO_SECS_PER_DAY) / GO_SECS_PER_DAY);
+    uint64_t days = abs / GO_SECS_PER_DAY;
+    uint64_t n = days / 146097, y = 400 * n;
+    days -= 146097 * n;
+    n = days / 36524;
+    n -= n >> 2;
+    y += 100 * n;
+    days -= 36524 * n;
+    n = days / 1461;
+    y += 4 * n;
+    days -= 1461 * n;
+    n = days / 365;
+    n -= n >> 2;
+    y += n;
+    days -= 365 * n;
+    d->year = (int64_t)y + GO_ABSOLUTE_ZERO_YEAR;
+    d->yday = (int)days;
+    int day = d->yday;
+    if (go_is_leap(d->year)) {
+        if (day == 31 + 29 - 1) {
+            d->month = 2;
+            d->mday = 29;
+            return;
+        }
+        if (day > 31 + 29 - 1)
+            day--;
+    }
+    int m = day / 31;
+    int begin = days_before[m];
+    if (day >= days_before[m + 1])
+        begin = days_before[++m];
+    d->month = m + 1;
+    d->mday = day - begin + 1;
+}
+
+typedef double (*date_fn_t)(const go_date_t *d);
 
 static void date_wrap(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a, size_t n, pq_val_t *out, date_fn_t f)
 {
-    struct tm tm;
+    go_date_t d;
     if (n == 0) {
-        time_t tt = (time_t)(fc->t / 1000);
-        if (fc->t < 0 && fc->t % 1000)
-            tt--;
-        gmtime_r(&tt, &tm);
-        pq_vec_push(c, &out->vec, no_labels, fc->t, f(&tm));
+        go_date(fc->t / 1000, &d); /* Go's enh.Ts / 1000 truncates toward zero */
+        pq_vec_push(c, &out->vec, no_labels, fc->t, f(&d));
         return;
     }
     for (size_t i = 0; i < a[0].vec.n; i++) {
-        double v = a[0].vec.v[i].v;
-        double r;
-        if (isnan(v) || isinf(v) || fabs(v) > 1e15) {
-            r = NAN;
-        } else {
-            time_t tt = (time_t)(int64_t)v;
-            gmtime_r(&tt, &tm);
-            r = f(&tm);
-        }
-        pq_vec_push(c, &out->vec, pq_labels_drop_name(c, a[0].vec.v[i].metric), fc->t, r);
+        go_date(go_int64_of(a[0].vec.v[i].v), &d);
+        pq_vec_push(c, &out->vec, pq_labels_drop_name(c, a[0].vec.v[i].metric), fc->t, f(&d));
     }
 }
 
-static double d_dim(const struct tm *tm)
+static double d_dim(const go_date_t *d)
 {
     static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int y = tm->tm_year + 1900, m = tm->tm_mon;
-    if (m == 1 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0))
+    if (d->month == 2 && go_is_leap(d->year))
         return 29;
-    return days[m];
+    return days[d->month - 1];
 }
-static double d_dom(const struct tm *tm)
+static double d_dom(const go_date_t *d)
 {
-    return tm->tm_mday;
+    return d->mday;
 }
-static double d_dow(const struct tm *tm)
+static double d_dow(const go_date_t *d)
 {
-    return tm->tm_wday;
+    return d->wday;
 }
-static double d_doy(const struct tm *tm)
+static double d_doy(const go_date_t *d)
 {
-    return tm->tm_yday + 1;
+    return d->yday + 1;
 }
-static double d_hour(const struct tm *tm)
+static double d_hour(const go_date_t *d)
 {
-    return tm->tm_hour;
+    return d->hour;
 }
-static double d_minute(const struct tm *tm)
+static double d_minute(const go_date_t *d)
 {
-    return tm->tm_min;
+    return d->min;
 }
-static double d_month(const struct tm *tm)
+static double d_month(const go_date_t *d)
 {
-    return tm->tm_mon + 1;
+    return d->month;
 }
-static double d_year(const struct tm *tm)
+static double d_year(const go_date_t *d)
 {
-    return tm->tm_year + 1900;
+    return (double)d->year;
 }
 
 #define DATE_FN(fname, df)                                                                                             \

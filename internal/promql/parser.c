@@ -192,7 +192,7 @@ static promql_strlist_t parse_label_list(ps_t *p)
             continue;
         }
         if (t->kind != TK_RPAREN)
-            unexpected(p, t, "in grouping opts, expected \")\" or \",\"");
+            unexpected(p, t, "in grouping opts, expected \",\" or \")\"");
     }
     next(p);
     return l;

@@ -289,9 +289,73 @@ static void test_promql_count_over_roll_ups(void **state)
     if (res->value.samples[0].v != (double)want)
         fprintf(stderr, "count_over_time: got %g want %zu\n", res->value.samples[0].v, want);
     assert_true(res->value.samples[0].v == (double)want);
+    /* ... and since that window is not whole buckets ([T0+30m-2, T0+60m-2] is answered with
+     * [T0+29m, T0+59m)), the result says it is approximate. */
+    assert_int_equal(res->nwarnings, 1);
+    assert_non_null(strstr(res->warnings[0], "1m roll-ups"));
+    assert_non_null(strstr(res->warnings[0], "approximate"));
     promql_result_free(res);
     querier_close(q);
     promql_ast_free(ast);
+}
+
+/* Warnings where roll-ups answer approximately, none where they are exact or raw data answers. */
+static void test_promql_rollup_warnings(void **state)
+{
+    struct {
+        const char *q;
+        int64_t t;
+        size_t nwarn;
+    } cases[] = {
+        /* whole buckets: [T0+30m, T0+60m] holds buckets 30..59, exactly the raw [T0+30m, T0+60m) */
+        {"count_over_time(flink_ratio[30m])", T0 + 60 * MIN_MS, 0},
+        {"sum_over_time(flink_ratio[30m])", T0 + 60 * MIN_MS, 0},
+        {"max_over_time(flink_ratio[10m])", T0 + 60 * MIN_MS, 0},
+        {"min_over_time(flink_ratio[10m])", T0 + 60 * MIN_MS, 0},
+        /* not whole buckets, or not an exact aggregate */
+        {"max_over_time(flink_ratio[10m])", T0 + 60 * MIN_MS + 15000, 1},
+        {"max_over_time(flink_ratio[90s])", T0 + 60 * MIN_MS, 1},
+        {"avg_over_time(flink_ratio[30m])", T0 + 60 * MIN_MS, 1},
+        {"rate(flink_ratio[30m])", T0 + 60 * MIN_MS, 1},
+        {"flink_ratio", T0 + 60 * MIN_MS, 1},
+        /* raw data only */
+        {"avg_over_time(flink_ratio[5m])", fake_now, 0},
+        {"flink_ratio", fake_now, 0},
+    };
+    querier_t *q = storage_querier(st);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[256];
+        promql_ast_t *ast = promql_parse(cases[i].q, err, sizeof(err));
+        assert_non_null(ast);
+        promql_result_t *res = promql_exec_instant(q, ast, cases[i].t, NULL);
+        assert_int_equal(res->err_kind, PROMQL_ERR_NONE);
+        assert_true(res->value.nsamples == 1);
+        if (res->nwarnings != cases[i].nwarn)
+            fail_msg("%s at %lld: %zu warnings, want %zu", cases[i].q, (long long)cases[i].t, res->nwarnings,
+                     cases[i].nwarn);
+        if (i == 0) {
+            size_t want = 0;
+            for (size_t k = 0; k < ref[S_GAUGE].n; k++)
+                want += ref[S_GAUGE].t[k] >= T0 + 30 * MIN_MS && ref[S_GAUGE].t[k] < T0 + 60 * MIN_MS;
+            assert_true(res->value.samples[0].v == (double)want);
+        }
+        promql_result_free(res);
+        promql_ast_free(ast);
+    }
+    /* The step-mode opt-in inside raw retention: roll-ups, and a warning naming it. */
+    char err[256];
+    promql_ast_t *ast = promql_parse("sum_over_time(flink_ratio[5m])", err, sizeof(err));
+    promql_opts_t o = {.rollup_step = true};
+    promql_result_t *res = promql_exec_range(q, ast, fake_now - 20 * MIN_MS, fake_now - 7000, MIN_MS, &o);
+    assert_int_equal(res->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(res->nwarnings, 1);
+    assert_non_null(strstr(res->warnings[0], "rollups=step"));
+    promql_result_free(res);
+    res = promql_exec_range(q, ast, fake_now - 20 * MIN_MS, fake_now - 7000, MIN_MS, NULL);
+    assert_int_equal(res->nwarnings, 0);
+    promql_result_free(res);
+    promql_ast_free(ast);
+    querier_close(q);
 }
 
 static void test_history_aggregates(void **state)
@@ -354,13 +418,25 @@ static void test_history_counter(void **state)
     assert_true(fabs(got_inc - want_inc) < 1e-6);
 }
 
-/* Step >= 1m inside raw retention: complete 1m buckets up to the last minute boundary, raw
- * after it. A step of 1h with a 5m range cannot use the 1h buckets (range too short). */
+/* Step >= 1m inside raw retention: raw samples, exactly what Prometheus would read, unless the
+ * caller opts in to step mode (rollup_step): then complete 1m buckets up to the last minute
+ * boundary, raw after it. A step of 1h with a 5m range cannot use the 1h buckets (range too
+ * short). */
 static void test_step_mode(void **state)
 {
     int64_t mint = fake_now - 20 * MIN_MS, maxt = fake_now - 7000;
     querier_hints_t h = {.func = "sum_over_time", .range_ms = 5 * MIN_MS, .step_ms = MIN_MS};
     got_t g;
+    const char *plain[] = {NULL, "rate", "sum_over_time", "avg_over_time", "idelta"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        for (int64_t step = MIN_MS; step <= HOUR_MS; step *= 60) {
+            querier_hints_t raw = {.func = plain[i], .range_ms = plain[i] ? 5 * MIN_MS : 0, .step_ms = step};
+            query_name(S_GAUGE, mint, maxt, &raw, &g);
+            assert_int_equal(g.rollup_until, 0);
+            assert_int_equal(check_stitched(S_GAUGE, &g, MIN_MS, NULL), 0);
+        }
+    }
+    h.rollup_step = true;
     query_name(S_GAUGE, mint, maxt, &h, &g);
     assert_int_equal(g.res, MIN_MS);
     assert_int_equal(g.rollup_until, floor_to(maxt, MIN_MS));
@@ -479,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_agg_table),
         cmocka_unit_test(test_history_aggregates),
         cmocka_unit_test(test_promql_count_over_roll_ups),
+        cmocka_unit_test(test_promql_rollup_warnings),
         cmocka_unit_test(test_history_counter),
         cmocka_unit_test(test_step_mode),
         cmocka_unit_test(test_catalog_only_series),
