@@ -8,60 +8,24 @@ Data: counters (with resets), gauges, classic histograms, a series with gaps and
 stale, scraped every 15 s on whole seconds (sluice's raw tier keeps one sample per second)."""
 # ctest-labels: peer
 import math
-import os
 import random
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 
 import pytest
 import requests
 
 import promproto
-from conftest import Sluice, free_port
+from conftest import prometheus_beside_sluice
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 STALE = promproto.bits2f(promproto.STALE_NAN_BITS)
 REL = 1e-5
 
 
 @pytest.fixture(scope="module")
 def systems():
-    d = tempfile.mkdtemp(prefix="sluice-diff-")
-    port = free_port()
-    cfg = os.path.join(d, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write("global:\n  scrape_interval: 15s\n")
-    plog = open(os.path.join(d, "prometheus.log"), "wb")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
-                             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"],
-                            stdout=plog, stderr=subprocess.STDOUT)
-    prom_url = f"http://127.0.0.1:{port}"
-    sl = Sluice(os.path.join(d, "sluice"))
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if requests.get(prom_url + "/-/ready", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.time() > deadline or prom.poll() is not None:
-                raise RuntimeError("prometheus did not start")
-            time.sleep(0.1)
-        sl.wait_ready()
+    with prometheus_beside_sluice("sluice-diff-") as (prom_url, sl):
         end = load_data(prom_url, sl.url)
         yield prom_url, sl.url, end
-    finally:
-        prom.send_signal(signal.SIGTERM)
-        prom.wait(timeout=30)
-        plog.close()
-        rc = sl.stop()
-        log = sl.read_log() if rc != 0 else ""
-        shutil.rmtree(d, ignore_errors=True)
-        assert rc == 0, log
 
 
 def load_data(prom_url, sluice_url):
