@@ -310,8 +310,23 @@ static int push_store(api_push_t *p, const push_effect_t *e, arena_t *a, char *m
         ss[i].t = t;
         ss[i].v = e->samples[i].v;
     }
+    /* The series refs the group's previous push resolved to (registry.h: series reference
+     * cache); storage verifies each before use and returns the ones it resolved now. */
+    storage_ref_t *refs = NULL;
+    if (e->nrefs) {
+        _Static_assert(sizeof(push_ref_t) == sizeof(storage_ref_t), "push_ref_t holds a storage_ref_t");
+        refs = arena_try_alloc(a, e->n * sizeof(*refs));
+        if (!refs) {
+            snprintf(msg, msglen, "out of memory");
+            return STORAGE_ERR_NOMEM;
+        }
+        memcpy(refs, e->refs, e->nrefs * sizeof(*refs));
+        memset(refs + e->nrefs, 0, (e->n - e->nrefs) * sizeof(*refs));
+    }
     storage_append_result_t res;
-    int rc = storage_append(p->opt.storage, ss, e->n, &res);
+    int rc = storage_append_refs(p->opt.storage, ss, e->n, refs, &res);
+    if (refs)
+        memcpy(e->refs, refs, e->nrefs * sizeof(*refs));
     if (rc == STORAGE_OK)
         return 0;
     if (rc == STORAGE_ERR_OUT_OF_ORDER || rc == STORAGE_ERR_TOO_OLD) {

@@ -957,9 +957,10 @@ typedef struct {
     const storage_sample_t *smp;
     size_t n;
     storage_append_result_t *res;
-    index_ref_t *refs; /* each sample's series, valid where ok[i] */
-    uint8_t *ok;       /* sample i passed its checks */
-    wal_sample_t *ws;  /* samples to log, then those applied */
+    index_ref_t *refs;         /* each sample's series, valid where ok[i] & APPEND_RESOLVED */
+    uint8_t *ok;               /* APPEND_* flags of sample i */
+    const storage_ref_t *hint; /* caller's refs (storage_append_refs), or NULL */
+    wal_sample_t *ws;          /* samples to log, then those applied */
     size_t nws;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
@@ -967,6 +968,11 @@ typedef struct {
     int64_t max_t; /* newest timestamp accepted (now + max_future_ms); INT64_MAX = any */
     label_t lbuf[MAX_LABELS_PER_SERIES];
 } append_t;
+
+enum {
+    APPEND_RESOLVED = 1, /* refs[i] holds the sample's series */
+    APPEND_PASSED = 2,   /* the sample passed its checks: log and apply it */
+};
 
 /* Fails the whole request: nothing of it counts as accepted. */
 static int append_fail_all(append_t *ap, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1024,8 +1030,37 @@ static void append_check(append_t *ap, size_t i, const labels_t *ls)
         fail(ap->res, i, code, err_text(code), ls);
         return;
     }
-    ap->ok[i] = 1;
+    ap->ok[i] |= APPEND_PASSED;
     ap->ws[ap->nws++] = (wal_sample_t){.series_id = ap->refs[i].id, .t_ms = x->t, .v = x->v};
+}
+
+/* Sample i by the caller's ref: false if the ref does not name a live series (nothing done),
+ * else true with the sample checked as append_check does. */
+static bool append_check_ref(append_t *ap, size_t i)
+{
+    const storage_sample_t *x = &ap->smp[i];
+    ap->refs[i] = ap->hint[i];
+    if (x->t > ap->max_t) { /* refused before the head is asked, as in append_check */
+        index_series_t *is = index_acquire_ref(head_index(ap->s->head), &ap->refs[i]);
+        if (!is)
+            return false;
+        index_release(head_index(ap->s->head), is);
+        ap->ok[i] |= APPEND_RESOLVED;
+        fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), &x->labels);
+        return true;
+    }
+    int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
+    if (hrc == HEAD_ERR_NOT_FOUND)
+        return false;
+    ap->ok[i] |= APPEND_RESOLVED;
+    if (hrc != HEAD_OK) {
+        int code = head_to_storage_err(hrc);
+        fail(ap->res, i, code, err_text(code), &x->labels);
+        return true;
+    }
+    ap->ok[i] |= APPEND_PASSED;
+    ap->ws[ap->nws++] = (wal_sample_t){.series_id = ap->refs[i].id, .t_ms = x->t, .v = x->v};
+    return true;
 }
 
 /* Remembers a series this request created, for the WAL's series record. */
@@ -1094,6 +1129,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
             return STORAGE_ERR_NOMEM;
     }
     *resolved = true;
+    ap->ok[i] |= APPEND_RESOLVED;
     append_check(ap, i, &ls);
     return STORAGE_OK;
 }
@@ -1145,7 +1181,14 @@ static int append_resolve(append_t *ap)
          * when a sample carries the very same labels as the previous one, its series is known. */
         if (i > 0 && resolved_prev && x->labels.v == x[-1].labels.v && x->labels.n == x[-1].labels.n) {
             ap->refs[i] = ap->refs[i - 1];
+            ap->ok[i] |= APPEND_RESOLVED;
             append_check(ap, i, &x->labels);
+            continue;
+        }
+        /* The caller's ref, if the series is still where it says: the check itself verifies it
+         * (same shard read lock as a label lookup); a miss falls through to the labels. */
+        if (ap->hint && ap->hint[i].id != 0 && append_check_ref(ap, i)) {
+            resolved_prev = true;
             continue;
         }
         int rc = append_resolve_one(ap, i, &resolved_prev);
@@ -1177,7 +1220,7 @@ static void append_apply(append_t *ap)
     storage_t *s = ap->s;
     ap->nws = 0;
     for (size_t i = 0; i < ap->n; i++) {
-        if (!ap->ok[i])
+        if (!(ap->ok[i] & APPEND_PASSED))
             continue;
         const storage_sample_t *x = &ap->smp[i];
         index_ref_t *ref = &ap->refs[i];
@@ -1220,6 +1263,12 @@ static void append_rollup(append_t *ap)
 
 int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)
 {
+    return storage_append_refs(s, smp, n, NULL, res);
+}
+
+int storage_append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
+                        storage_append_result_t *res)
+{
     storage_append_result_t local;
     if (!res)
         res = &local;
@@ -1240,6 +1289,7 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     }
     append_t ap;
     int rc = append_init(&ap, s, smp, n, res);
+    ap.hint = refs;
     if (rc == STORAGE_OK) {
         pthread_rwlock_rdlock(&s->ckpt);
         rc = append_resolve(&ap);
@@ -1253,6 +1303,8 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
         append_rollup(&ap);
         rc = res->failed ? res->first_error : STORAGE_OK;
     }
+    for (size_t i = 0; refs && i < n; i++)
+        refs[i] = ap.ok && (ap.ok[i] & APPEND_RESOLVED) ? ap.refs[i] : (storage_ref_t){0};
     append_free(&ap);
     return rc;
 }

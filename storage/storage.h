@@ -3,8 +3,9 @@
  * limits, statistics. It owns the head (raw tier), the WAL, the snapshot file, the series
  * catalog and the roll-ups, and keeps them consistent:
  *
- *   append:   resolve/create series (ids from the catalog) -> check rules -> WAL (series, then
- *             samples) -> head -> roll-ups. A sample is acknowledged only once it is in the WAL.
+ *   append:   resolve/create series (ids from the catalog; or by the caller's series refs, see
+ *             storage_append_refs) -> check rules -> WAL (series, then samples) -> head ->
+ *             roll-ups. A sample is acknowledged only once it is in the WAL.
  *   open:     catalog load (label hash -> id) -> snapshot load (a damaged snapshot is set aside
  *             and logged; recovery uses the previous snapshot, or the damaged one's intact
  *             records, or the WAL alone) -> WAL replay -> ready.
@@ -105,6 +106,24 @@ typedef struct {
  * STORAGE_ERR_LIMIT / NOT_READY mean nothing was stored). res may be NULL. Does not modify
  * samples. */
 int storage_append(storage_t *s, const storage_sample_t *samples, size_t n, storage_append_result_t *res);
+
+/* A series reference: where a series lives in the head (index_ref_t). A caller that appends the
+ * same series again and again (a push group re-pushing its metrics) keeps the ref each sample
+ * resolved to and hands it back next time, skipping label normalisation, hashing and the index
+ * lookup. A ref is a hint, never trusted: it is used only if the index slot it names still holds
+ * a series with its id (ids are never shared by two label sets: the catalog maps a label set to
+ * one id for good), checked under the shard's read lock as a label lookup is. A series removed
+ * since (expiry, retention), or a slot reused by another series, makes the ref miss, and the
+ * sample takes the label path. id 0 means "no ref" (ids start at 1). */
+typedef index_ref_t storage_ref_t;
+
+/* storage_append with refs (may be NULL): on entry refs[i] is sample i's series ref from an
+ * earlier append of the same labels, or zeroed when unknown; the caller must only pass a ref that
+ * some earlier call returned for exactly samples[i].labels. On return refs[i] is the ref sample i
+ * resolved to, zeroed when its series could not be resolved (invalid labels, series limit).
+ * Every refusal (limits, out of order, too old, too new) is exactly as storage_append's. */
+int storage_append_refs(storage_t *s, const storage_sample_t *samples, size_t n, storage_ref_t *refs,
+                        storage_append_result_t *res);
 
 /* A querier over everything stored (querier.h; tiers and synthetic roll-up samples:
  * storage/querier_tiered.h); close with querier_close. NULL on OOM. */

@@ -72,6 +72,10 @@ typedef struct {
     int64_t push_ms;
     push_batch_t *batch;
     uint64_t shape; /* hash of everything but the values: a push that keeps it logs values only */
+    /* The storage refs of its component series (family_each_series order), in the batch; NULL
+     * for families restored from a snapshot or the WAL (refs do not outlive the process). */
+    push_ref_t *refs;
+    size_t nseries;
 } push_family_t;
 
 typedef struct push_group {
@@ -117,6 +121,7 @@ struct push_pending {
     arena_t *arena;         /* the request's: the pending push and its samples live there */
     push_sample_t *samples; /* what the push stores (staleness markers are added by settle) */
     size_t nsamples, samples_cap;
+    push_ref_t *refs; /* nsamples refs in the batch, sliced among fams (family->refs) */
 };
 
 static uint64_t push_hash_str(const char *s)
@@ -792,11 +797,18 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
         }
     /* The samples to store. */
     push_collect_t c = {.a = a};
-    for (size_t i = 0; i < p->nfams; i++)
+    for (size_t i = 0; i < p->nfams; i++) {
+        size_t before = c.n;
         family_each_series(p->fams[i], collect_series, &c, a);
+        p->fams[i]->nseries = c.n - before;
+    }
     p->samples = c.v;
     p->nsamples = c.n;
     p->samples_cap = c.cap;
+    /* Each family's slice of the refs; filled by settle from the group's previous push. */
+    p->refs = arena_calloc(batch->arena, c.n ? c.n : 1, sizeof(push_ref_t));
+    for (size_t i = 0, off = 0; i < p->nfams; off += p->fams[i]->nseries, i++)
+        p->fams[i]->refs = p->refs + off;
     *pending = p;
     return PUSH_OK;
 }
@@ -844,6 +856,13 @@ int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *e
             return PUSH_ERR_INVALID;
         }
     }
+    /* Series refs carried over from the families this push replaces with the same shape. */
+    for (size_t i = 0; g && i < p->nfams; i++) {
+        push_family_t *nf = p->fams[i];
+        const push_family_t *of = group_family(g, nf->name);
+        if (of && of->refs && of->shape == nf->shape && of->nseries == nf->nseries && of->type == nf->type)
+            memcpy(nf->refs, of->refs, nf->nseries * sizeof(push_ref_t));
+    }
     /* Staleness markers for the series the change drops. */
     if (g && push_drops_series(g, p)) {
         size_t nseries = p->nsamples + 16;
@@ -874,6 +893,8 @@ int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *e
     effect->samples = c.v;
     effect->n = c.n;
     effect->t_ms = p->now_ms;
+    effect->refs = p->nsamples ? p->refs : NULL;
+    effect->nrefs = p->nsamples;
     return PUSH_OK;
 }
 
@@ -1021,6 +1042,8 @@ bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64
     effect->samples = c.v;
     effect->n = c.n;
     effect->t_ms = now_ms;
+    effect->refs = NULL;
+    effect->nrefs = 0;
     return g != NULL;
 }
 
@@ -1039,6 +1062,8 @@ void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_eff
     effect->samples = c.v;
     effect->n = c.n;
     effect->t_ms = now_ms;
+    effect->refs = NULL;
+    effect->nrefs = 0;
 }
 
 /* Storage's resolution: pushes of one second line up, so no interval counts as shorter. Without
@@ -1087,6 +1112,8 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
     effect->samples = c.v;
     effect->n = c.n;
     effect->t_ms = now_ms;
+    effect->refs = NULL;
+    effect->nrefs = 0;
     return n;
 }
 
@@ -1168,11 +1195,11 @@ static void text_series(void *ud, const char *name, const push_metric_t *m, cons
 typedef struct {
     const push_family_t *f;
     const push_metric_t *m;
-} push_ref_t;
+} push_render_item_t;
 
 static int ref_cmp(const void *pa, const void *pb)
 {
-    const push_ref_t *a = pa, *b = pb;
+    const push_render_item_t *a = pa, *b = pb;
     int c = strcmp(a->f->name, b->f->name);
     if (c)
         return c;
@@ -1224,7 +1251,7 @@ void push_registry_write_text(push_registry_t *r, buf_t *out)
                 nref += g->fams[f]->n;
         }
     size_t ng = r->ngroups;
-    push_ref_t *refs = malloc((nref + ng * 2 + 1) * sizeof(*refs));
+    push_render_item_t *refs = malloc((nref + ng * 2 + 1) * sizeof(*refs));
     push_family_t **pinned = malloc((nfam + 1) * sizeof(*pinned));
     push_metric_t *bookkeeping = arena_calloc(a, ng ? ng * 2 : 1, sizeof(push_metric_t));
     static const push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
@@ -1243,7 +1270,7 @@ void push_registry_write_text(push_registry_t *r, buf_t *out)
                     fam->batch->refs++;
                 pinned[npinned++] = fam;
                 for (size_t m = 0; m < fam->n; m++)
-                    refs[k++] = (push_ref_t){fam, &fam->metrics[m]};
+                    refs[k++] = (push_render_item_t){fam, &fam->metrics[m]};
             }
             push_metric_t *mt = &bookkeeping[gi * 2], *mf = &bookkeeping[gi * 2 + 1];
             mt->labels = group_series_labels_copy(g, a, &mt->nlabels);
@@ -1252,8 +1279,8 @@ void push_registry_write_text(push_registry_t *r, buf_t *out)
             mf->nlabels = mt->nlabels;
             mf->value = (double)g->fail_ms / 1000.0;
             /* The bookkeeping families join the sort like any other. */
-            refs[k++] = (push_ref_t){&ftime, mt};
-            refs[k++] = (push_ref_t){&ffail, mf};
+            refs[k++] = (push_render_item_t){&ftime, mt};
+            refs[k++] = (push_render_item_t){&ffail, mf};
         }
     assert(gi == ng && k == nref + ng * 2);
     pthread_mutex_unlock(&r->mu);

@@ -57,11 +57,26 @@ typedef struct {
     double v;
 } push_sample_t;
 
-/* What a change means for storage: samples to append at time t_ms (stale markers included). */
+/* The caller's reference to the stored series of a sample (storage_ref_t), kept verbatim and
+ * handed back on the next push; all zero = none. Opaque to the registry. */
+typedef struct {
+    uint64_t w[2];
+} push_ref_t;
+
+/* What a change means for storage: samples to append at time t_ms (stale markers included).
+ *
+ * Series reference cache. refs[0..nrefs) (nrefs <= n) are the series refs of the first nrefs
+ * samples: a push's own samples carry the refs the group's previous push of the same family
+ * resolved to, when the family kept its shape (same name, type, help, metrics' labels and
+ * bounds: the same component series in the same order); else zero. The caller appends with them
+ * and writes back the refs storage resolved (before push_registry_commit): the committed families
+ * keep them for the next push. Staleness markers (and deletes, wipes, expiry) carry none. */
 typedef struct {
     push_sample_t *samples;
     size_t n;
     int64_t t_ms;
+    push_ref_t *refs; /* owned by the pending push; NULL when nrefs = 0 */
+    size_t nrefs;
 } push_effect_t;
 
 /* A validated push waiting for its samples to be stored; owned by the arena passed to prepare. */

@@ -644,6 +644,148 @@ static void test_shared_label_arrays(void **state)
     storage_close(s);
 }
 
+/* Samples of series __name__=name, job=job. */
+static size_t count_job(storage_t *s, const char *name, const char *job, double *sum)
+{
+    char err[64];
+    matcher_t *m[2] = {matcher_new(MATCHER_EQ, "__name__", name, err, sizeof(err)),
+                       matcher_new(MATCHER_EQ, "job", job, err, sizeof(err))};
+    querier_t *q = storage_querier(s);
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)m, 2, INT64_MIN, INT64_MAX, NULL);
+    size_t n = 0;
+    *sum = 0;
+    for (const querier_series_t *sr; (sr = querier_set_next(set));) {
+        querier_iter_t it;
+        querier_iter_init(&it, sr, INT64_MIN, INT64_MAX);
+        int64_t t;
+        double v;
+        while (querier_iter_next(&it, &t, &v)) {
+            n++;
+            *sum += v;
+        }
+    }
+    querier_set_free(set);
+    querier_close(q);
+    matcher_free(m[0]);
+    matcher_free(m[1]);
+    return n;
+}
+
+static int append_ref(storage_t *s, const char *job, int64_t t, double v, storage_ref_t *ref,
+                      storage_append_result_t *r)
+{
+    label_t l[2] = {{"job", job}, {"__name__", "rm"}};
+    storage_sample_t smp = {.labels = {l, 2}, .t = t, .v = v};
+    return storage_append_refs(s, &smp, 1, ref, r);
+}
+
+/* The series reference cache (storage_append_refs): refs come back from the label path, a valid
+ * ref is used as is, every refusal is as without refs, and a stale ref (series removed, its slot
+ * reused by another series) falls back to the labels and never writes to the other series. */
+static void test_append_refs(void **state)
+{
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.max_future_ms = 60000;
+    char err[128];
+    storage_t *s = storage_open(&o, err, sizeof(err)); /* memory only */
+    assert_non_null(s);
+    storage_append_result_t r;
+    int64_t t0 = fake_now - 600000;
+
+    /* Batch with no refs: every resolved sample gets one; an invalid one gets none. */
+    label_t la[] = {{"job", "a"}, {"__name__", "rm"}}, lb[] = {{"__name__", "rm"}, {"job", "b"}};
+    label_t bad[] = {{"job", "x"}};
+    storage_sample_t batch[] = {
+        {.labels = {la, 2}, .t = t0, .v = 1},
+        {.labels = {bad, 1}, .t = t0, .v = 1},
+        {.labels = {lb, 2}, .t = t0, .v = 10},
+    };
+    storage_ref_t refs[3];
+    memset(refs, 0, sizeof(refs));
+    assert_int_equal(storage_append_refs(s, batch, 3, refs, &r), STORAGE_ERR_BAD_LABELS);
+    assert_int_equal(r.accepted, 2);
+    assert_true(refs[0].id != 0 && refs[2].id != 0 && refs[0].id != refs[2].id);
+    assert_int_equal(refs[1].id, 0);
+    storage_ref_t ra = refs[0], rb = refs[2];
+
+    /* By ref: stored in the right series, the same refs come back. */
+    for (int i = 0; i < 3; i++)
+        batch[i].t = t0 + 10000;
+    batch[0].v = 2;
+    batch[2].v = 20;
+    assert_int_equal(storage_append_refs(s, batch, 3, refs, &r), STORAGE_ERR_BAD_LABELS);
+    assert_int_equal(r.accepted, 2);
+    assert_memory_equal(&refs[0], &ra, sizeof(ra));
+    assert_memory_equal(&refs[2], &rb, sizeof(rb));
+    double sum;
+    assert_int_equal(count_job(s, "rm", "a", &sum), 2);
+    assert_true(sum == 3);
+    assert_int_equal(count_job(s, "rm", "b", &sum), 2);
+    assert_true(sum == 30);
+    /* A valid ref is used as is: labels are not even looked at (the caller's promise is that they
+     * are the ref's), which is what makes it cheap. */
+    storage_sample_t nolabels = {.labels = {bad, 1}, .t = t0 + 20000, .v = 3};
+    storage_ref_t ref = ra;
+    assert_int_equal(storage_append_refs(s, &nolabels, 1, &ref, &r), STORAGE_OK);
+    assert_int_equal(count_job(s, "rm", "a", &sum), 3);
+
+    /* Refusals by ref are those of the label path, message included. */
+    ref = ra;
+    assert_int_equal(append_ref(s, "a", t0, 9, &ref, &r), STORAGE_ERR_OUT_OF_ORDER);
+    assert_non_null(strstr(r.msg, "out of order"));
+    assert_non_null(strstr(r.msg, "job=\"a\""));
+    assert_memory_equal(&ref, &ra, sizeof(ra));
+    ref = ra;
+    assert_int_equal(append_ref(s, "a", fake_now + 120000, 9, &ref, &r), STORAGE_ERR_TOO_NEW);
+    assert_memory_equal(&ref, &ra, sizeof(ra));
+    assert_int_equal(count_job(s, "rm", "a", &sum), 3);
+
+    /* Refs that name nothing fall back to the labels. */
+    storage_ref_t junk[] = {
+        {.id = ra.id + 1000, .shard = ra.shard, .slot = ra.slot},
+        {.id = ra.id, .shard = INDEX_SHARDS + 3, .slot = 0},
+        {.id = ra.id, .shard = ra.shard, .slot = 1u << 30},
+        {.id = rb.id, .shard = ra.shard, .slot = ra.slot}, /* another series' id */
+    };
+    for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+        ref = junk[i];
+        assert_int_equal(append_ref(s, "a", t0 + 30000 + 1000 * (int64_t)i, 1, &ref, &r), STORAGE_OK);
+        assert_memory_equal(&ref, &ra, sizeof(ra));
+    }
+    assert_int_equal(count_job(s, "rm", "a", &sum), 7);
+    assert_int_equal(count_job(s, "rm", "b", &sum), 2);
+
+    /* A series that expires: its ref goes stale, and its slot is taken by another series. */
+    storage_ref_t rold;
+    memset(&rold, 0, sizeof(rold));
+    assert_int_equal(append_ref(s, "old", fake_now - 3 * 3600 * 1000LL, 1, &rold, &r), STORAGE_OK);
+    assert_true(rold.id != 0);
+    for (int i = 0; i < 20; i++)
+        storage_housekeep(s);
+    assert_int_equal(count_job(s, "rm", "old", &sum), 0);
+    storage_ref_t ry = {0};
+    char job[32];
+    for (int i = 0; i < 10000 && ry.shard != rold.shard; i++) {
+        snprintf(job, sizeof(job), "y%d", i);
+        memset(&ry, 0, sizeof(ry));
+        assert_int_equal(append_ref(s, job, t0, 5, &ry, &r), STORAGE_OK);
+    }
+    assert_int_equal(ry.shard, rold.shard);
+    assert_int_equal(ry.slot, rold.slot); /* the freed slot was reused */
+    ref = rold;
+    assert_int_equal(append_ref(s, "old", t0 + 40000, 7, &ref, &r), STORAGE_OK);
+    assert_true(ref.id == rold.id); /* same labels, same id (catalog/known map) */
+    assert_false(ref.shard == ry.shard && ref.slot == ry.slot);
+    assert_int_equal(count_job(s, "rm", "old", &sum), 1);
+    assert_true(sum == 7);
+    assert_int_equal(count_job(s, "rm", job, &sum), 1);
+    assert_true(sum == 5);
+    storage_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -655,6 +797,7 @@ int main(void)
         cmocka_unit_test(test_series_per_request_distinct),
         cmocka_unit_test(test_state_clients),
         cmocka_unit_test(test_shared_label_arrays),
+        cmocka_unit_test(test_append_refs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

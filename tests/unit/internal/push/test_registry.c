@@ -401,13 +401,141 @@ static void test_render_races_pushes(void **state)
     push_registry_free(rt.r);
 }
 
+/* Pushes body and plays storage for the series reference cache: a sample without a ref gets a
+ * fresh one (w[0] = ++*next_ref), a sample with a ref keeps it; then commits. */
+static int push_with_refs(push_registry_t *r, push_mode_t mode, const char *job, const char *body, int64_t now,
+                          step_t *st, uint64_t *next_ref)
+{
+    char err[512];
+    st->a = arena_create(0);
+    char *b = arena_strdup(st->a, body);
+    expfmt_result_t res;
+    assert_int_equal(expfmt_parse_text(b, strlen(b), false, NULL, st->a, &res, err, sizeof(err)), 0);
+    label_t g[1] = {{"job", job}};
+    labels_t grouping = {g, 1};
+    push_pending_t *p;
+    int rc = push_registry_prepare(r, &grouping, mode, &res, now, st->a, &p, &st->effect, err, sizeof(err));
+    if (rc != PUSH_OK)
+        return rc;
+    assert_true(st->effect.nrefs <= st->effect.n);
+    for (size_t i = 0; i < st->effect.nrefs; i++)
+        if (st->effect.refs[i].w[0] == 0)
+            st->effect.refs[i] = (push_ref_t){{++*next_ref, 7}};
+    push_registry_commit(r, p, NULL);
+    return rc;
+}
+
+/* The ref the step's effect carried for series `name` with label l=v (v NULL: any), 0 if none. */
+static uint64_t ref_of(const step_t *st, const char *name, const char *l, const char *v)
+{
+    for (size_t i = 0; i < st->effect.nrefs; i++) {
+        const labels_t *ls = &st->effect.samples[i].labels;
+        const char *n = labels_get(ls, "__name__"), *x = l ? labels_get(ls, l) : NULL;
+        if (strcmp(n, name) == 0 && (!l || (x && strcmp(x, v) == 0)))
+            return st->effect.refs[i].w[0];
+    }
+    return UINT64_MAX; /* no such sample */
+}
+
+/* Series refs (registry.h): carried to the next push of a family that kept its shape, reset when
+ * the family's labels, bounds or type change, absent on staleness markers, gone with the group. */
+static void test_series_refs(void **state)
+{
+    push_registry_t *r = push_registry_new(NULL);
+    uint64_t next = 0;
+    step_t s[12];
+    int k = 0;
+    const char *b1 = "# TYPE a counter\na 1\nb{x=\"1\"} 2\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+                     "h_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n";
+    const char *b2 = "# TYPE a counter\na 5\nb{x=\"1\"} 6\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+                     "h_bucket{le=\"+Inf\"} 3\nh_sum 4\nh_count 3\n";
+    /* First push: nothing known. */
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "j", b1, 1000, &s[k], &next), PUSH_OK);
+    assert_int_equal(s[k].effect.nrefs, 6);
+    assert_int_equal(s[k].effect.n, 6);
+    assert_int_equal(next, 6); /* every sample was fresh */
+    uint64_t ra = ref_of(&s[k], "a", NULL, NULL), rb = ref_of(&s[k], "b", "x", "1");
+    uint64_t rh1 = ref_of(&s[k], "h_bucket", "le", "1"), rhs = ref_of(&s[k], "h_sum", NULL, NULL);
+    k++;
+    /* Same shape, new values: every ref carried, each to its own series. */
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "j", b2, 2000, &s[k], &next), PUSH_OK);
+    assert_int_equal(next, 6);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), ra);
+    assert_int_equal(ref_of(&s[k], "b", "x", "1"), rb);
+    assert_int_equal(ref_of(&s[k], "h_bucket", "le", "1"), rh1);
+    assert_int_equal(ref_of(&s[k], "h_sum", NULL, NULL), rhs);
+    k++;
+    /* b's label changes: b's family starts over, the others keep theirs; the dropped series'
+     * staleness marker carries no ref (it lies past nrefs). */
+    const char *b3 = "# TYPE a counter\na 6\nb{x=\"2\"} 7\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+                     "h_bucket{le=\"+Inf\"} 3\nh_sum 4\nh_count 3\n";
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "j", b3, 3000, &s[k], &next), PUSH_OK);
+    assert_int_equal(s[k].effect.nrefs, 6);
+    assert_int_equal(s[k].effect.n, 7);
+    assert_int_equal(count_stale(&s[k].effect), 1);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), ra);
+    assert_int_equal(ref_of(&s[k], "b", "x", "2"), 7);
+    assert_int_equal(next, 7);
+    uint64_t rb2 = 7;
+    k++;
+    /* A histogram bound changes: h starts over. */
+    const char *b4 = "# TYPE a counter\na 7\nb{x=\"2\"} 8\n# TYPE h histogram\nh_bucket{le=\"2\"} 2\n"
+                     "h_bucket{le=\"+Inf\"} 3\nh_sum 4\nh_count 3\n";
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "j", b4, 4000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "b", "x", "2"), rb2);
+    assert_true(ref_of(&s[k], "h_sum", NULL, NULL) > 7);
+    assert_int_equal(next, 11);
+    k++;
+    /* POST of another family keeps a's refs in the group; a type change starts a over. */
+    assert_int_equal(push_with_refs(r, PUSH_POST, "j", "c 1\n", 5000, &s[k], &next), PUSH_OK);
+    assert_int_equal(s[k].effect.nrefs, 1);
+    assert_int_equal(next, 12);
+    k++;
+    assert_int_equal(push_with_refs(r, PUSH_POST, "j", "# TYPE a counter\na 8\n", 6000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), ra);
+    k++;
+    assert_int_equal(push_with_refs(r, PUSH_POST, "j", "# TYPE a gauge\na 8\n", 7000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 13);
+    k++;
+    /* Another group with the same body has its own refs. */
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "other", "# TYPE a gauge\na 1\n", 7000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 14);
+    k++;
+    /* Deleted: markers carry no refs, and the group's next push starts over. */
+    arena_t *a = arena_create(0);
+    push_effect_t e;
+    label_t g[1] = {{"job", "j"}};
+    assert_true(push_registry_delete(r, &(labels_t){g, 1}, 8000, a, &e, NULL));
+    assert_int_equal(e.nrefs, 0);
+    assert_null(e.refs);
+    assert_int_equal(push_with_refs(r, PUSH_PUT, "j", "# TYPE a gauge\na 9\n", 9000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 15);
+    k++;
+    /* Restored state knows no refs (they do not outlive the process). */
+    buf_t ser = BUF_INIT;
+    push_registry_serialize(r, &ser);
+    push_registry_t *r2 = push_registry_new(NULL);
+    assert_int_equal(push_registry_restore(r2, ser.data, ser.len), 0);
+    buf_free(&ser);
+    assert_int_equal(push_with_refs(r2, PUSH_PUT, "j", "# TYPE a gauge\na 10\n", 10000, &s[k], &next), PUSH_OK);
+    assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 16);
+    k++;
+    push_registry_wipe(r2, 11000, a, &e, NULL);
+    assert_int_equal(e.nrefs, 0);
+    for (int i = 0; i < k; i++)
+        arena_destroy(s[i].a);
+    arena_destroy(a);
+    push_registry_free(r);
+    push_registry_free(r2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_post_semantics),        cmocka_unit_test(test_staleness_only_for_dropped_series),
         cmocka_unit_test(test_type_index_is_incremental), cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_serialize_restore),         cmocka_unit_test(test_delta_replay),
-        cmocka_unit_test(test_render_races_pushes),
+        cmocka_unit_test(test_render_races_pushes),       cmocka_unit_test(test_series_refs),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     journal_free();
