@@ -1012,50 +1012,35 @@ static void append_free(append_t *ap)
     arena_destroy(ap->a);
 }
 
-/* Checks sample i against its resolved series; queues it for the WAL when it passes. */
-static void append_check(append_t *ap, size_t i, const labels_t *ls)
+/* Checks sample i against its series (ap->refs[i]); queues it for the WAL when it passes. A
+ * caller's ref (verified false) is verified by the check itself, under the same shard read lock a
+ * label lookup takes: false, with nothing done, when it names no live series. */
+static bool append_check(append_t *ap, size_t i, const labels_t *ls, bool verified)
 {
     const storage_sample_t *x = &ap->smp[i];
     /* A sample from a clock years ahead (or at INT64_MAX) would make every later sample of its
      * series out of order until that time: refuse it instead. */
     if (x->t > ap->max_t) {
-        fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), ls);
-        return;
-    }
-    int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
-    if (hrc == HEAD_ERR_NOT_FOUND)
-        hrc = HEAD_OK; /* swept meanwhile: recreated at apply time */
-    if (hrc != HEAD_OK) {
-        int code = head_to_storage_err(hrc);
-        fail(ap->res, i, code, err_text(code), ls);
-        return;
-    }
-    ap->ok[i] |= APPEND_PASSED;
-    ap->ws[ap->nws++] = (wal_sample_t){.series_id = ap->refs[i].id, .t_ms = x->t, .v = x->v};
-}
-
-/* Sample i by the caller's ref: false if the ref does not name a live series (nothing done),
- * else true with the sample checked as append_check does. */
-static bool append_check_ref(append_t *ap, size_t i)
-{
-    const storage_sample_t *x = &ap->smp[i];
-    ap->refs[i] = ap->hint[i];
-    if (x->t > ap->max_t) { /* refused before the head is asked, as in append_check */
-        index_series_t *is = index_acquire_ref(head_index(ap->s->head), &ap->refs[i]);
-        if (!is)
-            return false;
-        index_release(head_index(ap->s->head), is);
+        if (!verified) {
+            index_series_t *is = index_acquire_ref(head_index(ap->s->head), &ap->refs[i]);
+            if (!is)
+                return false;
+            index_release(head_index(ap->s->head), is);
+        }
         ap->ok[i] |= APPEND_RESOLVED;
-        fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), &x->labels);
+        fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), ls);
         return true;
     }
     int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
-    if (hrc == HEAD_ERR_NOT_FOUND)
-        return false;
+    if (hrc == HEAD_ERR_NOT_FOUND) {
+        if (!verified)
+            return false;
+        hrc = HEAD_OK; /* swept meanwhile: recreated at apply time */
+    }
     ap->ok[i] |= APPEND_RESOLVED;
     if (hrc != HEAD_OK) {
         int code = head_to_storage_err(hrc);
-        fail(ap->res, i, code, err_text(code), &x->labels);
+        fail(ap->res, i, code, err_text(code), ls);
         return true;
     }
     ap->ok[i] |= APPEND_PASSED;
@@ -1129,8 +1114,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
             return STORAGE_ERR_NOMEM;
     }
     *resolved = true;
-    ap->ok[i] |= APPEND_RESOLVED;
-    append_check(ap, i, &ls);
+    append_check(ap, i, &ls, true);
     return STORAGE_OK;
 }
 
@@ -1181,15 +1165,17 @@ static int append_resolve(append_t *ap)
          * when a sample carries the very same labels as the previous one, its series is known. */
         if (i > 0 && resolved_prev && x->labels.v == x[-1].labels.v && x->labels.n == x[-1].labels.n) {
             ap->refs[i] = ap->refs[i - 1];
-            ap->ok[i] |= APPEND_RESOLVED;
-            append_check(ap, i, &x->labels);
+            append_check(ap, i, &x->labels, true);
             continue;
         }
         /* The caller's ref, if the series is still where it says: the check itself verifies it
          * (same shard read lock as a label lookup); a miss falls through to the labels. */
-        if (ap->hint && ap->hint[i].id != 0 && append_check_ref(ap, i)) {
-            resolved_prev = true;
-            continue;
+        if (ap->hint && ap->hint[i].id != 0) {
+            ap->refs[i] = ap->hint[i];
+            if (append_check(ap, i, &x->labels, false)) {
+                resolved_prev = true;
+                continue;
+            }
         }
         int rc = append_resolve_one(ap, i, &resolved_prev);
         if (rc != STORAGE_OK)
