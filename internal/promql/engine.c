@@ -24,6 +24,7 @@
 #include "internal/promql/engine_int.h"
 #include "internal/util/clock.h"
 #include "internal/util/hashmap.h"
+#include "internal/util/parse.h"
 
 #define DEFAULT_LOOKBACK_MS (5 * 60 * 1000)
 #define DEFAULT_MAX_SAMPLES 50000000
@@ -1341,13 +1342,7 @@ static void add_rollup_warnings(pq_ctx_t *c, promql_result_t *res)
     if (!c->rollups_used || (!c->rollup_step && !c->rollups_approx))
         return;
     char w[48];
-    int64_t r = c->rollup_res;
-    if (r % 3600000 == 0)
-        snprintf(w, sizeof(w), "%lldh", (long long)(r / 3600000));
-    else if (r % 60000 == 0)
-        snprintf(w, sizeof(w), "%lldm", (long long)(r / 60000));
-    else
-        snprintf(w, sizeof(w), "%lldms", (long long)r);
+    format_duration_ms(c->rollup_res, w, sizeof(w));
     char m[400];
     if (c->rollup_step)
         snprintf(m, sizeof(m),
