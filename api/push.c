@@ -28,6 +28,7 @@
 #include <zlib.h>
 
 #include "api/router.h"
+#include "internal/push/shape.h"
 #include "internal/expfmt/proto_parse.h"
 #include "internal/expfmt/text_parse.h"
 #include "internal/util/buildinfo.h"
@@ -394,28 +395,55 @@ static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
         api_reply_text(req, st, "%s\n", err);
         return;
     }
-    expfmt_result_t parsed;
     expfmt_format_t fmt = expfmt_format_from_content_type(api_req_header(req, "Content-Type"));
-    int rc = fmt == EXPFMT_FORMAT_PROTO_DELIM
-                 ? expfmt_parse_proto((const uint8_t *)body, len, &p->opt.limits, req->arena, &parsed, err, sizeof(err))
-                 : expfmt_parse_text(body, len, fmt == EXPFMT_FORMAT_OPENMETRICS, &p->opt.limits, req->arena, &parsed,
-                                     err, sizeof(err));
+    bool text = fmt != EXPFMT_FORMAT_PROTO_DELIM;
+    push_pending_t *pending = NULL;
+    push_effect_t effect;
+    int rc;
+    int64_t now;
+    /* A reporter's push usually repeats its previous body with new values: then only the values
+     * are read (registry.h, repeated pushes); anything else is parsed in full. */
+    push_fast_t *fast = NULL;
+    if (text && mode == PUSH_PUT &&
+        push_registry_match(p->reg, &grouping, body, len, fmt, req->arena, &fast) == PUSH_OK) {
+        now = push_now_ms(p);
+        pthread_mutex_lock(&p->apply_mu);
+        rc = push_registry_settle_fast(p->reg, fast, now, req->arena, &pending, &effect);
+        push_registry_fast_release(p->reg, fast);
+        if (rc == PUSH_OK)
+            goto store;
+        pthread_mutex_unlock(&p->apply_mu);
+        if (rc == PUSH_ERR_NOMEM) {
+            api_reply_text(req, 503, "out of memory\n");
+            return;
+        }
+    }
+    /* The text parser changes the body in place: the shape of a PUT is taken from a copy. */
+    char *orig = NULL;
+    if (text && mode == PUSH_PUT && (orig = arena_try_alloc(req->arena, len ? len : 1)) != NULL)
+        memcpy(orig, body, len);
+    expfmt_result_t parsed;
+    rc = !text ? expfmt_parse_proto((const uint8_t *)body, len, &p->opt.limits, req->arena, &parsed, err, sizeof(err))
+               : expfmt_parse_text_spans(body, len, fmt == EXPFMT_FORMAT_OPENMETRICS, &p->opt.limits, req->arena,
+                                         &parsed, err, sizeof(err));
     if (rc != EXPFMT_OK) {
         api_reply_text(req, rc == EXPFMT_ENOMEM ? 413 : 400, "%s\n", err);
         return;
     }
-    int64_t now = push_now_ms(p);
-    push_pending_t *pending = NULL;
-    push_effect_t effect;
+    now = push_now_ms(p);
     /* Building what the group will hold is the costly part: it runs on every worker in parallel;
      * only the check against other groups, the append and the commit are serialized. */
     rc = push_registry_build(p->reg, &grouping, mode, &parsed, now, req->arena, &pending, err, sizeof(err));
+    if (rc == PUSH_OK && orig)
+        push_registry_pending_take_shape(pending, push_shape_build(orig, len, fmt, &parsed),
+                                         fmt == EXPFMT_FORMAT_OPENMETRICS);
     pthread_mutex_lock(&p->apply_mu);
     if (rc == PUSH_OK) {
         rc = push_registry_settle(p->reg, pending, &effect, err, sizeof(err));
         if (rc != PUSH_OK)
             push_registry_abort(pending);
     }
+store:;
     buf_t delta = BUF_INIT;
     if (rc != PUSH_OK) {
         push_registry_fail(p->reg, &grouping, now, &delta);

@@ -82,10 +82,19 @@ typedef struct {
     size_t nsamples;
 } expfmt_family_t;
 
+/* Where a sample's line lies in the text body, as byte offsets from the body's start: the line
+ * starts at `line`, its value token is [value, value_end) (then a blank or the line's '\n'). */
+typedef struct {
+    uint32_t line, value, value_end;
+} expfmt_span_t;
+
 typedef struct {
     expfmt_family_t *families; /* order of first appearance; never a family with 0 samples */
     size_t nfamilies;
     size_t nsamples; /* over all families */
+    /* spans[k] locates sample k, counting families in order and samples within each; NULL
+     * unless the parser was asked for them (expfmt_parse_text_spans). */
+    expfmt_span_t *spans;
 } expfmt_result_t;
 
 /* Caller-chosen bounds; 0 means the built-in default (in brackets). Exceeding one is
@@ -137,7 +146,8 @@ size_t expfmt_go_quote(char *out, size_t outlen, const char *s, size_t n);
 /* Go's float64 -> uint64 conversion as compiled for amd64 (what the Pushgateway does to counts). */
 double expfmt_go_uint64_trunc(double v);
 
-/* ---- module-internal (text_parse.c, proto_parse.c, tests) ------------------------------------ */
+/* ---- module-internal (text_parse.c, proto_parse.c, tests; push/shape.c reads values with the
+ * text parser's own expfmt__parse_float, as it must accept exactly the values the parser does) -- */
 
 /* Go's strconv.ParseFloat(s, 64) as prometheus/common's parseFloat wraps it (no 'p', 'P', '_'):
  * decimal syntax, case-insensitive inf/infinity/nan (sign allowed on inf only); overflow is an

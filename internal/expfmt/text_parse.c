@@ -100,6 +100,9 @@ typedef struct {
     hashmap_t fam_by_hash; /* XXH3(name) -> family index (a multimap, in the arena) */
     size_t cur;            /* last family used + 1 (0 = none): most lines belong to the previous family */
 
+    char *body;          /* start of the body (span offsets count from here) */
+    char *line_start;    /* the current line's first byte */
+    expfmt_span_t *span; /* per sample, parallel to smp; NULL when not asked for */
     expfmt_sample_t *smp;
     uint32_t *sfam;
     size_t nsmp, capsmp;
@@ -949,6 +952,7 @@ static int parse_sample(tp_t *tp, char **pp)
         p++;
     if (p >= e)
         return TP_EOF;
+    char *v_end = p;
     double value;
     if (expfmt__parse_float(v, (size_t)(p - v), &value) < 0) {
         QUOTE(q, v, (size_t)(p - v));
@@ -1075,6 +1079,9 @@ static int parse_sample(tp_t *tp, char **pp)
     s->value = value;
     s->timestamp_ms = ts;
     tp->sfam[tp->nsmp] = (uint32_t)(fi - 1);
+    if (tp->span)
+        tp->span[tp->nsmp] = (expfmt_span_t){(uint32_t)(tp->line_start - tp->body), (uint32_t)(v - tp->body),
+                                             (uint32_t)(v_end - tp->body)};
     if (n)
         tp->lpos += n;
     if (fam->count == 0)
@@ -1094,6 +1101,7 @@ static int tp_run(tp_t *tp, char *body)
     char *p = body, *e = tp->end;
     for (;;) {
         tp->line++;
+        tp->line_start = p;
         p = skip_blank(p, e);
         if (p >= e) {
             if (tp->om)
@@ -1139,8 +1147,15 @@ static int tp_finish(tp_t *tp, expfmt_result_t *out)
             off[i] = o;
             o += tp->fams[i].count;
         }
-        for (size_t i = 0; i < tp->nsmp; i++)
+        expfmt_span_t *span = tp->span ? arena_try_alloc(tp->a, tp->nsmp * sizeof(*span)) : NULL;
+        if (tp->span && !span)
+            return tp_nomem(tp);
+        for (size_t i = 0; i < tp->nsmp; i++) {
+            if (span)
+                span[off[tp->sfam[i]]] = tp->span[i];
             smp[off[tp->sfam[i]]++] = tp->smp[i];
+        }
+        tp->span = span;
         o = 0;
         for (size_t i = 0; i < tp->nfams; i++) {
             tp->fams[i].first = o;
@@ -1167,10 +1182,11 @@ static int tp_finish(tp_t *tp, expfmt_result_t *out)
     out->families = fams;
     out->nfamilies = nf;
     out->nsamples = tp->nsmp;
+    out->spans = tp->span;
     return 0;
 }
 
-int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+static int parse_text(char *body, size_t len, bool openmetrics, bool spans, const expfmt_limits_t *lim, arena_t *a,
                       expfmt_result_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
@@ -1179,6 +1195,7 @@ int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_lim
     tp_t tp;
     memset(&tp, 0, sizeof(tp));
     tp.end = body + len;
+    tp.body = body;
     tp.om = openmetrics;
     tp.a = a;
     hashmap_init(&tp.fam_by_hash, a, HASHMAP_HASHED_KEYS);
@@ -1203,7 +1220,9 @@ int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_lim
     if (tp.capsmp) {
         tp.smp = arena_try_alloc(a, tp.capsmp * sizeof(*tp.smp));
         tp.sfam = arena_try_alloc(a, tp.capsmp * sizeof(*tp.sfam));
-        if (!tp.smp || !tp.sfam) {
+        if (spans && len < UINT32_MAX)
+            tp.span = arena_try_alloc(a, tp.capsmp * sizeof(*tp.span));
+        if (!tp.smp || !tp.sfam || (spans && len < UINT32_MAX && !tp.span)) {
             tp.line = 1;
             return tp_nomem(&tp);
         }
@@ -1216,4 +1235,16 @@ int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_lim
     if (rc < 0)
         memset(out, 0, sizeof(*out));
     return rc;
+}
+
+int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+                      expfmt_result_t *out, char *err, size_t errlen)
+{
+    return parse_text(body, len, openmetrics, false, lim, a, out, err, errlen);
+}
+
+int expfmt_parse_text_spans(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+                            expfmt_result_t *out, char *err, size_t errlen)
+{
+    return parse_text(body, len, openmetrics, true, lim, a, out, err, errlen);
 }

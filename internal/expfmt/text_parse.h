@@ -24,5 +24,10 @@
  */
 int expfmt_parse_text(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
                       expfmt_result_t *out, char *err, size_t errlen);
+/* The same, also filling out->spans (family.h): where each sample's line and value lie in the
+ * body, for a caller that wants to recognise the body's lines again (push/shape.h). Bodies over
+ * 4 GiB get no spans. */
+int expfmt_parse_text_spans(char *body, size_t len, bool openmetrics, const expfmt_limits_t *lim, arena_t *a,
+                            expfmt_result_t *out, char *err, size_t errlen);
 
 #endif

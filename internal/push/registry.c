@@ -30,6 +30,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include "internal/push/shape.h"
 #include "internal/util/hashmap.h"
 
 #define PUSH_TIME_NAME "push_time_seconds"
@@ -48,9 +49,12 @@ static double push_stale_nan(void)
 
 /* ---- data ---------------------------------------------------------------------------------- */
 
-typedef struct {
+typedef struct push_batch {
     arena_t *arena;
     int refs; /* under the registry mutex: families holding it, plus renders pinning it */
+    /* A repeated push (shape cache) copies the families of the push it repeats but keeps
+     * pointing at their labels, bounds and names: it holds a ref on the batch that has them. */
+    struct push_batch *base;
 } push_batch_t;
 
 typedef struct {
@@ -78,6 +82,24 @@ typedef struct {
     size_t nseries;
 } push_family_t;
 
+/* Where value k of a shape goes in the group's families (sorted fams, sorted metrics). */
+typedef struct {
+    uint32_t fam, metric;
+    int32_t part; /* PART_* or the index of a quantile / bucket */
+} push_dest_t;
+
+enum { PART_VALUE = -1, PART_SUM = -2, PART_COUNT = -3, PART_NONE = -4 };
+
+/* A group's shape cache: the shape of its last full PUT body (push/shape.h) and where each of
+ * its values lands. Valid while the group holds exactly the families that push made (commit drops
+ * it on any other change). */
+typedef struct {
+    push_shape_t *shape;
+    push_dest_t *dest; /* push_shape_nvalues entries */
+    bool om;           /* OpenMetrics body: counts and buckets are not truncated */
+    int refs;          /* under the registry mutex: the group, plus matches in flight */
+} push_cache_t;
+
 typedef struct push_group {
     struct push_group *next; /* hash chain */
     uint64_t hash;
@@ -91,6 +113,7 @@ typedef struct push_group {
     int64_t first_push_ms;
     double interval_ms; /* smoothed interval between successful pushes; 0 = unknown */
     uint64_t shape;     /* combined family shapes, as of the last logged full record */
+    push_cache_t *cache; /* NULL: the next push is parsed in full */
 } push_group_t;
 
 typedef struct push_type {
@@ -107,6 +130,7 @@ struct push_registry {
     size_t gcap, ngroups;
     hashmap_t types; /* XXH3(name) -> push_type_t*, a multimap compared by name */
     _Atomic uint64_t pushes, failures, expired, deleted;
+    _Atomic uint64_t shape_hits, shape_misses; /* repeated pushes recognised / not */
 };
 
 struct push_pending {
@@ -122,6 +146,22 @@ struct push_pending {
     push_sample_t *samples; /* what the push stores (staleness markers are added by settle) */
     size_t nsamples, samples_cap;
     push_ref_t *refs; /* nsamples refs in the batch, sliced among fams (family->refs) */
+    push_registry_t *reg;
+    /* Shape cache: dest (one per body sample) is recorded by build; shape is given by the caller
+     * (push_registry_pending_take_shape) and installed by commit; a repeated push carries the
+     * cache it matched (fast) and keeps it. */
+    push_dest_t *dest;
+    size_t ndest;
+    push_shape_t *shape;
+    bool shape_om;
+    push_cache_t *fast;
+};
+
+struct push_fast {
+    push_cache_t *cache; /* one ref held until push_registry_fast_release */
+    char *key;
+    uint64_t hash;
+    double *values;
 };
 
 static uint64_t push_hash_str(const char *s)
@@ -259,8 +299,19 @@ static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, 
 static void batch_unref(push_batch_t *b)
 {
     if (b && --b->refs == 0) {
+        push_batch_t *base = b->base;
         arena_destroy(b->arena);
         free(b);
+        batch_unref(base);
+    }
+}
+
+static void cache_unref(push_cache_t *c)
+{
+    if (c && --c->refs == 0) {
+        push_shape_free(c->shape);
+        free(c->dest);
+        free(c);
     }
 }
 
@@ -279,6 +330,7 @@ static void group_unlink_free(push_registry_t *r, push_group_t *g)
     r->ngroups--;
     for (size_t i = 0; i < g->nfams; i++)
         family_release(r, g->fams[i]);
+    cache_unref(g->cache);
     free(g->fams);
     free(g->grouping.v);
     free(g->strings);
@@ -441,9 +493,16 @@ static uint64_t group_shape(const push_group_t *g)
     return h;
 }
 
-/* Builds one family's metrics from the body's component samples. */
+static int metric_idx_cmp(const void *pa, const void *pb, void *ud)
+{
+    const push_metric_t *ms = ud;
+    return metric_cmp(&ms[*(const uint32_t *)pa], &ms[*(const uint32_t *)pb]);
+}
+
+/* Builds one family's metrics from the body's component samples; dest[i] gets where sample i's
+ * value went (metric and part; the caller fills in the family). */
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
-                                        push_batch_t *batch, int64_t now_ms)
+                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest)
 {
     arena_t *a = batch->arena;
     push_family_t *f = arena_calloc(a, 1, sizeof(*f));
@@ -492,12 +551,14 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
             m->labels = ls;
             m->nlabels = nl;
         }
+        dest[i] = (push_dest_t){0, (uint32_t)(m - ms), PART_NONE};
         switch (s->kind) {
-        case EXPFMT_KIND_VALUE: m->value = s->value; break;
-        case EXPFMT_KIND_SUM: m->sum = s->value; break;
-        case EXPFMT_KIND_COUNT: m->count = s->value; break;
+        case EXPFMT_KIND_VALUE: m->value = s->value, dest[i].part = PART_VALUE; break;
+        case EXPFMT_KIND_SUM: m->sum = s->value, dest[i].part = PART_SUM; break;
+        case EXPFMT_KIND_COUNT: m->count = s->value, dest[i].part = PART_COUNT; break;
         case EXPFMT_KIND_QUANTILE:
         case EXPFMT_KIND_BUCKET: {
+            dest[i].part = (int32_t)m->nq;
             const char *bs = s->labels[s->nlabels - 1].value;
             double bound = strtod(bs, NULL);
             double *qb = arena_alloc(a, (m->nq + 1) * sizeof(double));
@@ -521,7 +582,22 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         }
     }
     free(mtab);
-    qsort(ms, n, sizeof(*ms), metric_cmp);
+    /* Sort through an index, to tell dest where each metric went. */
+    uint32_t *perm = malloc((n ? n : 1) * 2 * sizeof(uint32_t)), *inv = perm + (n ? n : 1);
+    push_metric_t *sorted = arena_alloc(a, (n ? n : 1) * sizeof(*sorted));
+    if (!perm)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        perm[i] = (uint32_t)i;
+    qsort_r(perm, n, sizeof(*perm), metric_idx_cmp, ms);
+    for (size_t i = 0; i < n; i++) {
+        sorted[i] = ms[perm[i]];
+        inv[perm[i]] = (uint32_t)i;
+    }
+    for (size_t i = 0; i < bf->nsamples; i++)
+        dest[i].metric = inv[dest[i].metric];
+    free(perm);
+    ms = sorted;
     f->metrics = ms;
     f->n = n;
     f->shape = family_shape(f);
@@ -732,10 +808,15 @@ static const char *push_type_upper(expfmt_type_t t)
 
 static const char push_err_prefix[] = "pushed metrics are invalid or inconsistent with existing metrics: ";
 
+static int family_idx_cmp(const void *pa, const void *pb, void *ud)
+{
+    push_family_t *const *fs = ud;
+    return strcmp(fs[*(const uint32_t *)pa]->name, fs[*(const uint32_t *)pb]->name);
+}
+
 int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mode_t mode, const expfmt_result_t *body,
                         int64_t now_ms, arena_t *a, push_pending_t **pending, char *err, size_t errlen)
 {
-    (void)r;
     /* Sorted copy of the grouping labels. */
     labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
     memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
@@ -783,18 +864,28 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->batch = batch;
     p->now_ms = now_ms;
     p->arena = a;
+    p->reg = r;
     p->nfams = body->nfamilies;
-    p->fams = arena_alloc(a, (body->nfamilies ? body->nfamilies : 1) * sizeof(push_family_t *));
-    for (size_t i = 0; i < body->nfamilies; i++)
-        p->fams[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms);
+    size_t nf1 = body->nfamilies ? body->nfamilies : 1;
+    push_family_t **inbody = arena_alloc(a, nf1 * sizeof(push_family_t *));
+    p->ndest = body->nsamples;
+    p->dest = arena_alloc(a, (body->nsamples ? body->nsamples : 1) * sizeof(push_dest_t));
+    for (size_t i = 0, k = 0; i < body->nfamilies; k += body->families[i].nsamples, i++)
+        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k);
     free(st.slot);
-    /* families sorted by name (bodies have unique names) */
-    for (size_t i = 1; i < p->nfams; i++)
-        for (size_t j = i; j > 0 && strcmp(p->fams[j - 1]->name, p->fams[j]->name) > 0; j--) {
-            push_family_t *tmp = p->fams[j];
-            p->fams[j] = p->fams[j - 1];
-            p->fams[j - 1] = tmp;
-        }
+    /* families sorted by name (bodies have unique names), through an index for dest */
+    uint32_t *order = arena_alloc(a, nf1 * sizeof(uint32_t)), *rank = arena_alloc(a, nf1 * sizeof(uint32_t));
+    for (size_t i = 0; i < p->nfams; i++)
+        order[i] = (uint32_t)i;
+    qsort_r(order, p->nfams, sizeof(*order), family_idx_cmp, inbody);
+    p->fams = arena_alloc(a, nf1 * sizeof(push_family_t *));
+    for (size_t i = 0; i < p->nfams; i++) {
+        p->fams[i] = inbody[order[i]];
+        rank[order[i]] = (uint32_t)i;
+    }
+    for (size_t i = 0, k = 0; i < body->nfamilies; i++)
+        for (size_t j = 0; j < body->families[i].nsamples; j++)
+            p->dest[k++].fam = rank[i];
     /* The samples to store. */
     push_collect_t c = {.a = a};
     for (size_t i = 0; i < p->nfams; i++) {
@@ -958,18 +1049,39 @@ void push_registry_commit(push_registry_t *r, push_pending_t *p, buf_t *delta)
     g->fams = merged;
     g->nfams = keep;
     g->cap = nold + p->nfams + 1;
+    /* The shape cache describes the families of one PUT: a repeat keeps it, a full PUT brings
+     * its own (or none), anything else drops it. */
+    if (!p->fast) {
+        cache_unref(g->cache);
+        g->cache = NULL;
+        if (p->shape && p->mode == PUSH_PUT && p->nfams > 0) {
+            push_cache_t *c = calloc(1, sizeof(*c));
+            push_dest_t *d = malloc(p->ndest * sizeof(*d));
+            if (c && d) {
+                memcpy(d, p->dest, p->ndest * sizeof(*d));
+                *c = (push_cache_t){.shape = p->shape, .dest = d, .om = p->shape_om, .refs = 1};
+                g->cache = c;
+                p->shape = NULL;
+            } else {
+                free(c);
+                free(d);
+            }
+        }
+    }
     group_note_push(g, p->now_ms);
     if (delta)
         delta_commit(delta, g);
     /* Read under the lock: a GET /metrics render pins and unpins batches concurrently. A batch
      * no family holds cannot be found by a render, so it is ours to free. */
     bool unused = p->batch->refs == 0;
+    if (unused) { /* an empty push keeps nothing */
+        p->batch->refs = 1;
+        batch_unref(p->batch);
+    }
     pthread_mutex_unlock(&r->mu);
     atomic_fetch_add(&r->pushes, 1);
-    if (unused) { /* an empty push keeps nothing */
-        arena_destroy(p->batch->arena);
-        free(p->batch);
-    }
+    push_shape_free(p->shape);
+    p->shape = NULL;
     p->batch = NULL;
 }
 
@@ -1002,11 +1114,165 @@ void push_registry_fail(push_registry_t *r, const labels_t *grouping_in, int64_t
 /* Discards a pending push that could not be stored. */
 void push_registry_abort(push_pending_t *p)
 {
-    if (p && p->batch && p->batch->refs == 0) {
-        arena_destroy(p->batch->arena);
-        free(p->batch);
+    if (!p)
+        return;
+    if (p->batch && p->batch->refs == 0) {
+        pthread_mutex_lock(&p->reg->mu); /* a repeat's batch holds a ref on its base */
+        p->batch->refs = 1;
+        batch_unref(p->batch);
+        pthread_mutex_unlock(&p->reg->mu);
         p->batch = NULL;
     }
+    push_shape_free(p->shape);
+    p->shape = NULL;
+}
+
+void push_registry_pending_take_shape(push_pending_t *p, struct push_shape *shape, bool openmetrics)
+{
+    push_shape_free(p->shape);
+    p->shape = shape;
+    p->shape_om = openmetrics;
+    if (shape && push_shape_nvalues(shape) != p->ndest) {
+        push_shape_free(shape); /* not the body this push was built from */
+        p->shape = NULL;
+    }
+}
+
+/* ---- repeated pushes (shape cache) ------------------------------------------------------------- */
+
+int push_registry_match(push_registry_t *r, const labels_t *grouping_in, const char *body, size_t len,
+                        expfmt_format_t fmt, arena_t *a, push_fast_t **out)
+{
+    *out = NULL;
+    labels_t grouping = {arena_alloc(a, (grouping_in->n ? grouping_in->n : 1) * sizeof(label_t)), grouping_in->n};
+    memcpy(grouping.v, grouping_in->v, grouping_in->n * sizeof(label_t));
+    labels_sort(&grouping);
+    push_fast_t *f = arena_calloc(a, 1, sizeof(*f));
+    f->key = group_key(&grouping, a);
+    f->hash = push_hash_str(f->key);
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, f->key, f->hash);
+    if (g && g->cache) {
+        f->cache = g->cache;
+        f->cache->refs++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!f->cache)
+        return PUSH_MISS;
+    size_t n = push_shape_nvalues(f->cache->shape);
+    f->values = arena_try_alloc(a, (n ? n : 1) * sizeof(double));
+    if (!f->values || !push_shape_match(f->cache->shape, body, len, fmt, f->values)) {
+        push_registry_fast_release(r, f);
+        atomic_fetch_add(&r->shape_misses, 1);
+        return PUSH_MISS;
+    }
+    *out = f;
+    return PUSH_OK;
+}
+
+void push_registry_fast_release(push_registry_t *r, push_fast_t *f)
+{
+    if (!f || !f->cache)
+        return;
+    pthread_mutex_lock(&r->mu);
+    cache_unref(f->cache);
+    pthread_mutex_unlock(&r->mu);
+    f->cache = NULL;
+}
+
+int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms, arena_t *a, push_pending_t **pending,
+                              push_effect_t *effect)
+{
+    push_batch_t *nb = calloc(1, sizeof(*nb));
+    if (!nb || !(nb->arena = arena_create(0))) {
+        free(nb);
+        return PUSH_ERR_NOMEM;
+    }
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, f->key, f->hash);
+    /* The group may have changed since the match (a DELETE, a POST, another full PUT). */
+    bool same = g && g->cache == f->cache && g->nfams > 0;
+    push_batch_t *old = same ? g->fams[0]->batch : NULL;
+    for (size_t i = 0; same && i < g->nfams; i++)
+        same = g->fams[i]->batch == old && g->fams[i]->refs;
+    if (!same) {
+        pthread_mutex_unlock(&r->mu);
+        arena_destroy(nb->arena);
+        free(nb);
+        return PUSH_MISS;
+    }
+    nb->base = old->base ? old->base : old;
+    nb->base->refs++;
+    pthread_mutex_unlock(&r->mu);
+    /* The caller's push lock keeps the group's families as they are from here to the commit. */
+    push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
+    p->key = f->key;
+    p->hash = f->hash;
+    p->grouping = g->grouping;
+    p->mode = PUSH_PUT;
+    p->batch = nb;
+    p->now_ms = now_ms;
+    p->arena = a;
+    p->reg = r;
+    p->fast = f->cache;
+    p->nfams = g->nfams;
+    p->fams = arena_alloc(a, g->nfams * sizeof(*p->fams));
+    size_t nseries = 0;
+    for (size_t i = 0; i < g->nfams; i++)
+        nseries += g->fams[i]->nseries;
+    p->refs = arena_alloc(nb->arena, (nseries ? nseries : 1) * sizeof(push_ref_t));
+    for (size_t i = 0, off = 0; i < g->nfams; off += g->fams[i]->nseries, i++) {
+        const push_family_t *of = g->fams[i];
+        push_family_t *nf = arena_alloc(nb->arena, sizeof(*nf));
+        *nf = *of;
+        nf->push_ms = now_ms;
+        nf->batch = nb;
+        nf->metrics = arena_alloc(nb->arena, (of->n ? of->n : 1) * sizeof(push_metric_t));
+        memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
+        for (size_t m = 0; m < of->n; m++)
+            if (of->metrics[m].nq) {
+                nf->metrics[m].qv = arena_alloc(nb->arena, of->metrics[m].nq * sizeof(double));
+                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
+            }
+        nf->refs = p->refs + off;
+        memcpy(nf->refs, of->refs, of->nseries * sizeof(push_ref_t));
+        p->fams[i] = nf;
+    }
+    const push_cache_t *c = f->cache;
+    size_t n = push_shape_nvalues(c->shape);
+    for (size_t k = 0; k < n; k++) {
+        push_dest_t d = c->dest[k];
+        assert(d.fam < p->nfams && d.metric < p->fams[d.fam]->n);
+        push_family_t *nf = p->fams[d.fam];
+        push_metric_t *m = &nf->metrics[d.metric];
+        double v = f->values[k];
+        /* As the text parser does: counts go through uint64 in 0.0.4 bodies. */
+        bool hist = nf->type == EXPFMT_HISTOGRAM || nf->type == EXPFMT_GAUGE_HISTOGRAM;
+        if (!c->om && (d.part == PART_COUNT || (d.part >= 0 && hist)))
+            v = expfmt_go_uint64_trunc(v);
+        switch (d.part) {
+        case PART_VALUE: m->value = v; break;
+        case PART_SUM: m->sum = v; break;
+        case PART_COUNT: m->count = v; break;
+        case PART_NONE: break;
+        default: assert((uint32_t)d.part < m->nq); m->qv[d.part] = v; break;
+        }
+    }
+    push_collect_t col = {.a = a};
+    for (size_t i = 0; i < p->nfams; i++)
+        family_each_series(p->fams[i], collect_series, &col, a);
+    assert(col.n == nseries);
+    p->samples = col.v;
+    p->nsamples = col.n;
+    p->samples_cap = col.cap;
+    *pending = p;
+    effect->samples = col.v;
+    effect->n = col.n;
+    effect->t_ms = now_ms;
+    effect->refs = col.n ? p->refs : NULL;
+    effect->nrefs = col.n;
+    atomic_fetch_add(&r->shape_hits, 1);
+    return PUSH_OK;
 }
 
 static void group_stale_effect(push_registry_t *r, push_group_t *g, arena_t *a, push_collect_t *c)
@@ -1460,10 +1726,16 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out)
                "# HELP sluice_push_groups_expired_total Groups removed by expiry.\n# TYPE "
                "sluice_push_groups_expired_total counter\nsluice_push_groups_expired_total %llu\n"
                "# HELP sluice_push_groups_deleted_total Groups removed by DELETE.\n# TYPE "
-               "sluice_push_groups_deleted_total counter\nsluice_push_groups_deleted_total %llu\n",
+               "sluice_push_groups_deleted_total counter\nsluice_push_groups_deleted_total %llu\n"
+               "# HELP sluice_push_repeats_total Pushes recognised as their group's previous body with new values "
+               "(only the values were parsed).\n# TYPE sluice_push_repeats_total counter\nsluice_push_repeats_total %llu\n"
+               "# HELP sluice_push_repeat_misses_total Pushes to a group with a known body shape that did not repeat "
+               "it (parsed in full).\n# TYPE sluice_push_repeat_misses_total counter\nsluice_push_repeat_misses_total "
+               "%llu\n",
                push_registry_group_count(r), (unsigned long long)atomic_load(&r->pushes),
                (unsigned long long)atomic_load(&r->failures), (unsigned long long)atomic_load(&r->expired),
-               (unsigned long long)atomic_load(&r->deleted));
+               (unsigned long long)atomic_load(&r->deleted), (unsigned long long)atomic_load(&r->shape_hits),
+               (unsigned long long)atomic_load(&r->shape_misses));
 }
 
 /* ---- persistence ------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ enum {
     PUSH_OK = 0,
     PUSH_ERR_INVALID = -1, /* the push is refused (400); message in err */
     PUSH_ERR_NOMEM = -2,
+    PUSH_MISS = -3, /* not a repeat of the group's previous body: parse it in full */
 };
 
 typedef struct {
@@ -110,6 +111,34 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mod
 int push_registry_build(push_registry_t *r, const labels_t *grouping, push_mode_t mode, const expfmt_result_t *body,
                         int64_t now_ms, arena_t *a, push_pending_t **pending, char *err, size_t errlen);
 int push_registry_settle(push_registry_t *r, push_pending_t *pending, push_effect_t *effect, char *err, size_t errlen);
+
+/*
+ * Repeated pushes (shape cache, push/shape.h). After a full PUT of a text or OpenMetrics body, the
+ * caller hands the body's shape to the pending push; commit keeps it as the group's cache. The
+ * next push of the group is first matched against it:
+ *
+ *   push_registry_match        outside the caller's push lock: reads only the values of a body
+ *                              that repeats the cached one; PUSH_MISS when it does not (or the
+ *                              group has no cache), then parse in full as usual
+ *   push_registry_settle_fast  under the caller's push lock: the pending push (the group's
+ *                              families with the new values, same labels, series refs carried)
+ *                              and its effect (no staleness markers: the same series); PUSH_MISS
+ *                              when the group changed since the match
+ *   push_registry_fast_release always, after settle_fast or instead of it
+ *
+ * then push_store + push_registry_commit / abort as for any push. Every check a full push makes
+ * (timestamps, duplicates, reserved names, types against other groups) holds for a repeat of a
+ * body that passed it. Only PUT is recognised: Flink's reporter and the client libraries' push()
+ * replace their group.
+ */
+typedef struct push_fast push_fast_t;
+struct push_shape;
+void push_registry_pending_take_shape(push_pending_t *pending, struct push_shape *shape, bool openmetrics);
+int push_registry_match(push_registry_t *r, const labels_t *grouping, const char *body, size_t len,
+                        expfmt_format_t fmt, arena_t *a, push_fast_t **fast);
+int push_registry_settle_fast(push_registry_t *r, push_fast_t *fast, int64_t now_ms, arena_t *a,
+                              push_pending_t **pending, push_effect_t *effect);
+void push_registry_fast_release(push_registry_t *r, push_fast_t *fast);
 
 /* Makes a prepared push visible (after its samples were stored). */
 void push_registry_commit(push_registry_t *r, push_pending_t *pending, buf_t *delta);

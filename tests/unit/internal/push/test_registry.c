@@ -15,6 +15,7 @@
 
 #include "internal/expfmt/text_parse.h"
 #include "internal/push/registry.h"
+#include "internal/push/shape.h"
 
 typedef struct {
     arena_t *a;
@@ -529,6 +530,134 @@ static void test_series_refs(void **state)
     push_registry_free(r2);
 }
 
+/* A full PUT with its body's shape handed over (as api/push.c does for text bodies). */
+static int push_shaped(push_registry_t *r, const char *job, const char *body, int64_t now, step_t *st)
+{
+    char err[256];
+    st->a = arena_create(0);
+    char *b = arena_strdup(st->a, body);
+    expfmt_result_t res;
+    assert_int_equal(expfmt_parse_text_spans(b, strlen(b), false, NULL, st->a, &res, err, sizeof(err)), 0);
+    label_t g[1] = {{"job", job}};
+    labels_t grouping = {g, 1};
+    push_pending_t *p;
+    int rc = push_registry_build(r, &grouping, PUSH_PUT, &res, now, st->a, &p, err, sizeof(err));
+    assert_int_equal(rc, PUSH_OK);
+    push_registry_pending_take_shape(p, push_shape_build(body, strlen(body), EXPFMT_FORMAT_TEXT, &res), false);
+    rc = push_registry_settle(r, p, &st->effect, err, sizeof(err));
+    assert_int_equal(rc, PUSH_OK);
+    for (size_t i = 0; i < st->effect.nrefs; i++) /* as storage would resolve them */
+        st->effect.refs[i] = (push_ref_t){{i + 1, 7}};
+    push_registry_commit(r, p, next_delta());
+    return rc;
+}
+
+/* A repeat: match, settle_fast, commit. Returns PUSH_MISS where the caller would parse in full. */
+static int push_repeat(push_registry_t *r, const char *job, const char *body, int64_t now, step_t *st)
+{
+    st->a = arena_create(0);
+    label_t g[1] = {{"job", job}};
+    labels_t grouping = {g, 1};
+    push_fast_t *f;
+    int rc = push_registry_match(r, &grouping, body, strlen(body), EXPFMT_FORMAT_TEXT, st->a, &f);
+    if (rc != PUSH_OK)
+        return rc;
+    push_pending_t *p;
+    rc = push_registry_settle_fast(r, f, now, st->a, &p, &st->effect);
+    push_registry_fast_release(r, f);
+    if (rc == PUSH_OK)
+        push_registry_commit(r, p, next_delta());
+    return rc;
+}
+
+static double effect_value(const push_effect_t *e, const char *name, const char *lname, const char *lvalue)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        const labels_t *ls = &e->samples[i].labels;
+        const char *n = labels_get(ls, "__name__");
+        const char *v = lname ? labels_get(ls, lname) : NULL;
+        if (n && strcmp(n, name) == 0 && (!lname || (v && strcmp(v, lvalue) == 0)))
+            return e->samples[i].v;
+    }
+    fail_msg("no sample %s", name);
+    return 0;
+}
+
+static void test_repeated_push(void **state)
+{
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[8];
+    const char *b1 = "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 2\nh_count 3\n# TYPE s summary\n"
+                     "s{quantile=\"0.5\"} 4\ns_count 5\ng{t=\"a\"} 6\ng{t=\"b\"} 7\n";
+    const char *b2 = "# TYPE h histogram\nh_bucket{le=\"1\"} 1.9\nh_sum 2.5\nh_count 30\n# TYPE s summary\n"
+                     "s{quantile=\"0.5\"} 40\ns_count 50.7\ng{t=\"a\"} 60\ng{t=\"b\"} 70\n";
+    /* No cache before the first full push. */
+    assert_int_equal(push_repeat(r, "j", b1, 1000, &s[0]), PUSH_MISS);
+    arena_destroy(s[0].a);
+    push_shaped(r, "j", b1, 1000, &s[0]);
+    assert_int_equal(push_repeat(r, "j", b2, 2000, &s[1]), PUSH_OK);
+    /* Same series as the full push, new values (0.0.4 truncates counts and buckets), the refs
+     * storage resolved last time carried, and no staleness markers. */
+    assert_int_equal(s[1].effect.n, s[0].effect.n);
+    assert_int_equal(count_stale(&s[1].effect), 0);
+    assert_int_equal(s[1].effect.nrefs, s[1].effect.n);
+    for (size_t i = 0; i < s[1].effect.n; i++) {
+        assert_int_equal(s[1].effect.refs[i].w[0], i + 1);
+        assert_true(labels_equal(&s[1].effect.samples[i].labels, &s[0].effect.samples[i].labels));
+    }
+    assert_true(effect_value(&s[1].effect, "h_bucket", "le", "1") == 1);
+    assert_true(effect_value(&s[1].effect, "h_bucket", "le", "+Inf") == 30); /* from the count */
+    assert_true(effect_value(&s[1].effect, "h_sum", NULL, NULL) == 2.5);
+    assert_true(effect_value(&s[1].effect, "s_count", NULL, NULL) == 50);
+    assert_true(effect_value(&s[1].effect, "s", "quantile", "0.5") == 40);
+    assert_true(effect_value(&s[1].effect, "g", "t", "b") == 70);
+    buf_t t = BUF_INIT;
+    push_registry_write_text(r, &t);
+    assert_non_null(strstr(t.data, "g{instance=\"\",job=\"j\",t=\"b\"} 70\n"));
+    assert_non_null(strstr(t.data, "s_count{instance=\"\",job=\"j\"} 50\n"));
+    buf_free(&t);
+    /* A repeat of a repeat (its families point into the first push's labels). */
+    assert_int_equal(push_repeat(r, "j", b1, 3000, &s[2]), PUSH_OK);
+    assert_true(effect_value(&s[2].effect, "g", "t", "b") == 7);
+    /* A changed body misses; a POST drops the cache. */
+    assert_int_equal(push_repeat(r, "j", "g{t=\"a\"} 1\n", 4000, &s[3]), PUSH_MISS);
+    char err[256];
+    assert_int_equal(push(r, PUSH_POST, "j", "other 1\n", 5000, &s[4], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_repeat(r, "j", b1, 6000, &s[5]), PUSH_MISS);
+    for (int i = 0; i < 6; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+}
+
+/* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
+static void test_repeat_of_changed_group_misses(void **state)
+{
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[3];
+    const char *b = "a 1\nb 2\n";
+    push_shaped(r, "j", b, 1000, &s[0]);
+    arena_t *a = arena_create(0);
+    label_t g[1] = {{"job", "j"}};
+    labels_t grouping = {g, 1};
+    push_fast_t *f;
+    assert_int_equal(push_registry_match(r, &grouping, "a 5\nb 6\n", 8, EXPFMT_FORMAT_TEXT, a, &f), PUSH_OK);
+    push_effect_t e;
+    assert_true(push_registry_delete(r, &grouping, 1500, a, &e, next_delta()));
+    push_pending_t *p;
+    assert_int_equal(push_registry_settle_fast(r, f, 2000, a, &p, &e), PUSH_MISS);
+    push_registry_fast_release(r, f); /* the last ref on the deleted group's cache */
+    /* Matched, then a full PUT of the same shape replaced the families: miss too. */
+    push_shaped(r, "j", b, 3000, &s[1]);
+    assert_int_equal(push_registry_match(r, &grouping, "a 5\nb 6\n", 8, EXPFMT_FORMAT_TEXT, a, &f), PUSH_OK);
+    push_shaped(r, "j", b, 3500, &s[2]);
+    assert_int_equal(push_registry_settle_fast(r, f, 4000, a, &p, &e), PUSH_MISS);
+    push_registry_fast_release(r, f);
+    arena_destroy(a);
+    for (int i = 0; i < 3; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -536,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_type_index_is_incremental), cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_serialize_restore),         cmocka_unit_test(test_delta_replay),
         cmocka_unit_test(test_render_races_pushes),       cmocka_unit_test(test_series_refs),
+        cmocka_unit_test(test_repeated_push), cmocka_unit_test(test_repeat_of_changed_group_misses),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     journal_free();
