@@ -689,7 +689,35 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
 {
     int64_t hw = atomic_load(&r->high_water);
-    size_t i = 0;
+    /* A push's samples spread over every shard: take each shard's lock once, for its samples in
+     * their order (a series' samples stay in order: one series, one shard). */
+    uint32_t *by_shard = n > SHARDS && n < UINT32_MAX ? malloc(n * sizeof(*by_shard)) : NULL;
+    if (by_shard) {
+        uint32_t start[SHARDS + 1] = {0};
+        for (size_t i = 0; i < n; i++)
+            start[shard_of(s[i].series_id) + 1]++;
+        for (size_t k = 0; k < SHARDS; k++)
+            start[k + 1] += start[k];
+        uint32_t at[SHARDS];
+        memcpy(at, start, sizeof(at));
+        for (size_t i = 0; i < n; i++)
+            by_shard[at[shard_of(s[i].series_id)]++] = (uint32_t)i;
+        for (size_t k = 0; k < SHARDS; k++) {
+            if (start[k] == start[k + 1])
+                continue;
+            shard_t *sh = &r->shards[k];
+            pthread_mutex_lock(&sh->mu);
+            for (uint32_t j = start[k]; j < start[k + 1]; j++) {
+                const rollup_sample_t *x = &s[by_shard[j]];
+                add_one(r, sh, x);
+                if (x->t > hw)
+                    hw = x->t;
+            }
+            pthread_mutex_unlock(&sh->mu);
+        }
+        free(by_shard);
+    }
+    size_t i = by_shard ? n : 0;
     while (i < n) {
         /* Consecutive samples of one shard share one lock acquisition. */
         size_t k = shard_of(s[i].series_id);
