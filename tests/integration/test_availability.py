@@ -10,6 +10,7 @@ sluice with real HTTP pushes (python3-prometheus-client's push_to_gateway):
 - the expected-jobs endpoints refuse what the control API refuses;
 - the expected-jobs file is reloaded on SIGHUP and POST /-/reload.
 """
+import re
 import signal
 import socket
 import time
@@ -296,3 +297,15 @@ def test_bad_file_fails_startup(start_sluice, tmp_path):
     s = start_sluice(f"--control.expected-jobs-file={f}", wait=False)
     assert s.proc.wait(timeout=30) != 0
     assert "expected-jobs file" in s.read_log()
+
+
+def test_dashboard_shows_availability(sluice):
+    """The built-in dashboard's availability card asks the API for 24 h and 30 d and lists the
+    gaps it returns (the fields it reads are the ones test_gap_counted_to_the_second checks)."""
+    page = requests.get(sluice.url + "/").text
+    assert 'id="avail-summary"' in page and 'id="avail-gaps"' in page
+    src = re.search(r'<script src="([^"]*app[^"]*\.js)"', page).group(1)
+    js = requests.get(sluice.url + "/" + src.lstrip("./")).text
+    assert "api/v1/availability?job=" in js and '"24h"' in js and '"30d"' in js
+    for field in ("availability", "recent_gaps", "total_seconds", "longest_seconds", "end_reason"):
+        assert field in js
