@@ -141,7 +141,8 @@ static void av_flush_events_locked(api_avail_t *av)
                      LF_I("start_ms", e->start_ms));
             continue;
         }
-        av_run(av, "UPDATE gaps SET end_ms = ?, reason = ? WHERE job = ? AND grp = ? AND start_ms = ? AND end_ms IS NULL",
+        av_run(av,
+               "UPDATE gaps SET end_ms = ?, reason = ? WHERE job = ? AND grp = ? AND start_ms = ? AND end_ms IS NULL",
                "isssi", e->end_ms, e->reason, e->job, e->group, e->start_ms);
         if (sqlite3_changes(av->db) == 0)
             av_run(av, "INSERT INTO gaps(job, grp, start_ms, end_ms, reason) VALUES(?, ?, ?, ?, ?)", "ssiis", e->job,
@@ -837,8 +838,8 @@ static void av_expected_json(api_avail_t *av, const char *job, buf_t *b)
     int64_t api_iv = -1, file_iv = -1, at = 0;
     char *by = NULL;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(av->db, "SELECT interval_ms, updated_by, updated_at_ms FROM expected_jobs WHERE job = ?",
-                           -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(av->db, "SELECT interval_ms, updated_by, updated_at_ms FROM expected_jobs WHERE job = ?", -1,
+                           &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, job, -1, SQLITE_TRANSIENT);
         if (sqlite3_step(st) == SQLITE_ROW) {
             api_iv = sqlite3_column_int64(st, 0);
@@ -860,9 +861,9 @@ static void av_expected_json(api_avail_t *av, const char *job, buf_t *b)
     buf_put_json_string(b, job, strlen(job));
     buf_printf(b, ",\"expected\":%s,\"source\":%s", expected ? "true" : "false",
                api_iv >= 0 && file_iv >= 0 ? "\"api+file\""
-               : api_iv >= 0              ? "\"api\""
-               : file_iv >= 0             ? "\"file\""
-                                          : "null");
+               : api_iv >= 0               ? "\"api\""
+               : file_iv >= 0              ? "\"file\""
+                                           : "null");
     int64_t conf = api_iv > 0 ? api_iv : file_iv > 0 ? file_iv : 0;
     buf_puts(b, ",\"interval\":");
     if (conf > 0) {
@@ -1139,8 +1140,7 @@ api_avail_t *api_avail_new(const api_avail_options_t *o, char *err, size_t errle
             alive = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
-    av_run(av, "UPDATE gaps SET end_ms = MAX(start_ms, ?), reason = 'sluice stopped' WHERE end_ms IS NULL", "i",
-           alive);
+    av_run(av, "UPDATE gaps SET end_ms = MAX(start_ms, ?), reason = 'sluice stopped' WHERE end_ms IS NULL", "i", alive);
     if (av->expected_file) {
         int n = av_read_file(av->expected_file, &av->file_jobs, &av->file_iv, err, errlen);
         if (n < 0)

@@ -34,13 +34,13 @@
 #include "storage/storage.h"
 
 typedef struct {
-    storage_t *storage;         /* may be NULL (no series) */
-    const char *storage_path;   /* availability.db goes here (exists) */
-    const char *expected_file;  /* --control.expected-jobs-file; NULL/"" = none */
-    int64_t default_interval_ms;  /* --push.expected-interval; 0 = learned */
-    uint32_t missing_intervals;   /* --push.missing-intervals */
-    int64_t series_interval_ms;   /* --push.heartbeat-series-interval */
-    int64_t (*clock_ms)(void);    /* tests; NULL = wall clock */
+    storage_t *storage;          /* may be NULL (no series) */
+    const char *storage_path;    /* availability.db goes here (exists) */
+    const char *expected_file;   /* --control.expected-jobs-file; NULL/"" = none */
+    int64_t default_interval_ms; /* --push.expected-interval; 0 = learned */
+    uint32_t missing_intervals;  /* --push.missing-intervals */
+    int64_t series_interval_ms;  /* --push.heartbeat-series-interval */
+    int64_t (*clock_ms)(void);   /* tests; NULL = wall clock */
 } api_avail_options_t;
 
 typedef struct api_avail api_avail_t;

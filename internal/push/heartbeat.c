@@ -25,8 +25,8 @@
 typedef struct hb_job {
     char *name;
     uint64_t hash;
-    size_t idx;  /* in hb->jobs */
-    size_t nref; /* groups reporting for it */
+    size_t idx;       /* in hb->jobs */
+    size_t nref;      /* groups reporting for it */
     int64_t last_ms;  /* last push, or the clock origin of a declared job that never pushed */
     bool pushed;      /* last_ms is a real push */
     int64_t first_ms; /* known since */
@@ -35,7 +35,7 @@ typedef struct hb_job {
     bool in_gap;
     int64_t gap_start_ms;
     bool expected;
-    int64_t conf_interval_ms; /* declared interval; 0 = none */
+    int64_t conf_interval_ms;      /* declared interval; 0 = none */
     int64_t min_group_interval_ms; /* smallest learned interval of its groups (refreshed by tick) */
     bool mark;                     /* heartbeat_set_expected scratch */
 } hb_job_t;
@@ -288,8 +288,8 @@ static char *hb_labels_text(const labels_t *ls)
     return b.data;
 }
 
-static void hb_group_gap_event(heartbeat_t *hb, hb_group_t *g, heartbeat_event_kind_t kind, int64_t start,
-                               int64_t end, const char *reason)
+static void hb_group_gap_event(heartbeat_t *hb, hb_group_t *g, heartbeat_event_kind_t kind, int64_t start, int64_t end,
+                               const char *reason)
 {
     for (size_t i = 0; i < g->njobs; i++)
         hb_event(hb, kind, g->jobs[i]->name, g->labels_text, start, end, reason);
@@ -609,8 +609,8 @@ void heartbeat_each_group(heartbeat_t *hb, int64_t now_ms, void (*fn)(const hear
 {
     for (size_t i = 0; i < hb->ngroups; i++) {
         hb_group_t *g = hb->groups[i];
-        heartbeat_group_view_t v = {.labels = &g->labels, .last_ms = g->last_ms,
-                                    .interval_ms = hb_group_interval(hb, g)};
+        heartbeat_group_view_t v = {
+            .labels = &g->labels, .last_ms = g->last_ms, .interval_ms = hb_group_interval(hb, g)};
         hb_group_counters(hb, g, now_ms, &v.expected, &v.received);
         fn(&v, ud);
     }
@@ -631,8 +631,7 @@ static void hb_job_view(heartbeat_t *hb, hb_job_t *j, int64_t now_ms, heartbeat_
     v->ngroups = j->nref;
 }
 
-void heartbeat_each_job(heartbeat_t *hb, int64_t now_ms, void (*fn)(const heartbeat_job_view_t *v, void *ud),
-                        void *ud)
+void heartbeat_each_job(heartbeat_t *hb, int64_t now_ms, void (*fn)(const heartbeat_job_view_t *v, void *ud), void *ud)
 {
     for (size_t i = 0; i < hb->njobs; i++) {
         heartbeat_job_view_t v;

@@ -46,10 +46,10 @@
 
 #include "internal/labels/labels.h"
 
-#define HEARTBEAT_GAP_INTERVALS 2.0       /* a gap opens after this many intervals without a push */
-#define HEARTBEAT_MIN_INTERVAL_MS 1000    /* storage's resolution: no interval counts as shorter */
+#define HEARTBEAT_GAP_INTERVALS 2.0          /* a gap opens after this many intervals without a push */
+#define HEARTBEAT_MIN_INTERVAL_MS 1000       /* storage's resolution: no interval counts as shorter */
 #define HEARTBEAT_FALLBACK_INTERVAL_MS 10000 /* Flink's default reporter interval */
-#define HEARTBEAT_MAX_JOBS_PER_GROUP 16   /* job_name values one group reports for (a session TM) */
+#define HEARTBEAT_MAX_JOBS_PER_GROUP 16      /* job_name values one group reports for (a session TM) */
 
 typedef struct heartbeat heartbeat_t;
 
@@ -122,8 +122,7 @@ void heartbeat_events_free(heartbeat_event_t *ev, size_t n);
 /* Visits every group / job with its counters as of now (call heartbeat_tick(now) first). */
 void heartbeat_each_group(heartbeat_t *hb, int64_t now_ms, void (*fn)(const heartbeat_group_view_t *v, void *ud),
                           void *ud);
-void heartbeat_each_job(heartbeat_t *hb, int64_t now_ms, void (*fn)(const heartbeat_job_view_t *v, void *ud),
-                        void *ud);
+void heartbeat_each_job(heartbeat_t *hb, int64_t now_ms, void (*fn)(const heartbeat_job_view_t *v, void *ud), void *ud);
 /* One job; false if unknown. */
 bool heartbeat_job(heartbeat_t *hb, const char *job, int64_t now_ms, heartbeat_job_view_t *out);
 /* Groups and jobs tracked (for tests and self-metrics). */
