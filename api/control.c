@@ -171,6 +171,9 @@ struct api_control {
     bool stop;
     bool stopping;     /* shutdown hook ran: no more fan-out */
     _Atomic bool live; /* a request has been served: workers exist */
+    /* expected jobs (api/availability) */
+    api_control_job_hook_fn job_hook;
+    void *job_hook_ud;
     /* metrics */
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
@@ -439,6 +442,17 @@ int api_control_authorize_change(api_control_t *ctl, api_req_t *req, char *who, 
     if (ctl_refuse_cross_site(req) != 0)
         return -1;
     return ctl_auth(ctl, req, true, who, wholen);
+}
+
+int api_control_authorize_read(api_control_t *ctl, api_req_t *req, char *who, size_t wholen)
+{
+    return ctl_auth(ctl, req, false, who, wholen);
+}
+
+void api_control_set_job_hook(api_control_t *ctl, api_control_job_hook_fn fn, void *ud)
+{
+    ctl->job_hook = fn;
+    ctl->job_hook_ud = ud;
 }
 
 /* --- the control thread ------------------------------------------------------------------------------ */
@@ -1070,6 +1084,8 @@ static void ctl_h_job(api_req_t *req, void *ud)
         ctl_reply_error(req, 400, "bad_data", "job", "%s", err);
         return;
     }
+    if (ctl->job_hook && ctl->job_hook(req, job, action, ctl->job_hook_ud))
+        return;
     int m = req->method;
     if (!*action) {
         if (m == API_GET || m == API_HEAD)
@@ -1352,7 +1368,8 @@ void api_control_register_routes(api_control_t *ctl, api_server_t *srv)
 {
     assert(ctl && ctl->store);
     api_route_add(srv, API_GET, "/api/v1/control/jobs", "control_jobs", ctl_h_list, ctl);
-    api_route_add(srv, API_GET | API_PUT | API_POST, "/api/v1/control/jobs/*", "control_job", ctl_h_job, ctl);
+    api_route_add(srv, API_GET | API_PUT | API_POST | API_DELETE, "/api/v1/control/jobs/*", "control_job", ctl_h_job,
+                  ctl);
     api_route_add(srv, API_GET, "/api/v1/control/stream", "control_stream", ctl_h_stream, ctl);
     api_route_add(srv, API_POST, "/config/config.ajax", "control_tis", ctl_h_tis, ctl);
     metrics_register("control", ctl_metrics, ctl);

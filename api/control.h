@@ -59,6 +59,16 @@ int api_control_apply(api_control_t *ctl, const char *job, const control_change_
  * peer. 0 with the caller's name in who, or -1 after replying 403/401/415. */
 int api_control_authorize_change(api_control_t *ctl, api_req_t *req, char *who, size_t wholen);
 
+/* The same checks for reads (--web.control-read-auth): 0 with who set, or -1 after replying. */
+int api_control_authorize_read(api_control_t *ctl, api_req_t *req, char *who, size_t wholen);
+
+/* Requests on /api/v1/control/jobs/{job}[/{action}] that another module serves (the expected
+ * jobs of api/availability): called with the decoded, validated job name before flow control
+ * looks at the request; returns true if it handled (replied to) the request. Set before the
+ * server starts. */
+typedef bool (*api_control_job_hook_fn)(api_req_t *req, const char *job, const char *action, void *ud);
+void api_control_set_job_hook(api_control_t *ctl, api_control_job_hook_fn fn, void *ud);
+
 /* Parses a token file (one `name:token` per line, `#` comments, blank lines ignored). Exposed for
  * tests. Returns the number of tokens, or -1 + err (naming the line). names/tokens are malloc'd
  * arrays of malloc'd strings; free with api_control_free_tokens. */

@@ -608,7 +608,10 @@ api_push_t *api_push_new(const api_push_options_t *opt)
     p->opt = *opt;
     if (!p->opt.max_decoded_bytes)
         p->opt.max_decoded_bytes = 32u << 20;
-    push_options_t po = {.group_ttl_ms = opt->group_ttl_ms, .missed_intervals = opt->missed_intervals};
+    push_options_t po = {.group_ttl_ms = opt->group_ttl_ms,
+                         .missed_intervals = opt->missed_intervals,
+                         .on_beat = opt->on_beat,
+                         .beat_ud = opt->beat_ud};
     p->reg = push_registry_new(&po);
     p->flags_json = opt->flags_json ? strdup(opt->flags_json) : NULL;
     pthread_mutex_init(&p->apply_mu, NULL);

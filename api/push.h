@@ -23,6 +23,9 @@ typedef struct {
     bool enable_admin_api;
     const char *flags_json;    /* for /api/v1/status; copied */
     int64_t (*clock_ms)(void); /* tests; NULL = wall clock */
+    /* Heartbeats of the groups (api/availability), or NULL: see push_options_t.on_beat. */
+    void (*on_beat)(void *ud, const push_beat_t *beat);
+    void *beat_ud;
 } api_push_options_t;
 
 typedef struct api_push api_push_t;

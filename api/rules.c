@@ -27,6 +27,8 @@ struct api_rules {
     labels_t ext;
     size_t nams;               /* Alertmanager URLs */
     pthread_mutex_t reload_mu; /* one reload at a time */
+    int (*also_reload)(void *ud, buf_t *errs);
+    void *also_reload_ud;
 };
 
 static void ar_h_rules(api_req_t *req, void *ud)
@@ -259,6 +261,8 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
         goto fail;
     rules_control_ops_t ops = {.get = ar_ctl_get, .apply = ar_ctl_apply, .ud = o->control};
     ar->config_file = o->config_file ? strdup(o->config_file) : NULL;
+    ar->also_reload = o->also_reload;
+    ar->also_reload_ud = o->also_reload_ud;
     ar->actions = rules_actions_new(o->config_file, o->storage, &ops, err, errlen);
     if (!ar->actions)
         goto fail;
@@ -337,6 +341,8 @@ int api_rules_reload(api_rules_t *ar, buf_t *errs)
             nerr = 1;
         }
     }
+    if (ar->also_reload)
+        nerr += ar->also_reload(ar->also_reload_ud, errs);
     pthread_mutex_unlock(&ar->reload_mu);
     return nerr;
 }

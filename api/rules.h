@@ -35,6 +35,10 @@ typedef struct {
     int64_t lookback_ms, query_timeout_ms, max_samples;
     size_t max_memory; /* per evaluation */
     int64_t am_queue_capacity, am_timeout_ms;
+    /* Something else SIGHUP and POST /-/reload re-read (the expected-jobs file), or NULL: 0 or
+     * the number of errors appended to errs (one per line). */
+    int (*also_reload)(void *ud, buf_t *errs);
+    void *also_reload_ud;
 } api_rules_options_t;
 
 typedef struct api_rules api_rules_t;

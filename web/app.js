@@ -8,6 +8,7 @@
  *   api/v1/control/stream?job=J         SSE: control changes as they happen
  *   api/v1/label/job_name/values        jobs that pushed Flink metrics
  *   api/v1/alerts                       alerts
+ *   api/v1/availability?job=J&range=R   availability (24 h, 30 d) and recent gaps from heartbeats
  *
  * The API token lives in sessionStorage only (gone when the tab closes). All text from the
  * server goes into the page through textContent, never as HTML.
@@ -144,6 +145,7 @@
     renderFlow();
     openStreams();
     loadControl();
+    loadAvailability();
   }
 
   /* ---------------------------------------------------------------- flow stream */
@@ -304,6 +306,53 @@
       let v = null;
       for (let i = l.values.length - 1; i >= 0 && v === null; i--) v = l.values[i];
       lags.append(el("div", "", `${l.name.replace(/^flink_taskmanager_job_task_operator_/, "")}: ${fmtNum(v)}`));
+    }
+  }
+
+  /* ---------------------------------------------------------------- availability */
+
+  function fmtDur(sec) {
+    if (sec < 60) return `${Math.round(sec * 10) / 10} s`;
+    if (sec < 3600) return `${Math.floor(sec / 60)} min ${Math.round(sec % 60)} s`;
+    return `${Math.floor(sec / 3600)} h ${Math.round((sec % 3600) / 60)} min`;
+  }
+
+  function fmtPct(a) {
+    return a === null || a === undefined ? "–" : `${(Math.floor(a * 1000) / 1000).toFixed(3)}%`;
+  }
+
+  async function loadAvailability() {
+    const job = state.job;
+    const q = async (r) => (await getJSON("api/v1/availability?job=" + encodeURIComponent(job) + "&range=" + r)).data;
+    let day = null, month = null;
+    try {
+      [day, month] = await Promise.all([q("24h"), q("30d")]);
+    } catch (e) {
+      day = month = null; // a job that never pushed through the gateway (remote write only)
+    }
+    if (state.job !== job) return;
+    const tb = $("avail-gaps").tBodies[0];
+    tb.replaceChildren();
+    if (!day || !month) {
+      $("avail-summary").textContent = "No push heartbeats for this job.";
+      $("avail-empty").hidden = true;
+      $("avail-gaps").hidden = true;
+      return;
+    }
+    const bits = [`24 h: ${fmtPct(day.availability)}`, `30 d: ${fmtPct(month.availability)}`,
+      `${month.gaps.count} gap${month.gaps.count === 1 ? "" : "s"} in 30 d, ${fmtDur(month.gaps.total_seconds)} in all`];
+    if (month.gaps.count) bits.push(`longest ${fmtDur(month.gaps.longest_seconds)}`);
+    if (month.expected) bits.push(month.up ? "expected: up" : "expected: MISSING");
+    $("avail-summary").textContent = bits.join(" · ");
+    const gaps = month.recent_gaps || [];
+    $("avail-gaps").hidden = gaps.length === 0;
+    $("avail-empty").hidden = gaps.length > 0;
+    for (const g of gaps) {
+      const tr = el("tr");
+      tr.append(el("td", "", new Date(g.start * 1000).toLocaleString("en-GB")),
+        el("td", "", g.open ? "ongoing" : new Date(g.end * 1000).toLocaleString("en-GB")),
+        el("td", "num", fmtDur(g.seconds)), el("td", "", g.open ? "–" : g.end_reason || ""));
+      tb.append(tr);
     }
   }
 
@@ -488,6 +537,7 @@
     refreshJobs();
     refreshAlerts();
     setInterval(refreshJobs, 5000);
+    setInterval(() => { if (state.job) loadAvailability(); }, 15000);
     setInterval(refreshAlerts, 15000);
     setConn("idle");
   }

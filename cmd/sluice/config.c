@@ -99,6 +99,18 @@ static const config_option_t config_options[] = {
      "Expire a push group this long after its last push (0 = never).", NULL},
     {"push.group-missed-intervals", OPT_INT, OFF(push_missed_intervals), "10",
      "Expire a push group that missed this many of its own push intervals (0 = never).", NULL},
+    {"push.expected-interval", OPT_DURATION, OFF(push_expected_interval_ms), "0",
+     "Heartbeat interval every push group is expected to keep (0 = each group's observed cadence; a job's own "
+     "interval from the control API or --control.expected-jobs-file wins).",
+     NULL},
+    {"push.missing-intervals", OPT_INT, OFF(push_missing_intervals), "3",
+     "An expected job that has not pushed for this many intervals is missing (sluice_job_up 0).", NULL},
+    {"push.heartbeat-series-interval", OPT_DURATION, OFF(push_heartbeat_series_interval_ms), "10s",
+     "How often the heartbeat series (sluice_push_*, sluice_job_*) are written to storage.", NULL},
+    {"control.expected-jobs-file", OPT_STRING, OFF(control_expected_jobs_file), "",
+     "File of jobs that must be running: one job per line, optionally \" interval=10s\"; reloaded on SIGHUP and "
+     "POST /-/reload (docs/operations.md).",
+     NULL},
     {"wal.fsync", OPT_STRING, OFF(wal_fsync), "interval",
      "interval: group commit fsyncs at least every --wal.fsync-interval; always: fsync before every reply.",
      wal_fsync_modes},

@@ -51,6 +51,11 @@ typedef struct {
     /* push gateway */
     int64_t push_group_ttl_ms;
     int64_t push_missed_intervals;
+    /* availability from heartbeats, expected jobs (api/availability.h) */
+    int64_t push_expected_interval_ms;       /* 0 = learned */
+    int64_t push_missing_intervals;
+    int64_t push_heartbeat_series_interval_ms;
+    char *control_expected_jobs_file; /* "" = none */
     /* rules and alerting */
     char *rules_files; /* repeatable: '\n'-joined */
     int64_t rules_eval_interval_ms;

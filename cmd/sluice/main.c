@@ -6,7 +6,8 @@
  * bind the listener (fail fast on a busy port) → register handlers and metrics → start workers
  * with /-/ready false → recover storage → ready. The main thread then only waits for signals:
  * SIGTERM/SIGINT stop accepting, finish in-flight requests (bounded by --web.shutdown-timeout),
- * flush, exit 0; SIGHUP reloads the config file's reloadable settings (log level and format).
+ * flush, exit 0; SIGHUP reloads the config file's reloadable settings (log level and format), the
+ * rule files and the expected-jobs file.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/availability.h"
 #include "api/control.h"
 #include "api/flow.h"
 #include "api/forward.h"
@@ -214,6 +216,7 @@ int main(int argc, char **argv)
     api_server_t *srv = NULL;
     storage_t *storage = NULL;
     api_push_t *push = NULL;
+    api_avail_t *avail = NULL;
     api_flow_t *flow = NULL;
     api_forward_t *forward = NULL;
     api_remote_t *remote = NULL;
@@ -278,6 +281,17 @@ int main(int argc, char **argv)
         goto out;
     }
     api_query_register_routes(query, srv);
+    api_avail_options_t avo = {.storage = storage,
+                               .storage_path = cfg.storage_path,
+                               .expected_file = cfg.control_expected_jobs_file,
+                               .default_interval_ms = cfg.push_expected_interval_ms,
+                               .missing_intervals = (uint32_t)cfg.push_missing_intervals,
+                               .series_interval_ms = cfg.push_heartbeat_series_interval_ms};
+    avail = api_avail_new(&avo, err, sizeof(err));
+    if (!avail) {
+        log_error("main", "cannot start availability accounting", LF_S("err", err));
+        goto out;
+    }
     api_push_options_t po = {
         .storage = storage,
         .limits = {.max_samples = (size_t)cfg.max_samples_per_request},
@@ -286,6 +300,8 @@ int main(int argc, char **argv)
         .missed_intervals = (uint32_t)cfg.push_missed_intervals,
         .enable_admin_api = cfg.enable_admin_api,
         .flags_json = flags.data,
+        .on_beat = api_avail_on_beat,
+        .beat_ud = avail,
     };
     push = api_push_new(&po);
     if (!push) {
@@ -316,6 +332,7 @@ int main(int argc, char **argv)
         goto out;
     }
     api_control_register_routes(control, srv);
+    api_avail_register_routes(avail, srv, control);
     api_rules_options_t ruo = {.srv = srv,
                                .storage = storage,
                                .control = control,
@@ -333,7 +350,9 @@ int main(int argc, char **argv)
                                .max_samples = cfg.query_max_samples,
                                .max_memory = (size_t)cfg.query_max_memory_per_query,
                                .am_queue_capacity = cfg.alertmanager_queue_capacity,
-                               .am_timeout_ms = cfg.alertmanager_timeout_ms};
+                               .am_timeout_ms = cfg.alertmanager_timeout_ms,
+                               .also_reload = api_avail_reload,
+                               .also_reload_ud = avail};
     rules = api_rules_new(&ruo, err, sizeof(err));
     if (!rules) {
         log_error("main", "cannot load rules", LF_S("err", err));
@@ -395,6 +414,10 @@ int main(int argc, char **argv)
         log_error("main", "cannot start push group expiry");
         goto out;
     }
+    if (api_avail_start(avail) != 0) {
+        log_error("main", "cannot start availability accounting");
+        goto out;
+    }
     base = event_base_new();
     main_ctx_t m = {.cfg = &cfg, .srv = srv, .status = status, .rules = rules, .base = base};
     struct event *ev_term = evsignal_new(base, SIGTERM, main_on_stop_signal, &m);
@@ -415,6 +438,7 @@ int main(int argc, char **argv)
     api_server_stop(srv, cfg.shutdown_timeout_ms);
     api_rules_shutdown(rules); /* before storage closes; its closed loop waits on the control thread */
     api_push_stop(push);
+    api_avail_stop(avail); /* closes open gaps as "sluice stopped" */
     api_forward_stop(forward); /* saves positions; the final snapshot keeps what is unsent */
     storage_close(storage);    /* final snapshot: a clean restart loses nothing */
     storage = NULL;
@@ -434,6 +458,7 @@ out:
     api_control_free(control);
     api_status_free(status);
     api_push_free(push);
+    api_avail_free(avail); /* after push: the registry's hook points at it */
     api_remote_free(remote);
     api_forward_stop(forward);
     storage_close(storage);

@@ -114,6 +114,10 @@ typedef struct push_group {
     double interval_ms; /* smoothed interval between successful pushes; 0 = unknown */
     uint64_t shape;     /* combined family shapes, as of the last logged full record */
     push_cache_t *cache; /* NULL: the next push is parsed in full */
+    /* Heartbeat jobs (push_beat_t.jobs): recomputed when the shape changes (beat_shape). */
+    const char **beat_jobs;
+    size_t nbeat_jobs;
+    uint64_t beat_shape;
 } push_group_t;
 
 typedef struct push_type {
@@ -334,7 +338,63 @@ static void group_unlink_free(push_registry_t *r, push_group_t *g)
     free(g->fams);
     free(g->grouping.v);
     free(g->strings);
+    for (size_t i = 1; i < g->nbeat_jobs; i++)
+        free((char *)g->beat_jobs[i]);
+    free(g->beat_jobs);
     free(g);
+}
+
+static uint64_t group_shape(const push_group_t *g);
+
+/* ---- heartbeats ------------------------------------------------------------------------------ */
+
+enum { PUSH_BEAT_MAX_JOBS = 16 };
+
+/* The job identities a group reports for: its job label, then the distinct job_name values of its
+ * series (Flink's reporter labels job-scoped metrics with job_name; a session TaskManager carries
+ * several). Walks every series: called only when the group's shape changed. */
+static void group_beat_jobs(push_group_t *g)
+{
+    for (size_t i = 1; i < g->nbeat_jobs; i++)
+        free((char *)g->beat_jobs[i]);
+    free(g->beat_jobs);
+    g->beat_jobs = calloc(PUSH_BEAT_MAX_JOBS, sizeof(*g->beat_jobs));
+    if (!g->beat_jobs)
+        abort();
+    size_t n = 0;
+    const char *job = labels_get(&g->grouping, "job");
+    g->beat_jobs[n++] = job ? job : "";
+    for (size_t f = 0; f < g->nfams && n < PUSH_BEAT_MAX_JOBS; f++)
+        for (size_t m = 0; m < g->fams[f]->n && n < PUSH_BEAT_MAX_JOBS; m++) {
+            const push_metric_t *pm = &g->fams[f]->metrics[m];
+            const char *jn = NULL;
+            for (uint32_t l = 0; l < pm->nlabels && !jn; l++)
+                if (strcmp(pm->labels[l].name, "job_name") == 0)
+                    jn = pm->labels[l].value;
+            bool seen = !jn || !jn[0];
+            for (size_t k = 0; k < n && !seen; k++)
+                seen = strcmp(g->beat_jobs[k], jn) == 0;
+            if (!seen && !(g->beat_jobs[n++] = strdup(jn)))
+                abort();
+        }
+    g->nbeat_jobs = n;
+}
+
+/* shape: the group's current group_shape (the commit has it from delta_commit). */
+static void group_beat(push_registry_t *r, push_group_t *g, int64_t now_ms, bool gone, uint64_t shape)
+{
+    if (!r->opt.on_beat)
+        return;
+    push_beat_t b = {.key = g->key, .hash = g->hash, .grouping = &g->grouping, .now_ms = now_ms, .gone = gone};
+    if (!gone) {
+        if (!g->beat_jobs || shape != g->beat_shape) {
+            group_beat_jobs(g);
+            g->beat_shape = shape;
+        }
+        b.jobs = g->beat_jobs;
+        b.njobs = g->nbeat_jobs;
+    }
+    r->opt.on_beat(r->opt.beat_ud, &b);
 }
 
 static push_family_t *group_family(const push_group_t *g, const char *name)
@@ -1070,7 +1130,9 @@ void push_registry_commit(push_registry_t *r, push_pending_t *p, buf_t *delta)
     }
     group_note_push(g, p->now_ms);
     if (delta)
-        delta_commit(delta, g);
+        delta_commit(delta, g); /* leaves g->shape current */
+    if (r->opt.on_beat)
+        group_beat(r, g, p->now_ms, false, delta ? g->shape : group_shape(g));
     /* Read under the lock: a GET /metrics render pins and unpins batches concurrently. A batch
      * no family holds cannot be found by a render, so it is ours to free. */
     bool unused = p->batch->refs == 0;
@@ -1300,6 +1362,7 @@ bool push_registry_delete(push_registry_t *r, const labels_t *grouping_in, int64
             buf_putc(delta, 'D');
             ser_labels(delta, g->grouping.v, g->grouping.n);
         }
+        group_beat(r, g, now_ms, true, 0);
         group_unlink_free(r, g);
     }
     pthread_mutex_unlock(&r->mu);
@@ -1322,6 +1385,7 @@ void push_registry_wipe(push_registry_t *r, int64_t now_ms, arena_t *a, push_eff
     for (size_t i = 0; i < r->gcap; i++)
         while (r->gtab[i]) {
             group_stale_effect(r, r->gtab[i], a, &c);
+            group_beat(r, r->gtab[i], now_ms, true, 0);
             group_unlink_free(r, r->gtab[i]);
         }
     pthread_mutex_unlock(&r->mu);
@@ -1367,6 +1431,7 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
                     buf_putc(delta, 'D');
                     ser_labels(delta, g->grouping.v, g->grouping.n);
                 }
+                group_beat(r, g, now_ms, true, 0);
                 group_unlink_free(r, g);
                 n++;
             }

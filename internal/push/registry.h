@@ -47,9 +47,25 @@ enum {
     PUSH_MISS = -3, /* not a repeat of the group's previous body: parse it in full */
 };
 
+/* A heartbeat (internal/push/heartbeat.h): a group's successful push, or its leaving. */
+typedef struct {
+    const char *key; /* the canonical grouping key, and its hash */
+    uint64_t hash;
+    const labels_t *grouping;
+    const char *const *jobs; /* the job label, then the distinct job_name values of its series */
+    size_t njobs;
+    int64_t now_ms;
+    bool gone; /* deleted, wiped or expired (jobs not set) */
+} push_beat_t;
+
 typedef struct {
     int64_t group_ttl_ms;      /* expire a group this long after its last push; 0 = never */
     uint32_t missed_intervals; /* expire after this many of its own push intervals without a push; 0 = never */
+    /* Heartbeat observer, or NULL: called under the registry's lock at each commit and when a
+     * group leaves (not on restore), so it must not call back into the registry. Its cost per
+     * push is O(1): the jobs list is recomputed only when the group's shape changed. */
+    void (*on_beat)(void *ud, const push_beat_t *beat);
+    void *beat_ud;
 } push_options_t;
 
 /* One sample to store: full label set including __name__ (arena-owned). */
