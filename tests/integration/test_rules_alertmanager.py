@@ -123,7 +123,8 @@ def test_late_alertmanager_gets_alert_by_retry(start_sluice, tmpdir_path, rules_
              what="a failed post")
     am = Alertmanager(tmpdir_path, port)  # comes up while sluice backs off and retries
     try:
-        wait_for(lambda: am.alerts(), what="alert delivered by a retry")
+        # backoff plus Alertmanager start-up: generous on a loaded machine
+        wait_for(lambda: am.alerts(), timeout=90, what="alert delivered by a retry")
         assert metric(s.url, r'sluice_notifications_sent_total\{alertmanager="[^"]*"\}') >= 1
     finally:
         am.stop()
