@@ -609,6 +609,71 @@ static bool fed_wants_proto(api_req_t *req)
            strstr(a, "encoding=delimited");
 }
 
+/* A job for match[] v[0..n) read at now_ms: selectors parsed, memory budget set. NULL with the
+ * status (400, 503) and message in *code/err. */
+static fed_job_t *fed_job_new(api_federate_t *f, const char *const *v, size_t n, bool proto, int64_t now_ms, int *code,
+                              char *err, size_t errlen)
+{
+    fed_job_t *j = calloc(1, sizeof(*j));
+    if (j) {
+        j->sels = calloc(n ? n : 1, sizeof(*j->sels));
+        j->arena = arena_create(0);
+    }
+    if (!j || !j->sels || !j->arena) {
+        if (j) {
+            free(j->sels);
+            arena_destroy(j->arena);
+        }
+        free(j);
+        *code = 503;
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    j->f = f;
+    j->proto = proto;
+    for (size_t i = 0; i < n; i++) {
+        if (promql_parse_selector(v[i], &j->sels[i], err, errlen) != 0) {
+            *code = 400;
+            fed_job_free(j);
+            return NULL;
+        }
+        j->nsels++;
+    }
+    j->budget = (arena_budget_t){.limit = f->opt.max_memory, .parent = f->opt.budget};
+    if (arena_set_budget(j->arena, &j->budget, NULL, NULL) != 0) {
+        *code = 503;
+        snprintf(err, errlen, "the queries running now hold all of the query memory budget; try again later");
+        fed_job_free(j);
+        return NULL;
+    }
+    j->maxt = now_ms;
+    j->mint = now_ms - f->opt.lookback_ms;
+    j->deadline_ns = clock_mono_ns() + f->opt.timeout_ms * 1000000;
+    return j;
+}
+
+int api_federate_render(api_federate_t *f, const char *const *match, size_t n, int64_t now_ms, bool proto, buf_t *out,
+                        char *err, size_t errlen)
+{
+    int code = 200;
+    fed_job_t *j = fed_job_new(f, match, n, proto, now_ms, &code, err, errlen);
+    if (!j)
+        return code;
+    fed_read(j);
+    if (j->code != 200) {
+        code = j->code;
+        snprintf(err, errlen, "%s", j->err);
+    } else {
+        while (j->next < j->n) { /* every piece, one after the other */
+            buf_reset(&j->out);
+            fed_render_piece(j);
+            buf_append(out, j->out.data, j->out.len);
+        }
+    }
+    fed_job_free(j);
+    return code;
+}
+
 static void fed_handler(api_req_t *req, void *ud)
 {
     api_federate_t *f = ud;
@@ -620,44 +685,16 @@ static void fed_handler(api_req_t *req, void *ud)
         api_reply(req, 200, proto ? FED_CT_PROTO : FED_CT_TEXT, "", 0);
         return;
     }
-    fed_job_t *j = calloc(1, sizeof(*j));
-    if (j) {
-        j->sels = calloc(n, sizeof(*j->sels));
-        j->arena = arena_create(0);
-    }
-    if (!j || !j->sels || !j->arena) {
-        if (j) {
-            free(j->sels);
-            arena_destroy(j->arena);
-        }
-        free(j);
-        api_reply_text(req, 503, "out of memory\n");
+    int code;
+    char err[512];
+    fed_job_t *j = fed_job_new(f, v, n, proto, clock_wall_ms(), &code, err, sizeof(err));
+    if (!j) {
+        atomic_fetch_add(&f->n_refused, 1);
+        api_reply_text(req, code, "%s\n", err);
         return;
     }
-    j->f = f;
-    j->proto = proto;
     const char *ae = api_req_header(req, "Accept-Encoding");
     j->gzip = ae && strstr(ae, "gzip"); /* as Prometheus' compression handler: Prometheus scrapes ask for it */
-    for (size_t i = 0; i < n; i++) {
-        char err[512];
-        if (promql_parse_selector(v[i], &j->sels[i], err, sizeof(err)) != 0) {
-            atomic_fetch_add(&f->n_refused, 1);
-            api_reply_text(req, 400, "%s\n", err);
-            fed_job_free(j);
-            return;
-        }
-        j->nsels++;
-    }
-    j->budget = (arena_budget_t){.limit = f->opt.max_memory, .parent = f->opt.budget};
-    if (arena_set_budget(j->arena, &j->budget, NULL, NULL) != 0) {
-        fed_job_free(j);
-        atomic_fetch_add(&f->n_refused, 1);
-        api_reply_text(req, 503, "the queries running now hold all of the query memory budget; try again later\n");
-        return;
-    }
-    j->maxt = clock_wall_ms();
-    j->mint = j->maxt - f->opt.lookback_ms;
-    j->deadline_ns = clock_mono_ns() + f->opt.timeout_ms * 1000000;
     j->req = req;
     j->worker = req->worker;
     api_req_park(req, fed_client_gone, j);

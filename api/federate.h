@@ -27,10 +27,12 @@
 #ifndef SLUICE_API_FEDERATE_H
 #define SLUICE_API_FEDERATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "api/server.h"
+#include "internal/util/buf.h"
 #include "storage/storage.h"
 
 struct arena_budget;
@@ -54,6 +56,12 @@ typedef struct api_federate api_federate_t;
 api_federate_t *api_federate_new(const api_federate_options_t *o, char *err, size_t errlen);
 /* Registers GET|POST /federate and the sluice_federate_* metrics. */
 void api_federate_register_routes(api_federate_t *f, api_server_t *srv);
+/* The answer to match[0..n) as /federate would send it at now_ms (the text or protobuf body,
+ * appended to out, uncompressed), read on the calling thread: for tests and tools. Returns 200, or
+ * the status /federate would answer (400 bad selector, 422 a limit, 503) with the message in
+ * err. */
+int api_federate_render(api_federate_t *f, const char *const *match, size_t n, int64_t now_ms, bool proto, buf_t *out,
+                        char *err, size_t errlen);
 /* Stops and joins the threads; call after api_server_stop. f may be NULL. */
 void api_federate_free(api_federate_t *f);
 

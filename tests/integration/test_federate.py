@@ -192,6 +192,32 @@ def test_federate_bounds_and_forms(start_sluice):
         assert federate(t.url, {"match[]": 'wide{i=~"00000."}'}).status_code == 200
 
 
+def test_federate_clients_that_go_away(start_sluice):
+    """Clients that close at once (while the read runs) or after a few bytes of a streamed answer
+    (mid-stream) leave nothing behind: sluice answers the next one and exits cleanly (ASan)."""
+    import socket
+    s = start_sluice()
+    now = int(time.time() * 1000)
+    for k in range(0, 6000, 1000):
+        write(s.url, [([("__name__", "wide"), ("i", "%06d" % i), ("pad", "x" * 60)], [(now - 1000, i)])
+                      for i in range(k, k + 1000)])
+    req = ("GET /federate?match[]=wide HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n").encode()
+    for read_first in (0, 0, 2000, 70000, 2000):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        c.sendall(req)
+        got = b""
+        while len(got) < read_first:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        if read_first:
+            assert got.startswith(b"HTTP/1.1 200") and b"chunked" in got.split(b"\r\n\r\n")[0].lower()
+        c.close()
+    r = federate(s.url, {"match[]": "wide"})
+    assert r.status_code == 200 and len(r.text.splitlines()) == 6001
+
+
 def test_federate_external_labels(start_sluice):
     s = start_sluice("--external-label=region=eu", "--external-label=instance=sluice-1")
     now = int(time.time() * 1000)
