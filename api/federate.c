@@ -90,8 +90,9 @@ struct fed_job {
     promql_selector_t *sels;
     size_t nsels;
     int64_t mint, maxt, deadline_ns;
-    arena_t *arena;        /* the entries and their labels; charged to budget */
-    arena_budget_t budget; /* this request's, under the shared query budget */
+    arena_t *arena;                /* the entries and their labels; charged to budget */
+    arena_budget_t budget;         /* this request's, under the shared query budget */
+    unsigned long shared_refused0; /* the shared budget's refusals when the job began */
     /* result */
     int code; /* 200, or the error status with err */
     char err[512];
@@ -431,7 +432,7 @@ static int fed_fail_memory(fed_job_t *j)
                  j->budget.limit);
         return fed_fail(j, 422, msg);
     }
-    if (j->budget.parent && atomic_load(&j->budget.parent->refused)) {
+    if (j->budget.parent && atomic_load(&j->budget.parent->refused) != j->shared_refused0) {
         snprintf(msg, sizeof(msg),
                  "the queries running now hold all of the query memory budget (%zu bytes, --query.max-memory); try "
                  "again later",
@@ -640,6 +641,7 @@ static fed_job_t *fed_job_new(api_federate_t *f, const char *const *v, size_t n,
         j->nsels++;
     }
     j->budget = (arena_budget_t){.limit = f->opt.max_memory, .parent = f->opt.budget};
+    j->shared_refused0 = f->opt.budget ? atomic_load(&f->opt.budget->refused) : 0;
     if (arena_set_budget(j->arena, &j->budget, NULL, NULL) != 0) {
         *code = 503;
         snprintf(err, errlen, "the queries running now hold all of the query memory budget; try again later");
