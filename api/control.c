@@ -1236,11 +1236,7 @@ static void ctl_h_tis(api_req_t *req, void *ud)
     }
     buf_puts(&b, "{\"success\":true,\"errormsg\":[],\"msg\":[],\"bizresult\":");
     if (s.updated_at_ms > last) {
-        buf_printf(&b,
-                   "{\"pause\":%s,\"lastModified\":%lld,\"controllerType\":\"%s\","
-                   "\"payloadParams\":{\"rateLimitPerSecond\":%lld}}",
-                   s.spec.mode == CONTROL_PAUSED ? "true" : "false", (long long)s.updated_at_ms,
-                   control_mode_tis_type(s.spec.mode), (long long)s.spec.rate_limit_per_second);
+        control_state_to_tis_json(&s, &b); /* the mapping, drains included: internal/control */
     } else {
         buf_puts(&b, "{}");
     }

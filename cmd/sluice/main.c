@@ -26,6 +26,7 @@
 #include "api/forward.h"
 #include "api/push.h"
 #include "api/remote.h"
+#include "api/federate.h"
 #include "api/query.h"
 #include "api/router.h"
 #include "api/rules.h"
@@ -221,6 +222,7 @@ int main(int argc, char **argv)
     api_forward_t *forward = NULL;
     api_remote_t *remote = NULL;
     api_query_t *query = NULL;
+    api_federate_t *federate = NULL;
     api_control_t *control = NULL;
     api_status_t *status = NULL;
     api_rules_t *rules = NULL;
@@ -292,6 +294,20 @@ int main(int argc, char **argv)
         log_error("main", "cannot start availability accounting", LF_S("err", err));
         goto out;
     }
+    api_federate_options_t fdo = {.srv = srv,
+                                  .storage = storage,
+                                  .lookback_ms = cfg.query_lookback_ms,
+                                  .timeout_ms = cfg.query_timeout_ms,
+                                  .max_series = cfg.query_max_samples,
+                                  .max_memory = (size_t)cfg.query_max_memory_per_query,
+                                  .budget = &query_memory,
+                                  .external_labels = cfg.external_labels};
+    federate = api_federate_new(&fdo, err, sizeof(err));
+    if (!federate) {
+        log_error("main", "cannot start federation", LF_S("err", err));
+        goto out;
+    }
+    api_federate_register_routes(federate, srv);
     api_push_options_t po = {
         .storage = storage,
         .limits = {.max_samples = (size_t)cfg.max_samples_per_request},
@@ -452,6 +468,7 @@ out:
     api_rules_shutdown(rules);
     api_control_shutdown(control); /* before the workers' loops are freed: the control thread posts to them */
     api_query_free(query);         /* after the server stopped: no query is queued any more */
+    api_federate_free(federate);   /* likewise */
     api_flow_free(flow);           /* after the server stopped: its shutdown hook ended the streams */
     api_server_destroy(srv);
     api_rules_free(rules); /* after the server: its routes point at the handles */

@@ -44,6 +44,13 @@ const char *control_mode_tis_type(control_mode_t m)
     return "NoLimitParam";
 }
 
+const char *control_spec_tis_type(const control_spec_t *s)
+{
+    if (s->mode == CONTROL_DRAINING && s->ndrain)
+        return "SkipProcess";
+    return control_mode_tis_type(s->mode);
+}
+
 /* --- lifetime ---------------------------------------------------------------------------------- */
 
 void control_spec_free(control_spec_t *s)
@@ -605,6 +612,28 @@ void control_spec_to_json(const control_spec_t *s, buf_t *out)
         buf_putc(out, '}');
     }
     buf_puts(out, "]}");
+}
+
+void control_state_to_tis_json(const control_state_t *s, buf_t *out)
+{
+    const control_spec_t *sp = &s->spec;
+    buf_printf(out, "{\"pause\":%s,\"lastModified\":%lld,\"controllerType\":\"%s\",",
+               sp->mode == CONTROL_PAUSED ? "true" : "false", (long long)s->updated_at_ms, control_spec_tis_type(sp));
+    /* the invariant guarantees 0 outside RATE_LIMITED */
+    buf_printf(out, "\"payloadParams\":{\"rateLimitPerSecond\":%lld",
+               (long long)(sp->mode == CONTROL_RATE_LIMITED ? sp->rate_limit_per_second : 0));
+    if (sp->mode == CONTROL_DRAINING && sp->ndrain) {
+        buf_puts(out, ",\"drain\":[");
+        for (size_t i = 0; i < sp->ndrain; i++) {
+            buf_puts(out, i ? ",{\"attribute\":" : "{\"attribute\":");
+            control_put_str(out, sp->drain[i].attribute);
+            buf_puts(out, ",\"regex\":");
+            control_put_str(out, sp->drain[i].regex);
+            buf_putc(out, '}');
+        }
+        buf_putc(out, ']');
+    }
+    buf_puts(out, "}}");
 }
 
 void control_state_to_json(const control_state_t *s, const char *job, buf_t *out)

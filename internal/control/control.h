@@ -94,6 +94,28 @@ int control_mode_parse(const char *s, control_mode_t *out);
 /* TIS controllerType for a mode: Paused, FloodDischargeRate, RateLimit, NoLimitParam. */
 const char *control_mode_tis_type(control_mode_t m);
 
+/* --- TIS ---------------------------------------------------------------------------------------
+ * What TIS's rate-controller poll (PROTOCOLS.md §10, docs/control.md) is told for a state:
+ *
+ *   sluice state                   controllerType       pause  payloadParams
+ *   running                        NoLimitParam         false  {"rateLimitPerSecond":0}
+ *   paused                         Paused               true   {"rateLimitPerSecond":0}
+ *   rate_limited N                 RateLimit            false  {"rateLimitPerSecond":N}
+ *   draining, no matchers          FloodDischargeRate   false  {"rateLimitPerSecond":0}
+ *   draining with matchers         SkipProcess          false  {"rateLimitPerSecond":0,
+ *                                                               "drain":[{"attribute","regex"},..]}
+ *
+ * TIS's source function reads payloadParams.rateLimitPerSecond for RateLimit only; on
+ * FloodDischargeRate it lifts the limit and discards every record; a SkipProcess broadcast it
+ * leaves unapplied (the job keeps its previous setting). A drain that must spare the records its
+ * matchers do not select therefore goes out as SkipProcess — never as FloodDischargeRate, which
+ * would discard everything — with the matchers in payloadParams.drain for a consumer that can
+ * apply them. */
+const char *control_spec_tis_type(const control_spec_t *s);
+/* Appends the poll's `bizresult` object for s: {"pause":..,"lastModified":<updated_at_ms>,
+ * "controllerType":..,"payloadParams":{..}} (key order fixed, as above). */
+void control_state_to_tis_json(const control_state_t *s, buf_t *out);
+
 void control_spec_free(control_spec_t *s);
 int control_spec_copy(control_spec_t *dst, const control_spec_t *src);
 void control_state_init(control_state_t *s); /* RUNNING, version 0 */

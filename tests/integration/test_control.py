@@ -492,6 +492,72 @@ def test_tis_poll_shape(sluice):
     assert r.status_code == 400 and "pipeline" in r.json()["errormsg"][0]
 
 
+def test_tis_poll_every_mode_and_drain(sluice):
+    """Each of sluice's four modes reaches a polling TIS job as the controllerType TIS acts on; a
+    drain of everything is a flood discharge, a drain by matchers is SkipProcess with the matchers
+    (never FloodDischargeRate, which would discard the records the matchers spare). The poll is
+    driven like TIS drives it: lastModified is the last answer's, so each change arrives once."""
+    job = "tis-drain"
+    last = tis(sluice, job)["bizresult"]["lastModified"]  # 0: never changed
+    seen = []
+
+    def change(path, body=None):
+        nonlocal last
+        r = requests.post(job_url(sluice, job, path), json=body) if body is not None else \
+            requests.post(job_url(sluice, job, path))
+        assert r.status_code == 200, r.text
+        t = r.json()["updated_at_ms"]
+        got = tis(sluice, job, last)["bizresult"]
+        assert got["lastModified"] == t
+        last = t
+        assert tis(sluice, job, last)["bizresult"] == {}  # nothing newer: TIS keeps its state
+        seen.append(got["controllerType"])
+        return got
+
+    assert change("/pause") == {"pause": True, "lastModified": last, "controllerType": "Paused",
+                                "payloadParams": {"rateLimitPerSecond": 0}}
+    assert change("/rate-limit", {"per_second": 700}) == {
+        "pause": False, "lastModified": last, "controllerType": "RateLimit",
+        "payloadParams": {"rateLimitPerSecond": 700}}
+    # drain with no matchers: every record is discarded (TIS's flood discharge)
+    assert change("/drain") == {"pause": False, "lastModified": last, "controllerType": "FloodDischargeRate",
+                                "payloadParams": {"rateLimitPerSecond": 0}}
+    # drain by matchers: only some records go, so not a flood discharge
+    got = change("/drain", {"match": [{"attribute": "table", "regex": "^tmp_"}, "db=^scratch$"]})
+    assert got == {"pause": False, "lastModified": last, "controllerType": "SkipProcess",
+                   "payloadParams": {"rateLimitPerSecond": 0, "drain": [
+                       {"attribute": "table", "regex": "^tmp_"}, {"attribute": "db", "regex": "^scratch$"}]}}
+    # the same drain through PUT (the whole state) maps the same way
+    r = requests.put(job_url(sluice, job), json={"mode": "draining", "drain": [{"attribute": "table",
+                                                                                 "regex": "^tmp_"}]})
+    assert r.status_code == 200, r.text
+    b = tis(sluice, job, last)["bizresult"]
+    assert b["controllerType"] == "SkipProcess" and b["payloadParams"]["drain"] == [
+        {"attribute": "table", "regex": "^tmp_"}]
+    last = b["lastModified"]
+    r = requests.put(job_url(sluice, job), json={"mode": "draining"})
+    assert r.status_code == 200, r.text
+    b = tis(sluice, job, last)["bizresult"]
+    assert b["controllerType"] == "FloodDischargeRate" and "drain" not in b["payloadParams"]
+    last = b["lastModified"]
+    assert change("/resume") == {"pause": False, "lastModified": last, "controllerType": "NoLimitParam",
+                                 "payloadParams": {"rateLimitPerSecond": 0}}
+    assert seen == ["Paused", "RateLimit", "FloodDischargeRate", "SkipProcess", "NoLimitParam"]
+
+    # a temporary drain runs out: the poll reports the state that comes back
+    r = requests.post(job_url(sluice, job, "/drain"), json={"match": ["table=^tmp_"], "for": "1s"})
+    assert r.status_code == 200, r.text
+    assert tis(sluice, job, last)["bizresult"]["controllerType"] == "SkipProcess"
+    last = r.json()["updated_at_ms"]
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        b = tis(sluice, job, last)["bizresult"]
+        if b:
+            break
+        time.sleep(0.1)
+    assert b["controllerType"] == "NoLimitParam" and b["lastModified"] > last
+
+
 # --- sluicectl -------------------------------------------------------------------------------------------
 
 def ctl(s, *args, check=True):

@@ -239,6 +239,64 @@ static void test_json_roundtrip(void **state)
     control_state_free(&s0);
 }
 
+/* Applies a request body of kind to a fresh job at t=now and returns the poll's bizresult. */
+static void tis_of(control_req_kind_t kind, const char *body, int64_t now, buf_t *out)
+{
+    control_state_t s0, s1;
+    control_state_init(&s0);
+    control_change_t chg;
+    char field[64], err[256];
+    assert_int_equal(parse(kind, body, &chg, field, err), 0);
+    assert_int_equal(control_state_apply(&s0, &chg, now, "ops", &s1), 0);
+    control_spec_free(&chg.spec);
+    buf_reset(out);
+    control_state_to_tis_json(&s1, out);
+    control_state_free(&s1);
+    control_state_free(&s0);
+}
+
+/* The TIS mapping of every mode, drains with and without matchers apart. */
+static void test_tis_mapping(void **state)
+{
+    buf_t b = BUF_INIT;
+    control_state_t s;
+    control_state_init(&s);
+    control_state_to_tis_json(&s, &b);
+    assert_string_equal(b.data, "{\"pause\":false,\"lastModified\":0,\"controllerType\":\"NoLimitParam\","
+                                "\"payloadParams\":{\"rateLimitPerSecond\":0}}");
+    control_state_free(&s);
+
+    tis_of(CONTROL_REQ_PAUSE, "", 1000, &b);
+    assert_string_equal(b.data, "{\"pause\":true,\"lastModified\":1000,\"controllerType\":\"Paused\","
+                                "\"payloadParams\":{\"rateLimitPerSecond\":0}}");
+    tis_of(CONTROL_REQ_RATE_LIMIT, "{\"per_second\":2500}", 2000, &b);
+    assert_string_equal(b.data, "{\"pause\":false,\"lastModified\":2000,\"controllerType\":\"RateLimit\","
+                                "\"payloadParams\":{\"rateLimitPerSecond\":2500}}");
+    /* drain everything: TIS's flood discharge */
+    tis_of(CONTROL_REQ_DRAIN, "", 3000, &b);
+    assert_string_equal(b.data, "{\"pause\":false,\"lastModified\":3000,\"controllerType\":"
+                                "\"FloodDischargeRate\",\"payloadParams\":{\"rateLimitPerSecond\":0}}");
+    tis_of(CONTROL_REQ_DRAIN, "{\"match\":[]}", 3500, &b);
+    assert_non_null(strstr(b.data, "\"FloodDischargeRate\""));
+    /* drain by matchers: never FloodDischargeRate (that would discard the rest too) */
+    tis_of(CONTROL_REQ_DRAIN, "{\"match\":[{\"attribute\":\"table\",\"regex\":\"^tmp_\\\"x\"},\"db=^scratch$\"]}", 4000,
+           &b);
+    assert_string_equal(b.data, "{\"pause\":false,\"lastModified\":4000,\"controllerType\":\"SkipProcess\","
+                                "\"payloadParams\":{\"rateLimitPerSecond\":0,\"drain\":["
+                                "{\"attribute\":\"table\",\"regex\":\"^tmp_\\\"x\"},"
+                                "{\"attribute\":\"db\",\"regex\":\"^scratch$\"}]}}");
+    tis_of(CONTROL_REQ_RESUME, "", 5000, &b);
+    assert_non_null(strstr(b.data, "\"controllerType\":\"NoLimitParam\""));
+    buf_free(&b);
+
+    control_spec_t sp = {.mode = CONTROL_DRAINING};
+    assert_string_equal(control_spec_tis_type(&sp), "FloodDischargeRate");
+    control_match_t m = {"table", "^tmp_"};
+    sp.drain = &m;
+    sp.ndrain = 1;
+    assert_string_equal(control_spec_tis_type(&sp), "SkipProcess");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_job_names),
         cmocka_unit_test(test_apply_and_revert),
         cmocka_unit_test(test_json_roundtrip),
+        cmocka_unit_test(test_tis_mapping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
