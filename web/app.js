@@ -9,6 +9,7 @@
  *   api/v1/label/job_name/values        jobs that pushed Flink metrics
  *   api/v1/alerts                       alerts
  *   api/v1/availability?job=J&range=R   availability (24 h, 30 d) and recent gaps from heartbeats
+ *   api/v1/query_range                  job health: checkpoints, restarts, GC (HEALTH_PANELS)
  *
  * The API token lives in sessionStorage only (gone when the tab closes). All text from the
  * server goes into the page through textContent, never as HTML.
@@ -146,6 +147,7 @@
     openStreams();
     loadControl();
     loadAvailability();
+    refreshHealth();
   }
 
   /* ---------------------------------------------------------------- flow stream */
@@ -507,6 +509,128 @@
     });
   }
 
+  /* ---------------------------------------------------------------- job health */
+
+  // Checkpoints, restarts and GC of the selected job over the last 30 minutes, one small chart per
+  // query (api/v1/query_range, 15 s steps, refreshed every 30 s). $job becomes the job name as a
+  // PromQL string. GC is per TaskManager (no job_name at that scope): those running the job's tasks.
+  // tests/integration/test_dashboard.py evaluates these queries against flink_gen --ops data.
+  const HEALTH_RANGE_S = 1800;
+  const HEALTH_STEP_S = 15;
+  const HEALTH_COLORS = ["#0b5cd5", "#cf5a00", "#1a7f37", "#8250df", "#bf3989", "#6e7781"];
+  const HEALTH_PANELS = [
+    {
+      id: "ckpt-duration",
+      title: "Checkpoint duration (s)",
+      query: 'max by (job_name) (flink_jobmanager_job_lastCheckpointDuration{job_name="$job"}) / 1000',
+      legend: () => "last checkpoint",
+    },
+    {
+      id: "ckpt-size",
+      title: "Checkpoint size (MiB)",
+      query: 'max by (job_name) (flink_jobmanager_job_lastCheckpointSize{job_name="$job"}) / 1048576',
+      legend: () => "last checkpoint",
+    },
+    {
+      id: "restarts",
+      title: "Restarts (since submission)",
+      query: 'max by (job_name) (flink_jobmanager_job_numRestarts{job_name="$job"})',
+      legend: () => "restarts",
+    },
+    {
+      id: "gc",
+      title: "GC time share per TaskManager (%)",
+      query:
+        "100 * (rate(flink_taskmanager_Status_JVM_GarbageCollector_G1_Young_Generation_Time[1m])" +
+        " + rate(flink_taskmanager_Status_JVM_GarbageCollector_G1_Old_Generation_Time[1m])) / 1000" +
+        ' and on (tm_id) group by (tm_id) (flink_taskmanager_job_task_numRecordsInPerSecond{job_name="$job"})',
+      legend: (m) => m.tm_id || "TaskManager",
+    },
+  ];
+  const health = { charts: new Map(), timer: null };
+
+  function promString(v) {
+    return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"');
+  }
+
+  function ensureHealthPanels() {
+    const box = $("health");
+    if (box.childElementCount) return;
+    for (const p of HEALTH_PANELS) {
+      const fig = el("figure", "health-panel");
+      fig.id = "health-" + p.id;
+      const cap = el("figcaption", "", p.title);
+      const chart = el("div", "health-chart");
+      chart.setAttribute("role", "img");
+      chart.setAttribute("aria-label", p.title);
+      const now = el("p", "summary health-now", "–");
+      fig.append(cap, chart, now);
+      box.append(fig);
+    }
+  }
+
+  async function refreshHealth() {
+    const job = state.job;
+    if (!job) return;
+    ensureHealthPanels();
+    const end = Math.floor(Date.now() / 1000 / HEALTH_STEP_S) * HEALTH_STEP_S;
+    const start = end - HEALTH_RANGE_S;
+    const xs = [];
+    for (let t = start; t <= end; t += HEALTH_STEP_S) xs.push(t);
+    for (const p of HEALTH_PANELS) {
+      const q = p.query.split("$job").join(promString(job));
+      let result = [];
+      try {
+        const url = `api/v1/query_range?query=${encodeURIComponent(q)}&start=${start}&end=${end}&step=${HEALTH_STEP_S}`;
+        result = ((await getJSON(url)).data || {}).result || [];
+      } catch (e) {
+        result = [];
+      }
+      if (state.job !== job) return; // another job was picked meanwhile
+      renderHealthPanel(p, xs, result);
+    }
+  }
+
+  function renderHealthPanel(p, xs, result) {
+    const fig = $("health-" + p.id);
+    const box = fig.querySelector(".health-chart");
+    const now = fig.querySelector(".health-now");
+    const old = health.charts.get(p.id);
+    if (old) old.destroy();
+    health.charts.delete(p.id);
+    box.replaceChildren();
+    if (!result.length) {
+      now.textContent = "No data for this job.";
+      return;
+    }
+    const index = new Map(xs.map((t, i) => [t, i]));
+    const data = [xs];
+    const series = [{}];
+    const latest = [];
+    result.slice(0, HEALTH_COLORS.length).forEach((r, i) => {
+      const ys = new Array(xs.length).fill(null);
+      for (const [t, v] of r.values) {
+        const k = index.get(Math.round(Number(t)));
+        if (k !== undefined) ys[k] = Number(v);
+      }
+      data.push(ys);
+      const label = p.legend(r.metric || {});
+      series.push({ label, stroke: HEALTH_COLORS[i], width: 1.5, points: { show: false } });
+      const last = r.values.length ? Number(r.values[r.values.length - 1][1]) : null;
+      latest.push(`${label} ${fmtNum(last)}`);
+    });
+    now.textContent = "Now: " + latest.join(" · ");
+    const opts = {
+      width: Math.max(280, box.clientWidth),
+      height: 160,
+      cursor: { drag: { x: false, y: false } },
+      scales: { x: { time: true } },
+      axes: [{}, { size: 60, values: (u, vals) => vals.map((v) => fmtNum(v)) }],
+      series,
+    };
+    health.charts.set(p.id, new uPlot(opts, data, box));
+  }
+
   /* ---------------------------------------------------------------- alerts */
 
   async function refreshAlerts() {
@@ -539,6 +663,7 @@
     setInterval(refreshJobs, 5000);
     setInterval(() => { if (state.job) loadAvailability(); }, 15000);
     setInterval(refreshAlerts, 15000);
+    setInterval(refreshHealth, 30000);
     setConn("idle");
   }
 

@@ -14,6 +14,7 @@
  */
 #include "internal/expfmt/flinkgen.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -344,4 +345,311 @@ size_t flinkgen_taskmanager(buf_t *b, unsigned tm, uint64_t seed, uint64_t tick)
                           o);
     }
     return g.series;
+}
+
+/* ------------------------------------------------------------------------ operations scenario */
+
+enum { OPS_SUB = 2 }; /* subtasks per task per TaskManager: a job runs with parallelism 4 */
+
+static const char *const ops_job_names[FLINKGEN_OPS_JOBS] = {"orders", "clicks"};
+static const double ops_base_rate[FLINKGEN_OPS_JOBS] = {1000, 400};                /* records/s per subtask */
+static const double ops_base_state[FLINKGEN_OPS_JOBS] = {536870912.0, 134217728.0}; /* checkpoint bytes */
+static const char *const ops_task_names[FLINKGEN_OPS_JOBS][2] = {
+    {"Source:_Kafka_Orders____Map", "Window_TumblingEventTimeWindows____Sink:_Orders_Enriched"},
+    {"Source:_Kafka_Clicks____Filter", "Window_SlidingEventTimeWindows____Sink:_Click_Counts"}};
+static const char *const ops_op_names[FLINKGEN_OPS_JOBS][2][2] = {
+    {{"Source:_Kafka_Orders", "Map"}, {"Window_TumblingEventTimeWindows", "Sink:_Orders_Enriched"}},
+    {{"Source:_Kafka_Clicks", "Filter"}, {"Window_SlidingEventTimeWindows", "Sink:_Click_Counts"}}};
+static const char *const ops_kind_names[] = {"checkpoint_slow", "state_leak", "lag",    "gc",
+                                             "stall",           "surge",      "restart"};
+
+int flinkgen_incident_parse(const char *s, flinkgen_incident_t *out, char *err, size_t errlen)
+{
+    char kind[32], job[32];
+    unsigned long long from, to;
+    int n = 0;
+    if (sscanf(s, "%31[a-z_]:%31[a-z]:%llu:%llu%n", kind, job, &from, &to, &n) != 4 || s[n] != '\0' || from > to) {
+        snprintf(err, errlen, "incident %s: want kind:job:from:to with from <= to", s);
+        return -1;
+    }
+    memset(out, 0, sizeof(*out));
+    size_t k = 0;
+    for (; k < sizeof(ops_kind_names) / sizeof(ops_kind_names[0]); k++)
+        if (strcmp(kind, ops_kind_names[k]) == 0)
+            break;
+    if (k == sizeof(ops_kind_names) / sizeof(ops_kind_names[0])) {
+        snprintf(err, errlen, "incident %s: unknown kind %s", s, kind);
+        return -1;
+    }
+    unsigned j = 0;
+    for (; j < FLINKGEN_OPS_JOBS; j++)
+        if (strcmp(job, ops_job_names[j]) == 0)
+            break;
+    if (j == FLINKGEN_OPS_JOBS) {
+        snprintf(err, errlen, "incident %s: unknown job %s (orders or clicks)", s, job);
+        return -1;
+    }
+    out->kind = (flinkgen_incident_kind_t)k;
+    out->job = j;
+    out->from = from;
+    out->to = to;
+    return 0;
+}
+
+/* [0,1), deterministic in (seed, id, tick). */
+static double ops_noise(uint64_t seed, uint64_t id, uint64_t tick)
+{
+    uint64_t r = mix(mix(seed ^ (id * UINT64_C(0x9e3779b97f4a7c15))) ^ (tick * UINT64_C(0xbf58476d1ce4e5b9)));
+    return (double)(r >> 11) / 9007199254740992.0;
+}
+
+/* The incident of this kind and job active at tick t, or NULL. */
+static const flinkgen_incident_t *ops_active(const flinkgen_incident_t *inc, size_t ninc, flinkgen_incident_kind_t kind,
+                                             unsigned job, uint64_t t)
+{
+    for (size_t i = 0; i < ninc; i++)
+        if (inc[i].kind == kind && inc[i].job == job && inc[i].from <= t && t < inc[i].to)
+            return &inc[i];
+    return NULL;
+}
+
+/* Extra backlog from LAG (1000 per tick) or STALL (50 per tick, subtask 0 only) incidents: grows
+ * while active, then drains to a quarter each tick, as a source catching up does. */
+static double ops_extra_lag(const flinkgen_incident_t *inc, size_t ninc, unsigned job, unsigned sub, uint64_t t)
+{
+    double lag = 0;
+    for (size_t i = 0; i < ninc; i++) {
+        double per = inc[i].kind == FLINKGEN_LAG ? 1000 : inc[i].kind == FLINKGEN_STALL && sub == 0 ? 50 : 0;
+        if (per == 0 || inc[i].job != job || t < inc[i].from)
+            continue;
+        if (t < inc[i].to)
+            lag += per * (double)(t - inc[i].from + 1);
+        else
+            lag += per * (double)(inc[i].to - inc[i].from) * pow(0.25, (double)(t - inc[i].to + 1));
+    }
+    return floor(lag);
+}
+
+/* Records/s the source operator of (job, subtask) emits at tick t. */
+static double ops_source_rate(uint64_t seed, const flinkgen_incident_t *inc, size_t ninc, unsigned job, unsigned sub,
+                              uint64_t t)
+{
+    if (sub == 0 && ops_active(inc, ninc, FLINKGEN_STALL, job, t))
+        return 0;
+    double r = ops_base_rate[job] * (1 + 0.1 * sin(6.283185307179586 * (double)t / 360.0) /* a slow wave, one per hour */) *
+               (0.97 + 0.06 * ops_noise(seed, 1000 + job * 16 + sub, t));
+    if (ops_active(inc, ninc, FLINKGEN_SURGE, job, t))
+        r *= 3;
+    return floor(r * 10) / 10;
+}
+
+static void ops_line(buf_t *b, const char *fam, const char *labels, double v)
+{
+    buf_printf(b, "%s{%s} ", fam, labels);
+    java_double(b, v);
+    buf_putc(b, '\n');
+}
+
+size_t flinkgen_jobmanager(buf_t *b, uint64_t seed, uint64_t tick, const flinkgen_incident_t *inc, size_t ninc)
+{
+    gen_t g = {.b = b};
+    char fam[256], labels[512];
+    size_t series = 0;
+    static const struct {
+        const char *name;
+        double v;
+    } jm[] = {{"numRunningJobs", FLINKGEN_OPS_JOBS},
+              {"numRegisteredTaskManagers", FLINKGEN_OPS_TMS},
+              {"taskSlotsTotal", FLINKGEN_OPS_TMS * 2},
+              {"taskSlotsAvailable", 0}};
+    for (size_t m = 0; m < sizeof(jm) / sizeof(jm[0]); m++) {
+        header(&g, "jobmanager", jm[m].name, false, fam, sizeof(fam));
+        ops_line(b, fam, "host=\"flink_jobmanager\",", jm[m].v);
+        series++;
+    }
+    /* per job: counters summed over ticks 0..tick */
+    double completed[FLINKGEN_OPS_JOBS], failed[FLINKGEN_OPS_JOBS], restarts[FLINKGEN_OPS_JOBS];
+    uint64_t up_since[FLINKGEN_OPS_JOBS];
+    double duration[FLINKGEN_OPS_JOBS], size[FLINKGEN_OPS_JOBS];
+    for (unsigned j = 0; j < FLINKGEN_OPS_JOBS; j++) {
+        completed[j] = 100 + (double)(tick / 6); /* a checkpoint a minute at 10 s pushes */
+        failed[j] = restarts[j] = 0;
+        up_since[j] = 0;
+        for (size_t i = 0; i < ninc; i++)
+            if (inc[i].kind == FLINKGEN_RESTART && inc[i].job == j && inc[i].from <= tick) {
+                restarts[j]++;
+                failed[j]++;
+                if (inc[i].from > up_since[j])
+                    up_since[j] = inc[i].from;
+            }
+        uint64_t ck = tick / 6; /* the gauges hold the last completed checkpoint's values */
+        duration[j] = floor(1800 + 400 * ops_noise(seed, 2000 + j, ck));
+        if (ops_active(inc, ninc, FLINKGEN_CHECKPOINT_SLOW, j, tick))
+            duration[j] *= 12;
+        double leak = 1;
+        for (size_t i = 0; i < ninc; i++)
+            if (inc[i].kind == FLINKGEN_STATE_LEAK && inc[i].job == j && inc[i].from <= tick)
+                leak += 0.002 * (double)((tick < inc[i].to ? tick : inc[i].to) - inc[i].from);
+        size[j] = floor(ops_base_state[j] * (0.995 + 0.01 * ops_noise(seed, 3000 + j, ck)) * leak);
+    }
+    const struct {
+        const char *name;
+        int what;
+    } jobm[] = {{"lastCheckpointDuration", 0},        {"lastCheckpointSize", 1},
+                {"lastCheckpointFullSize", 1},        {"numberOfCompletedCheckpoints", 2},
+                {"numberOfFailedCheckpoints", 3},     {"numberOfInProgressCheckpoints", 4},
+                {"totalNumberOfCheckpoints", 5},      {"numRestarts", 6},
+                {"uptime", 7},                        {"downtime", 8}};
+    for (size_t m = 0; m < sizeof(jobm) / sizeof(jobm[0]); m++) {
+        header(&g, "jobmanager_job", jobm[m].name, false, fam, sizeof(fam));
+        for (unsigned j = 0; j < FLINKGEN_OPS_JOBS; j++) {
+            char job_id[33];
+            hex32(job_id, seed * 31 + 100 + j);
+            double inprog = tick % 6 == 5 ? 1 : 0, v = 0;
+            switch (jobm[m].what) {
+            case 0: v = duration[j]; break;
+            case 1: v = size[j]; break;
+            case 2: v = completed[j]; break;
+            case 3: v = failed[j]; break;
+            case 4: v = inprog; break;
+            case 5: v = completed[j] + failed[j] + inprog; break;
+            case 6: v = restarts[j]; break;
+            case 7: v = (double)(tick - up_since[j]) * 10000; break;
+            default: v = 0; break;
+            }
+            snprintf(labels, sizeof(labels), "host=\"flink_jobmanager\",job_id=\"%s\",job_name=\"%s\",", job_id,
+                     ops_job_names[j]);
+            ops_line(b, fam, labels, v);
+            series++;
+        }
+    }
+    return series;
+}
+
+size_t flinkgen_ops_taskmanager(buf_t *b, unsigned tm, uint64_t seed, uint64_t tick, const flinkgen_incident_t *inc,
+                                size_t ninc)
+{
+    assert(tm < FLINKGEN_OPS_TMS);
+    gen_t g = {.b = b};
+    char fam[256], tml[160], labels[1024];
+    size_t series = 0;
+    unsigned job = tm % FLINKGEN_OPS_JOBS, first_sub = (tm / FLINKGEN_OPS_JOBS) * OPS_SUB;
+    snprintf(tml, sizeof(tml), "host=\"flink_ops_tm_%u\",tm_id=\"ops_tm_%u\",", tm, tm);
+
+    /* JVM: counters summed over the ticks so far */
+    double ycount = 0, ytime = 0, ocount = 0, otime = 0;
+    for (uint64_t u = 0; u <= tick; u++) {
+        ycount += 1;
+        ytime += floor(12 + 6 * ops_noise(seed, 4000 + tm, u));
+        const flinkgen_incident_t *gc = ops_active(inc, ninc, FLINKGEN_GC, job, u);
+        if (gc) {
+            ycount += 3;
+            ytime += 3000;
+            if ((u - gc->from) % 6 == 0) {
+                ocount += 1;
+                otime += 1000;
+            }
+        }
+    }
+    double heap_max = 1073741824.0, heap_used;
+    if (ops_active(inc, ninc, FLINKGEN_GC, job, tick))
+        heap_used = floor(heap_max * (0.93 + 0.05 * ops_noise(seed, 5000 + tm, tick)));
+    else
+        heap_used = floor(heap_max * (0.30 + 0.42 * (double)((tick + tm) % 6) / 5.0));
+    const struct {
+        const char *name;
+        double v;
+    } jvm[] = {{"Status.JVM.GarbageCollector.G1_Young_Generation.Count", ycount},
+               {"Status.JVM.GarbageCollector.G1_Young_Generation.Time", ytime},
+               {"Status.JVM.GarbageCollector.G1_Old_Generation.Count", ocount},
+               {"Status.JVM.GarbageCollector.G1_Old_Generation.Time", otime},
+               {"Status.JVM.Memory.Heap.Used", heap_used},
+               {"Status.JVM.Memory.Heap.Max", heap_max}};
+    for (size_t m = 0; m < sizeof(jvm) / sizeof(jvm[0]); m++) {
+        header(&g, "taskmanager", jvm[m].name, false, fam, sizeof(fam));
+        ops_line(b, fam, tml, jvm[m].v);
+        series++;
+    }
+
+    /* rates along the job graph, per subtask */
+    double src[OPS_SUB], mid[OPS_SUB], win[OPS_SUB];
+    for (unsigned s = 0; s < OPS_SUB; s++) {
+        src[s] = ops_source_rate(seed, inc, ninc, job, first_sub + s, tick);
+        mid[s] = floor(src[s] * (job == 0 ? 0.98 : 0.6) * 10) / 10; /* Map keeps most, Filter 60% */
+        win[s] = floor(mid[s] * 0.05 * 10) / 10;                    /* the window aggregates */
+    }
+    char job_id[33];
+    hex32(job_id, seed * 31 + 100 + job);
+    enum { T_IN, T_OUT, T_BP, T_BUSY, T_NTASK };
+    static const char *const task_metric[T_NTASK] = {"numRecordsInPerSecond", "numRecordsOutPerSecond",
+                                                     "backPressuredTimeMsPerSecond", "busyTimeMsPerSecond"};
+    for (unsigned m = 0; m < T_NTASK; m++) {
+        header(&g, "taskmanager_job_task", task_metric[m], false, fam, sizeof(fam));
+        for (unsigned t = 0; t < 2; t++)
+            for (unsigned s = 0; s < OPS_SUB; s++) {
+                unsigned sub = first_sub + s;
+                char task_id[33], attempt[33];
+                hex32(task_id, seed * 131 + 100 + job * 10 + t);
+                hex32(attempt, seed * 977 + 100000 + job * 1000 + t * 100 + sub);
+                double v = 0, nz = ops_noise(seed, 6000 + job * 100 + t * 10 + sub + m * 1000, tick);
+                switch (m) {
+                /* a legacy source task reports numRecordsIn 0; a FLIP-27 one counts what it read */
+                case T_IN: v = t == 0 ? (job == 0 ? src[s] : 0) : mid[s]; break;
+                case T_OUT: v = t == 0 ? mid[s] : win[s]; break;
+                case T_BP: v = floor(30 * nz); break;
+                default: v = src[s] == 0 && t == 0 ? 0 : floor((t == 0 ? 150 : 250) + 100 * nz); break;
+                }
+                snprintf(labels, sizeof(labels),
+                         "%sjob_id=\"%s\",job_name=\"%s\",task_id=\"%s\",task_name=\"%s\",task_attempt_id=\"%s\","
+                         "task_attempt_num=\"0\",subtask_index=\"%u\",",
+                         tml, job_id, ops_job_names[job], task_id, ops_task_names[job][t], attempt, sub);
+                ops_line(b, fam, labels, v);
+                series++;
+            }
+    }
+
+    /* operator scope: output rates of every operator, the source's lag metrics */
+    enum { O_OUT, O_PENDING, O_SRC_LAG, O_LEGACY_LAG, O_N };
+    static const char *const op_metric[O_N] = {"numRecordsOutPerSecond", "pendingRecords",
+                                               "KafkaSourceReader.KafkaConsumer.records_lag_max",
+                                               "KafkaConsumer.records_lag_max"};
+    for (unsigned m = 0; m < O_N; m++) {
+        if ((m == O_PENDING || m == O_SRC_LAG) && job != 0)
+            continue; /* only the KafkaSource job has these */
+        if (m == O_LEGACY_LAG && job != 1)
+            continue; /* only the FlinkKafkaConsumer job */
+        header(&g, "taskmanager_job_task_operator", op_metric[m], false, fam, sizeof(fam));
+        for (unsigned t = 0; t < 2; t++)
+            for (unsigned o = 0; o < 2; o++) {
+                if (m != O_OUT && (t != 0 || o != 0))
+                    continue; /* lag lives on the source operator */
+                for (unsigned s = 0; s < OPS_SUB; s++) {
+                    unsigned sub = first_sub + s;
+                    char task_id[33], attempt[33], op_id[33];
+                    hex32(task_id, seed * 131 + 100 + job * 10 + t);
+                    hex32(attempt, seed * 977 + 100000 + job * 1000 + t * 100 + sub);
+                    hex32(op_id, seed * 733 + 100 + job * 10 + t * 2 + o);
+                    double v;
+                    if (m == O_OUT) {
+                        v = t == 0 ? (o == 0 ? src[s] : mid[s]) : win[s];
+                    } else {
+                        double lag = (job == 0 ? 200 + 300 * ops_noise(seed, 7000 + sub, tick)
+                                               : 50 + 100 * ops_noise(seed, 7100 + sub, tick)) +
+                                     ops_extra_lag(inc, ninc, job, sub, tick);
+                        lag = floor(lag);
+                        /* records-lag-max is the worst of the reader's (about three) partitions */
+                        v = m == O_SRC_LAG ? floor(lag * 0.4) : lag;
+                    }
+                    snprintf(labels, sizeof(labels),
+                             "%sjob_id=\"%s\",job_name=\"%s\",task_id=\"%s\",task_name=\"%s\","
+                             "task_attempt_id=\"%s\",task_attempt_num=\"0\",subtask_index=\"%u\",operator_id=\"%s\","
+                             "operator_name=\"%s\",",
+                             tml, job_id, ops_job_names[job], task_id, ops_task_names[job][t], attempt, sub, op_id,
+                             ops_op_names[job][t][o]);
+                    ops_line(b, fam, labels, v);
+                    series++;
+                }
+            }
+    }
+    return series;
 }

@@ -25,7 +25,12 @@
 #include "internal/util/log.h"
 #include "internal/util/parse.h"
 
-#define ACT_DEFAULT_INPUT_QUERY "sum(flink_taskmanager_job_task_numRecordsInPerSecond{job_name=\"$job\"})"
+/* A job's input rate is what its source operators emit: numRecordsOut of an operator named
+ * "Source: ..." counts each record it read once, for FLIP-27 and legacy sources alike (a legacy
+ * source task reports numRecordsIn 0). Summing numRecordsIn over every task would count a record
+ * once per task it crosses (and miss legacy sources), so the limit would be far above the input. */
+#define ACT_DEFAULT_INPUT_QUERY                                                                                       \
+    "sum(flink_taskmanager_job_task_operator_numRecordsOutPerSecond{job_name=\"$job\",operator_name=~\"Source:.*\"})"
 
 typedef struct {
     char *alert;

@@ -11,8 +11,9 @@
  *     job_label: job_name            # the alert label naming the job (default job_name)
  *     rate_limit: 5000               # rate_limit: fixed records/s, or
  *     rate_limit_fraction: 0.5       #   a fraction of the job's recent input rate, read with
- *     input_rate_query: 'sum(flink_taskmanager_job_task_numRecordsInPerSecond{job_name="$job"})'
- *                                    #   ($job is replaced by the job name; this is the default)
+ *     input_rate_query: 'sum(flink_taskmanager_job_task_operator_numRecordsOutPerSecond{job_name="$job",operator_name=~"Source:.*"})'
+ *                                    #   ($job is replaced by the job name; this is the default:
+ *                                    #   the records/s the job's source operators read)
  *     drain:                         # drain: matchers (none = drop everything)
  *     - {attribute: table, regex: "^tmp_"}
  *     revert: on_resolve             # on_resolve (default) or a duration ("10m": the control

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 import time
 
 import requests
@@ -217,3 +218,37 @@ def test_vendored_uplot_matches_lockfile():
     with open(os.path.join(SRC, "web/vendor/uPlot.iife.min.js")) as f:
         head = f.readline()
     assert f"(v{version})" in head, head
+
+
+def test_job_health_queries_answer_for_flink_data(sluice):
+    """The job-health charts' queries (HEALTH_PANELS in web/app.js), with $job = orders, return
+    data from sluice for the series Flink pushes (flink_gen --ops: JobManager and TaskManagers
+    pushed like the reporter does), and a job that does not exist gets none."""
+    tools = os.environ.get("SLUICE_TOOLS_DIR", os.path.join(SRC, "build-asan", "tests", "tools"))
+    for tick in range(3):
+        out = subprocess.run([os.path.join(tools, "flink_gen"), "--ops", "7", str(tick), str(tick)],
+                             capture_output=True, check=True, text=True).stdout
+        parts = re.split(r"^# flink_gen ops tick=\d+ job=(\S+) instance=\S+\n", out, flags=re.M)
+        assert len(parts) == 11
+        for i in range(1, len(parts), 2):
+            r = requests.put(f"{sluice.url}/metrics/job/{parts[i]}", data=parts[i + 1],
+                             headers={"Content-Type": "text/plain; version=0.0.4"})
+            assert r.status_code == 200, r.text
+        time.sleep(1.05)  # one push per second: rates need two samples
+    app = open(os.path.join(SRC, "web", "app.js")).read()
+    block = app[app.index("const HEALTH_PANELS = ["):app.index("const health = {")]
+    queries = []
+    for m in re.finditer(r"query:\s*((?:\s*\+?\s*(?:'[^']*'|\"[^\"]*\"))+)", block):
+        queries.append("".join(s[1:-1] for s in re.findall(r"'[^']*'|\"[^\"]*\"", m.group(1))))
+    assert len(queries) == 4, queries
+    now = time.time()
+    for q in queries:
+        for job, want in (("orders", True), ("no_such_job", False)):
+            r = requests.get(f"{sluice.url}/api/v1/query_range",
+                             params={"query": q.replace("$job", job), "start": now - 60, "end": now, "step": 15}).json()
+            assert r["status"] == "success", (q, r)
+            assert bool(r["data"]["result"]) == want, (q, job, r["data"])
+    gc = [q for q in queries if "GarbageCollector" in q][0]
+    r = requests.get(f"{sluice.url}/api/v1/query", params={"query": gc.replace("$job", "orders")}).json()
+    # orders runs on ops TaskManagers 0 and 2 only
+    assert sorted(s["metric"]["tm_id"] for s in r["data"]["result"]) == ["ops_tm_0", "ops_tm_2"], r

@@ -70,8 +70,14 @@ def push_flink(sluice, tick):
                          check=True).stdout.decode()
     parts = re.split(r"^# flink_gen job=(\S+) tm=\d+\n", out, flags=re.M)
     assert len(parts) >= 7
-    for i in range(1, len(parts), 2):
-        req = urllib.request.Request(sluice.url + "/metrics/job/" + parts[i], data=parts[i + 1].encode(),
+    # the operations scenario adds the JobManager (checkpoints, restarts) and GC/lag series
+    ops = subprocess.run([os.path.join(TOOLS, "flink_gen"), "--ops", "7", str(tick), str(tick)], capture_output=True,
+                         check=True).stdout.decode()
+    ops_parts = re.split(r"^# flink_gen ops tick=\d+ job=(\S+) instance=\S+\n", ops, flags=re.M)
+    assert len(ops_parts) == 11
+    bodies = [(p[i], p[i + 1]) for p in (parts, ops_parts) for i in range(1, len(p), 2)]
+    for job, body in bodies:
+        req = urllib.request.Request(sluice.url + "/metrics/job/" + job, data=body.encode(),
                                      method="PUT", headers={"Content-Type": "text/plain; version=0.0.4"})
         assert urllib.request.urlopen(req, timeout=30).status == 200
 

@@ -104,7 +104,7 @@ def test_rule_pack_and_promtool_agree(start_sluice, tmpdir_path):
     s = start_sluice(f"--rules.file={pack}")
     groups = requests.get(s.url + "/api/v1/rules").json()["data"]["groups"]
     assert [g["name"] for g in groups] == ["flink-recording", "flink-alerts"]
-    assert sum(len(g["rules"]) for g in groups) == 10
+    assert sum(len(g["rules"]) for g in groups) == 22
 
     good = write(os.path.join(tmpdir_path, "good.yml"), GOOD)
     assert promtool(good)[0] == 0

@@ -7,6 +7,13 @@
  *                                  to get one PUT body per TaskManager: PUT /metrics/job/<job name>)
  *   flink_gen --bench TMS SEED     times expfmt_parse_text over those bodies and prints
  *                                  samples/s and MB/s on one core (a tool, not a test)
+ *   flink_gen --ops SEED FROM TO [INCIDENT...]
+ *                                  the operations scenario (flinkgen.h: JobManager checkpoints and
+ *                                  restarts, GC, Kafka lag of a KafkaSource and a legacy consumer)
+ *                                  for ticks FROM..TO: per tick the JobManager's body, then the
+ *                                  TaskManagers', each preceded by "# flink_gen ops tick=<t>
+ *                                  job=<push job name> instance=<jm|tm<i>>". INCIDENT is
+ *                                  kind:job:from:to, e.g. lag:orders:100:130 (ticks from <= t < to)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +75,48 @@ static int bench(unsigned tms, uint64_t seed)
     return 0;
 }
 
+static int ops(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: flink_gen --ops SEED FROM TO [kind:job:from:to...]\n");
+        return 2;
+    }
+    uint64_t seed = strtoull(argv[2], NULL, 10), from = strtoull(argv[3], NULL, 10), to = strtoull(argv[4], NULL, 10);
+    size_t ninc = (size_t)(argc - 5);
+    flinkgen_incident_t *inc = calloc(ninc ? ninc : 1, sizeof(*inc));
+    char err[256];
+    for (size_t i = 0; i < ninc; i++)
+        if (flinkgen_incident_parse(argv[5 + i], &inc[i], err, sizeof(err)) != 0) {
+            fprintf(stderr, "flink_gen: %s\n", err);
+            free(inc);
+            return 2;
+        }
+    char jm_job[64];
+    flinkgen_job_name(jm_job, sizeof(jm_job), 1000, seed);
+    memcpy(jm_job, "flink_jm", 8); /* the JobManager's reporter pushes under its own random name */
+    buf_t b;
+    buf_init(&b);
+    for (uint64_t t = from; t <= to; t++) {
+        buf_reset(&b);
+        buf_printf(&b, "# flink_gen ops tick=%llu job=%s instance=jm\n", (unsigned long long)t, jm_job);
+        flinkgen_jobmanager(&b, seed, t, inc, ninc);
+        for (unsigned tm = 0; tm < FLINKGEN_OPS_TMS; tm++) {
+            char job[64];
+            flinkgen_job_name(job, sizeof(job), 1001 + tm, seed);
+            buf_printf(&b, "# flink_gen ops tick=%llu job=%s instance=tm%u\n", (unsigned long long)t, job, tm);
+            flinkgen_ops_taskmanager(&b, tm, seed, t, inc, ninc);
+        }
+        fwrite(b.data, 1, b.len, stdout);
+    }
+    buf_free(&b);
+    free(inc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "--ops") == 0)
+        return ops(argc, argv);
     if (argc >= 4 && strcmp(argv[1], "--bench") == 0)
         return bench((unsigned)strtoul(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
     if (argc < 4) {

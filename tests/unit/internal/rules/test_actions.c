@@ -223,14 +223,39 @@ static void test_fraction_and_adoption(void **state)
     storage_t *s = storage_open(&o, err, sizeof(err));
     assert_non_null(s);
     int64_t now = storage_now_ms(s);
-    label_t lv[] = {
-        {"__name__", "flink_taskmanager_job_task_numRecordsInPerSecond"}, {"job_name", "orders"}, {"task_name", "src"}};
-    storage_sample_t smp = {.labels = {lv, 3}, .t = now, .v = 4000};
-    assert_int_equal(storage_append(s, &smp, 1, NULL), STORAGE_OK);
+    /* The job as Flink reports it: a source chain "Source: Orders -> Map" (2 subtasks reading
+     * 2500 + 1500 records/s) feeding a window task. The input rate is the source operators'
+     * numRecordsOut (4000/s), not the sum of every task's or operator's rate (which counts each
+     * record once per hop: 8000 over the tasks here, more over the operators). */
+    static const struct {
+        const char *name, *task, *op, *sub;
+        double v;
+    } in[] = {
+        {"flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "Source:_Orders____Map", "Source:_Orders", "0", 2500},
+        {"flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "Source:_Orders____Map", "Source:_Orders", "1", 1500},
+        {"flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "Source:_Orders____Map", "Map", "0", 2500},
+        {"flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "Source:_Orders____Map", "Map", "1", 1500},
+        {"flink_taskmanager_job_task_operator_numRecordsOutPerSecond", "Window____Sink", "Window", "0", 4000},
+        {"flink_taskmanager_job_task_numRecordsInPerSecond", "Source:_Orders____Map", NULL, "0", 2500},
+        {"flink_taskmanager_job_task_numRecordsInPerSecond", "Source:_Orders____Map", NULL, "1", 1500},
+        {"flink_taskmanager_job_task_numRecordsInPerSecond", "Window____Sink", NULL, "0", 4000},
+    };
+    for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+        label_t lv[5]; /* sorted by name */
+        size_t n = 0;
+        lv[n++] = (label_t){"__name__", in[i].name};
+        lv[n++] = (label_t){"job_name", "orders"};
+        if (in[i].op)
+            lv[n++] = (label_t){"operator_name", in[i].op};
+        lv[n++] = (label_t){"subtask_index", in[i].sub};
+        lv[n++] = (label_t){"task_name", in[i].task};
+        storage_sample_t smp = {.labels = {lv, n}, .t = now, .v = in[i].v};
+        assert_int_equal(storage_append(s, &smp, 1, NULL), STORAGE_OK);
+    }
     rules_actions_t *a = new_actions("actions:\n- alert: Hot\n  action: rate_limit\n  rate_limit_fraction: 0.25\n", s);
     transition(a, "Hot", "orders", true, now);
     assert_int_equal(job_state("orders")->spec.mode, CONTROL_RATE_LIMITED);
-    assert_int_equal(job_state("orders")->spec.rate_limit_per_second, 1000);
+    assert_int_equal(job_state("orders")->spec.rate_limit_per_second, 1000); /* 0.25 x 4000, the sources' rate */
     /* no input rate known: nothing is done */
     transition(a, "Hot", "quiet", true, now);
     assert_int_equal(job_state("quiet")->version, 0);
