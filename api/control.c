@@ -42,6 +42,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <pthread.h>
@@ -50,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -69,14 +71,19 @@
 #define CTL_HEARTBEAT_MS 15000
 #define CTL_REPLAY_LIMIT 10000
 #define CTL_HISTORY_MAX 1000
+#define CTL_GROUP_MAX 256          /* changes per group commit */
+#define CTL_CHECKPOINT_FRAMES 256 /* WAL pages before the idle control thread checkpoints */
 
 /* --- types ------------------------------------------------------------------------------------- */
 
 typedef struct ctl_poll {
     api_req_t *req;
     char *job;
+    uint64_t version; /* the version the client has: only a newer one answers it */
+    int fd;           /* the connection's socket, for the control thread's direct answer; -1: none */
+    bool answered;    /* the control thread wrote its answer (under polls_mu): on `answered` now */
     struct event *timer;
-    api_sse_link_t link; /* on ctl->workers[worker].polls */
+    api_sse_link_t link; /* on ctl->workers[worker].polls, or .answered */
     int worker;
     api_control_t *ctl;
 } ctl_poll_t;
@@ -84,6 +91,7 @@ typedef struct ctl_poll {
 /* One event shared by every worker it is delivered to. */
 typedef struct {
     control_event_t *ev;
+    bool wake; /* answers the job's parked polls (not when a newer change of it is in the same group) */
     _Atomic int refs;
 } ctl_shared_t;
 
@@ -104,8 +112,13 @@ typedef struct ctl_sub {
 } ctl_sub_t;
 
 typedef struct {
-    api_sse_list_t polls; /* of ctl_poll_t */
-    api_sse_list_t subs;  /* of ctl_sub_t */
+    /* polls_mu guards polls, answered and every poll's `answered`: the control thread answers
+     * parked polls itself (ctl_wake_polls) and holds it while it writes to their sockets, so a
+     * poll's connection cannot be closed (and its fd reused) under it. */
+    pthread_mutex_t polls_mu;
+    api_sse_list_t polls;    /* of ctl_poll_t, waiting */
+    api_sse_list_t answered; /* of ctl_poll_t the control thread answered; the worker frees them */
+    api_sse_list_t subs;     /* of ctl_sub_t */
     struct event *heartbeat;
     bool closing;
     api_control_t *ctl;
@@ -473,8 +486,10 @@ static void ctl_shared_release(ctl_shared_t *sh)
     }
 }
 
-/* Fans one committed change out to every worker. Takes ownership of ev. Control thread only. */
-static void ctl_broadcast(api_control_t *ctl, control_event_t *ev)
+/* Fans one committed change out to every worker: the polls the control thread could not answer
+ * itself (HEAD, a full socket buffer), the SSE subscribers, and freeing the polls it answered.
+ * Takes ownership of ev. Control thread only. */
+static void ctl_broadcast(api_control_t *ctl, control_event_t *ev, bool wake)
 {
     pthread_mutex_lock(&ctl->mu);
     bool stopping = ctl->stopping;
@@ -491,6 +506,7 @@ static void ctl_broadcast(api_control_t *ctl, control_event_t *ev)
         return;
     }
     sh->ev = ev;
+    sh->wake = wake;
     atomic_init(&sh->refs, ctl->nworkers);
     for (int w = 0; w < ctl->nworkers; w++) {
         ctl_delivery_t *d = malloc(sizeof(*d));
@@ -504,6 +520,65 @@ static void ctl_broadcast(api_control_t *ctl, control_event_t *ev)
             ctl_shared_release(sh);
         }
     }
+}
+
+/* The answer every parked GET of ev's job gets, rendered once: what api_reply would send, plus
+ * Connection: close (the control thread writes it straight to the socket, past evhttp, which
+ * therefore cannot keep the connection for a next request; the worker closes it afterwards). */
+static void ctl_render_answer(const control_event_t *ev, buf_t *out)
+{
+    char date[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    buf_printf(out,
+               "HTTP/1.1 200 OK\r\nETag: \"%llu\"\r\nCache-Control: no-cache\r\nContent-Type: application/json\r\n"
+               "Date: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+               (unsigned long long)ev->version, date, ev->json_len);
+    buf_append(out, ev->json, ev->json_len);
+}
+
+/* Answers every parked GET long-poll of ev's job from the control thread, right after the commit:
+ * one send() per poll of the answer rendered once, without waiting for each worker's loop to
+ * come round (behind pushes and queries) and without evhttp's per-reply work. The worker is told
+ * by ctl_broadcast and only frees what was answered. A poll whose socket buffer is full (a client
+ * that stopped reading) is left to its worker; one that took part of the answer is cut off (its
+ * client sees a short body and polls again). Control thread only. */
+static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
+{
+    pthread_mutex_lock(&ctl->mu);
+    bool stopping = ctl->stopping;
+    pthread_mutex_unlock(&ctl->mu);
+    if (stopping || !atomic_load(&ctl->live) || ctl->nworkers == 0)
+        return;
+    buf_t resp = BUF_INIT;
+    ctl_render_answer(ev, &resp);
+    if (!resp.data)
+        return; /* out of memory: the workers answer them */
+    for (int wi = 0; wi < ctl->nworkers; wi++) {
+        ctl_worker_t *w = &ctl->workers[wi];
+        pthread_mutex_lock(&w->polls_mu);
+        for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
+            next = l->next;
+            ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
+            if (p->fd < 0 || p->version >= ev->version || strcmp(p->job, ev->job) != 0)
+                continue;
+            ssize_t n = send(p->fd, resp.data, resp.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                continue; /* nothing written: the worker answers it the usual way */
+            if (n >= 0 && (size_t)n < resp.len)
+                shutdown(p->fd, SHUT_RDWR);
+            /* n < 0 otherwise: the client is gone; the worker frees it all the same */
+            api_sse_list_remove(&w->polls, &p->link);
+            api_sse_list_push(&w->answered, &p->link);
+            p->answered = true;
+            atomic_fetch_sub(&ctl->parked, 1);
+            atomic_fetch_add(&ctl->polls_answered, 1);
+        }
+        pthread_mutex_unlock(&w->polls_mu);
+    }
+    buf_free(&resp);
 }
 
 static void ctl_collect_event(control_event_t *ev, void *ud)
@@ -526,29 +601,42 @@ static void ctl_expired_event(control_event_t *ev, void *ud)
 {
     api_control_t *ctl = ud;
     atomic_fetch_add(&ctl->expired, 1);
-    ctl_broadcast(ctl, ev);
+    ctl_wake_polls(ctl, ev);
+    ctl_broadcast(ctl, ev, true);
 }
 
 static void ctl_op_done(void *arg);
 static void ctl_op_free(ctl_op_t *op);
 
-static void ctl_run_op(ctl_op_t *op)
+/* Hands a finished op back: to the waiting caller, or to its worker for the reply. */
+static void ctl_op_finish(api_control_t *ctl, ctl_op_t *op);
+
+/* Group commit: the changes queued while the previous commit ran are written in one transaction
+ * (one fsync), then every parked poll of their jobs is answered from here, then the workers get
+ * the events (SSE, and what could not be answered here), then the changes' own requests. */
+static void ctl_run_applies(api_control_t *ctl, ctl_op_t **ops, size_t n)
 {
-    api_control_t *ctl = op->ctl;
-    char err[256];
-    switch (op->kind) {
-    case CTL_OP_APPLY: {
-        control_event_t *ev = NULL;
-        int rc = control_store_apply(ctl->store, op->job, &op->chg, clock_wall_ms(), op->who, &ev, err, sizeof(err));
-        if (rc == CONTROL_STORE_OK) {
+    control_store_item_t *items = calloc(n, sizeof(*items));
+    if (!items) {
+        for (size_t i = 0; i < n; i++) {
+            ops[i]->code = 503;
+            buf_puts(&ops[i]->body, "{\"status\":\"error\",\"errorType\":\"unavailable\",\"error\":\"out of memory\"}");
+            ctl_op_finish(ctl, ops[i]);
+        }
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        items[i] = (control_store_item_t){.job = ops[i]->job, .chg = &ops[i]->chg, .updated_by = ops[i]->who};
+    control_store_apply_batch(ctl->store, items, n, clock_wall_ms());
+    for (size_t i = 0; i < n; i++) {
+        ctl_op_t *op = ops[i];
+        const char *err = items[i].err;
+        if (items[i].rc == CONTROL_STORE_OK) {
+            control_event_t *ev = items[i].ev;
             op->code = 200;
             buf_append(&op->body, ev->json, ev->json_len);
             snprintf(op->etag, sizeof(op->etag), "\"%llu\"", (unsigned long long)ev->version);
-            log_info("control", "flow control changed", LF_S("job", op->job), LF_S("by", op->who),
-                     LF_S("mode", control_mode_name(op->chg.spec.mode)), LF_I("version", (int64_t)ev->version),
-                     LF_S("reason", op->reason ? op->reason : ""));
-            ctl_broadcast(ctl, ev);
-        } else if (rc == CONTROL_STORE_CONFLICT) {
+        } else if (items[i].rc == CONTROL_STORE_CONFLICT) {
             op->code = 409;
             buf_printf(&op->body,
                        "{\"status\":\"error\",\"errorType\":\"conflict\",\"error\":\"version %llu does not match "
@@ -561,8 +649,44 @@ static void ctl_run_op(ctl_op_t *op)
             buf_putc(&op->body, '}');
             log_error("control", "cannot store a flow-control change", LF_S("job", op->job), LF_S("err", err));
         }
-        break;
     }
+    /* A poll gets the newest state of its job: a change followed by another of the same job in
+     * this group wakes no one (SSE subscribers still get both, in order). */
+    bool *wake = calloc(n, sizeof(*wake));
+    for (size_t i = 0; i < n; i++) {
+        if (!items[i].ev)
+            continue;
+        bool newest = true;
+        for (size_t j = i + 1; j < n && newest; j++)
+            if (items[j].ev && strcmp(items[j].ev->job, items[i].ev->job) == 0)
+                newest = false;
+        if (wake)
+            wake[i] = newest;
+        if (newest)
+            ctl_wake_polls(ctl, items[i].ev);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!items[i].ev)
+            continue;
+        log_info("control", "flow control changed", LF_S("job", ops[i]->job), LF_S("by", ops[i]->who),
+                 LF_S("mode", control_mode_name(ops[i]->chg.spec.mode)), LF_I("version", (int64_t)items[i].ev->version),
+                 LF_S("reason", ops[i]->reason ? ops[i]->reason : ""));
+        ctl_broadcast(ctl, items[i].ev, wake ? wake[i] : true);
+    }
+    free(wake);
+    free(items);
+    for (size_t i = 0; i < n; i++)
+        ctl_op_finish(ctl, ops[i]);
+}
+
+static void ctl_run_op(ctl_op_t *op)
+{
+    api_control_t *ctl = op->ctl;
+    char err[256];
+    switch (op->kind) {
+    case CTL_OP_APPLY:
+        ctl_run_applies(ctl, &op, 1);
+        return;
     case CTL_OP_HISTORY:
         if (control_store_history_json(ctl->store, op->job, op->before, op->limit, &op->body, err, sizeof(err)) == 0) {
             op->code = 200;
@@ -580,6 +704,11 @@ static void ctl_run_op(ctl_op_t *op)
             log_error("control", "cannot read the audit log for an SSE resume", LF_S("err", err));
         break;
     }
+    ctl_op_finish(ctl, op);
+}
+
+static void ctl_op_finish(api_control_t *ctl, ctl_op_t *op)
+{
     if (op->sync) {
         ctl_sync_t *sy = op->sync;
         pthread_mutex_lock(&sy->mu);
@@ -619,21 +748,37 @@ static void *ctl_thread_main(void *arg)
         }
         if (ctl->stop && !ctl->head)
             break;
-        ctl_op_t *op = ctl->head;
-        if (op) {
-            ctl->head = op->next;
-            if (!ctl->head)
-                ctl->tail = NULL;
-        }
+        /* Everything queued so far; consecutive changes are committed together. */
+        ctl_op_t *list = ctl->head;
+        ctl->head = ctl->tail = NULL;
         pthread_mutex_unlock(&ctl->mu);
-        if (op)
+        while (list) {
+            ctl_op_t *batch[CTL_GROUP_MAX];
+            size_t n = 0;
+            while (list && list->kind == CTL_OP_APPLY && n < CTL_GROUP_MAX) {
+                batch[n++] = list;
+                list = list->next;
+            }
+            if (n) {
+                ctl_run_applies(ctl, batch, n);
+                continue;
+            }
+            ctl_op_t *op = list;
+            list = list->next;
             ctl_run_op(op);
+        }
         if (control_store_expire_due(ctl->store, clock_wall_ms(), ctl_expired_event, ctl, err, sizeof(err)) < 0) {
             log_error("control", "cannot revert an expired change; retrying in 1s", LF_S("err", err));
             struct timespec one = {1, 0};
             nanosleep(&one, NULL);
         }
         pthread_mutex_lock(&ctl->mu);
+        if (!ctl->head && !ctl->stop) {
+            /* Idle: copy the WAL back into control.db now rather than inside a later commit. */
+            pthread_mutex_unlock(&ctl->mu);
+            control_store_checkpoint(ctl->store, CTL_CHECKPOINT_FRAMES);
+            pthread_mutex_lock(&ctl->mu);
+        }
     }
     pthread_mutex_unlock(&ctl->mu);
     return NULL;
@@ -759,32 +904,73 @@ static void ctl_poll_free(ctl_poll_t *p)
 {
     if (p->timer)
         event_free(p->timer);
-    atomic_fetch_sub(&p->ctl->parked, 1);
+    if (!p->answered) /* else the control thread counted it out when it answered */
+        atomic_fetch_sub(&p->ctl->parked, 1);
     free(p->job);
     free(p);
 }
 
+/* The client went away. A poll the control thread answered meanwhile is on `answered`. */
 static void ctl_poll_closed(api_req_t *req, void *ud)
 {
     ctl_poll_t *p = ud;
-    ctl_poll_unlink(&p->ctl->workers[p->worker], p);
+    ctl_worker_t *w = &p->ctl->workers[p->worker];
+    pthread_mutex_lock(&w->polls_mu);
+    api_sse_list_remove(p->answered ? &w->answered : &w->polls, &p->link);
+    pthread_mutex_unlock(&w->polls_mu);
     ctl_poll_free(p);
 }
 
-/* Answers a parked poll with the job's current state (or 304 when unchanged). */
+/* Answers a parked poll (already taken off its list) with the job's current state (or 304). */
 static void ctl_poll_answer(ctl_poll_t *p, const char *json, size_t len, uint64_t version, int code)
 {
-    ctl_worker_t *w = &p->ctl->workers[p->worker];
     api_req_t *req = p->req;
-    ctl_poll_unlink(w, p);
     ctl_poll_free(p);
     ctl_reply_state(req, code, json, len, version);
+}
+
+/* A poll the control thread answered on its socket: finish the request and close the connection
+ * (evhttp never wrote the answer, so it must not read a next request from it). */
+static void ctl_poll_finish_answered(ctl_poll_t *p)
+{
+    api_req_t *req = p->req;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    ctl_poll_free(p);
+    req->replied = true;
+    api__req_finish(req, 200); /* unhooks the close callback, counts the request, frees req */
+    if (evcon)
+        evhttp_connection_free(evcon);
+}
+
+/* Takes the worker's answered polls (polls_mu held by the caller) and returns them as a list. */
+static api_sse_link_t *ctl_take_answered(ctl_worker_t *w)
+{
+    api_sse_link_t *l = w->answered.head;
+    w->answered.head = NULL;
+    return l;
+}
+
+static void ctl_free_answered(api_sse_link_t *l)
+{
+    while (l) {
+        api_sse_link_t *next = l->next;
+        ctl_poll_finish_answered(API_SSE_OF(l, ctl_poll_t, link));
+        l = next;
+    }
 }
 
 static void ctl_poll_timeout(evutil_socket_t fd, short what, void *arg)
 {
     ctl_poll_t *p = arg;
     api_control_t *ctl = p->ctl;
+    ctl_worker_t *w = &ctl->workers[p->worker];
+    pthread_mutex_lock(&w->polls_mu);
+    bool answered = p->answered;
+    if (!answered)
+        ctl_poll_unlink(w, p);
+    pthread_mutex_unlock(&w->polls_mu);
+    if (answered)
+        return; /* answered a moment ago; the delivery on its way frees it */
     buf_t b = BUF_INIT;
     uint64_t v = control_store_get_json(ctl->store, p->job, &b);
     atomic_fetch_add(&ctl->polls_timed_out, 1);
@@ -801,13 +987,25 @@ static void ctl_deliver(void *arg)
     api_control_t *ctl = d->ctl;
     ctl_worker_t *w = &ctl->workers[d->worker];
     free(d);
-    for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
+    /* The polls the control thread answered are freed; those it could not are answered here. */
+    api_sse_list_t todo = {NULL};
+    pthread_mutex_lock(&w->polls_mu);
+    api_sse_link_t *answered = ctl_take_answered(w);
+    for (api_sse_link_t *l = w->polls.head, *next; l && sh->wake; l = next) {
         next = l->next;
         ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
-        if (strcmp(p->job, ev->job) == 0) {
-            atomic_fetch_add(&ctl->polls_answered, 1);
-            ctl_poll_answer(p, ev->json, ev->json_len, ev->version, 200);
+        if (p->version < ev->version && strcmp(p->job, ev->job) == 0) {
+            ctl_poll_unlink(w, p);
+            api_sse_list_push(&todo, &p->link);
         }
+    }
+    pthread_mutex_unlock(&w->polls_mu);
+    ctl_free_answered(answered);
+    while (todo.head) {
+        ctl_poll_t *p = API_SSE_OF(todo.head, ctl_poll_t, link);
+        api_sse_list_remove(&todo, &p->link);
+        atomic_fetch_add(&ctl->polls_answered, 1);
+        ctl_poll_answer(p, ev->json, ev->json_len, ev->version, 200);
     }
     for (api_sse_link_t *l = w->subs.head, *next; l; l = next) {
         next = l->next;
@@ -979,10 +1177,40 @@ static void ctl_h_get(api_control_t *ctl, api_req_t *req, const char *job)
     p->req = req;
     p->worker = req->worker;
     p->ctl = ctl;
-    api_sse_list_push(&w->polls, &p->link);
+    p->version = client;
+    p->fd = -1;
+    /* A HEAD gets no body, so it is answered by its worker through evhttp. */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
+    struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+    if (req->method == API_GET && bev)
+        p->fd = (int)bufferevent_getfd(bev);
     struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
     evtimer_add(p->timer, &tv);
     api_req_park(req, ctl_poll_closed, p);
+    /* A change committed since the state was read above has already been fanned out (the cache
+     * is updated before the fan-out): look again once the poll is visible to the control thread. */
+    pthread_mutex_lock(&w->polls_mu);
+    api_sse_list_push(&w->polls, &p->link);
+    pthread_mutex_unlock(&w->polls_mu);
+    control_state_t now;
+    if (control_store_get(ctl->store, job, &now) == 0) {
+        uint64_t v = now.version;
+        control_state_free(&now);
+        if (v != client) {
+            pthread_mutex_lock(&w->polls_mu);
+            bool answered = p->answered;
+            if (!answered)
+                ctl_poll_unlink(w, p);
+            pthread_mutex_unlock(&w->polls_mu);
+            if (!answered) {
+                buf_t cb = BUF_INIT;
+                uint64_t cv = control_store_get_json(ctl->store, job, &cb);
+                atomic_fetch_add(&ctl->polls_answered, 1);
+                ctl_poll_answer(p, cb.data, cb.len, cv, 200);
+                buf_free(&cb);
+            }
+        }
+    }
 }
 
 static void ctl_h_history(api_control_t *ctl, api_req_t *req, const char *job)
@@ -1281,8 +1509,15 @@ static void ctl_worker_close(void *ud, int worker)
     api_control_t *ctl = ud;
     ctl_worker_t *w = &ctl->workers[worker];
     w->closing = true;
-    while (w->polls.head) {
-        ctl_poll_t *p = API_SSE_OF(w->polls.head, ctl_poll_t, link);
+    pthread_mutex_lock(&w->polls_mu);
+    api_sse_link_t *answered = ctl_take_answered(w);
+    api_sse_list_t todo = w->polls;
+    w->polls.head = NULL;
+    pthread_mutex_unlock(&w->polls_mu);
+    ctl_free_answered(answered);
+    while (todo.head) {
+        ctl_poll_t *p = API_SSE_OF(todo.head, ctl_poll_t, link);
+        api_sse_list_remove(&todo, &p->link);
         buf_t b = BUF_INIT;
         uint64_t v = control_store_get_json(ctl->store, p->job, &b);
         api_reply_header(p->req, "Connection", "close");
@@ -1345,8 +1580,10 @@ api_control_t *api_control_new(const api_control_options_t *opt, char *err, size
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    for (int w = 0; w < ctl->nworkers; w++)
+    for (int w = 0; w < ctl->nworkers; w++) {
         ctl->workers[w].ctl = ctl;
+        pthread_mutex_init(&ctl->workers[w].polls_mu, NULL);
+    }
     if (pthread_create(&ctl->thread, NULL, ctl_thread_main, ctl) != 0) {
         snprintf(err, errlen, "cannot start the control thread: %s", strerror(errno));
         goto fail;
@@ -1401,6 +1638,8 @@ void api_control_shutdown(api_control_t *ctl)
     ctl->tail = NULL;
     control_store_close(ctl->store);
     ctl->store = NULL;
+    for (int w = 0; ctl->workers && w < ctl->nworkers; w++)
+        pthread_mutex_destroy(&ctl->workers[w].polls_mu);
     free(ctl->workers);
     ctl->workers = NULL;
     if (ctl->have_tokens)

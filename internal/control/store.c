@@ -26,6 +26,8 @@ typedef struct {
 
 struct control_store {
     sqlite3 *db;
+    sqlite3_stmt *ins_event, *put_job; /* prepared once at open; used under db_mu */
+    int wal_frames;                    /* frames in the WAL since the last checkpoint (db_mu) */
     pthread_mutex_t db_mu;    /* serialises writers and every use of db */
     pthread_mutex_t cache_mu; /* guards jobs/njobs */
     store_entry_t *jobs;
@@ -162,6 +164,14 @@ static int store_load(control_store_t *st, char *err, size_t errlen)
     return 0;
 }
 
+static int store_wal_hook(void *ud, sqlite3 *db, const char *name, int frames)
+{
+    (void)db;
+    (void)name;
+    ((control_store_t *)ud)->wal_frames = frames;
+    return SQLITE_OK;
+}
+
 control_store_t *control_store_open(const char *dir, char *err, size_t errlen)
 {
     control_store_t *st = calloc(1, sizeof(*st));
@@ -189,9 +199,29 @@ control_store_t *control_store_open(const char *dir, char *err, size_t errlen)
     }
     free(path);
     sqlite3_busy_timeout(st->db, 10000);
-    if (store_exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err, errlen) != 0 ||
+    /* wal_autocheckpoint=0: SQLite would otherwise checkpoint (and fsync control.db) inside the
+     * commit that crosses 1000 WAL pages, i.e. while a change's pollers wait; the control thread
+     * checkpoints between changes instead (control_store_checkpoint). journal_size_limit keeps
+     * the WAL file at its size after a reset, so later commits overwrite blocks that are already
+     * allocated and their fdatasync does not wait for a filesystem journal commit. */
+    if (store_exec(st->db,
+                   "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA wal_autocheckpoint=0;"
+                   " PRAGMA journal_size_limit=8388608;",
+                   err, errlen) != 0 ||
         store_exec(st->db, store_schema, err, errlen) != 0 || store_load(st, err, errlen) != 0)
         goto fail;
+    if (sqlite3_prepare_v3(st->db,
+                           "INSERT INTO control_events(job, version, at_ms, updated_by, reason, state)"
+                           " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &st->ins_event, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(st->db,
+                           "INSERT OR REPLACE INTO control_jobs(job, version, state, expires_at_ms)"
+                           " VALUES(?1, ?2, ?3, ?4)",
+                           -1, SQLITE_PREPARE_PERSISTENT, &st->put_job, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "sqlite: %s", sqlite3_errmsg(st->db));
+        goto fail;
+    }
+    sqlite3_wal_hook(st->db, store_wal_hook, st);
     return st;
 fail:
     control_store_close(st);
@@ -208,6 +238,8 @@ void control_store_close(control_store_t *st)
         control_state_free(&st->jobs[i].state);
     }
     free(st->jobs);
+    sqlite3_finalize(st->ins_event);
+    sqlite3_finalize(st->put_job);
     if (st->db)
         sqlite3_close(st->db);
     pthread_mutex_destroy(&st->db_mu);
@@ -281,118 +313,232 @@ uint64_t control_store_last_event_id(control_store_t *st)
 
 /* --- writes (db_mu held) ---------------------------------------------------------------------------- */
 
-/* Writes next as job's new state plus its audit row, in one transaction, then installs it in the
- * cache. Takes ownership of next. */
-static int store_commit(control_store_t *st, const char *job, control_state_t *next, control_event_t **evp, char *err,
-                        size_t errlen)
+/* Writes one change's two rows inside the open transaction; *id receives its event id. */
+static int store_write_rows(control_store_t *st, const char *job, const control_state_t *next, const buf_t *json,
+                            uint64_t *id)
 {
-    buf_t json = BUF_INIT;
-    control_state_to_json(next, job, &json);
-    sqlite3_stmt *ins = NULL, *up = NULL;
-    control_event_t *ev = NULL;
-    int rc = -1;
-    if (store_exec(st->db, "BEGIN IMMEDIATE", err, errlen) != 0)
-        goto out;
-    if (sqlite3_prepare_v2(st->db,
-                           "INSERT INTO control_events(job, version, at_ms, updated_by, reason, state)"
-                           " VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
-                           -1, &ins, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(st->db,
-                           "INSERT OR REPLACE INTO control_jobs(job, version, state, expires_at_ms)"
-                           " VALUES(?1, ?2, ?3, ?4)",
-                           -1, &up, NULL) != SQLITE_OK)
-        goto rollback;
+    sqlite3_stmt *ins = st->ins_event, *up = st->put_job;
     sqlite3_bind_text(ins, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_int64(ins, 2, (sqlite3_int64)next->version);
     sqlite3_bind_int64(ins, 3, next->updated_at_ms);
     sqlite3_bind_text(ins, 4, next->updated_by, -1, SQLITE_STATIC);
     sqlite3_bind_text(ins, 5, next->reason, -1, SQLITE_STATIC);
-    sqlite3_bind_text(ins, 6, json.data, (int)json.len, SQLITE_STATIC);
-    if (sqlite3_step(ins) != SQLITE_DONE)
-        goto rollback;
-    uint64_t id = (uint64_t)sqlite3_last_insert_rowid(st->db);
+    sqlite3_bind_text(ins, 6, json->data, (int)json->len, SQLITE_STATIC);
+    int rc = sqlite3_step(ins);
+    sqlite3_reset(ins);
+    sqlite3_clear_bindings(ins);
+    if (rc != SQLITE_DONE)
+        return -1;
+    *id = (uint64_t)sqlite3_last_insert_rowid(st->db);
     sqlite3_bind_text(up, 1, job, -1, SQLITE_STATIC);
     sqlite3_bind_int64(up, 2, (sqlite3_int64)next->version);
-    sqlite3_bind_text(up, 3, json.data, (int)json.len, SQLITE_STATIC);
+    sqlite3_bind_text(up, 3, json->data, (int)json->len, SQLITE_STATIC);
     sqlite3_bind_int64(up, 4, next->expires_at_ms);
-    if (sqlite3_step(up) != SQLITE_DONE)
-        goto rollback;
-    if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        goto rollback;
+    rc = sqlite3_step(up);
+    sqlite3_reset(up);
+    sqlite3_clear_bindings(up);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
 
-    ev = calloc(1, sizeof(*ev));
-    char *cache_json = strndup(json.data, json.len);
+/* One change on its way into a transaction (store_txn_*). */
+typedef struct {
+    const char *job;
+    control_state_t next; /* owned until installed */
+    buf_t json;
+    uint64_t id;
+    bool live; /* written in this transaction */
+} store_pending_t;
+
+/* After COMMIT: installs a written change in the cache (taking next and json) and makes its event.
+ * Returns the event, or NULL (out of memory: the cache is behind the file, said loudly). */
+static control_event_t *store_install(control_store_t *st, store_pending_t *p)
+{
+    control_event_t *ev = calloc(1, sizeof(*ev));
+    char *cache_json = strndup(p->json.data, p->json.len);
     if (ev) {
-        ev->id = id;
-        ev->job = strdup(job);
-        ev->version = next->version;
-        ev->at_ms = next->updated_at_ms;
-        ev->json = strndup(json.data, json.len);
-        ev->json_len = json.len;
+        ev->id = p->id;
+        ev->job = strdup(p->job);
+        ev->version = p->next.version;
+        ev->at_ms = p->next.updated_at_ms;
+        ev->json = strndup(p->json.data, p->json.len);
+        ev->json_len = p->json.len;
     }
     pthread_mutex_lock(&st->cache_mu);
-    st->last_event_id = id;
-    int prc = cache_json ? store_put(st, job, next, cache_json, json.len) : -1;
+    if (p->id > st->last_event_id)
+        st->last_event_id = p->id;
+    int prc = cache_json ? store_put(st, p->job, &p->next, cache_json, p->json.len) : -1;
     pthread_mutex_unlock(&st->cache_mu);
-    if (prc != 0 || !ev || !ev->job || !ev->json) {
-        /* Committed but we cannot remember it: the cache is now behind the file. Losing memory
-         * here means the process is in trouble anyway; say so loudly. */
+    if (prc != 0) {
         free(cache_json);
+        control_state_free(&p->next);
+    } else {
+        control_state_init(&p->next); /* the cache owns it now */
+    }
+    buf_free(&p->json);
+    p->live = false;
+    if (prc != 0 || !ev || !ev->job || !ev->json) {
+        log_error("control", "out of memory after a committed change", LF_S("job", p->job));
         control_event_free(ev);
-        ev = NULL;
-        snprintf(err, errlen, "out of memory after commit");
-        log_error("control", "out of memory after a committed change", LF_S("job", job));
-        if (prc != 0)
-            control_state_free(next);
-        buf_free(&json);
-        sqlite3_finalize(ins);
-        sqlite3_finalize(up);
-        return -1;
+        return NULL;
     }
     atomic_fetch_add(&st->changes_total, 1);
-    *evp = ev;
-    rc = 0;
-    goto out;
-rollback:
-    snprintf(err, errlen, "sqlite: %s", sqlite3_errmsg(st->db));
-    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-    control_state_free(next);
-out:
-    if (rc != 0 && !ev)
-        control_state_free(next); /* no-op when already freed (state_free re-inits) */
-    sqlite3_finalize(ins);
-    sqlite3_finalize(up);
-    buf_free(&json);
-    return rc;
+    return ev;
+}
+
+static void store_pending_drop(store_pending_t *p)
+{
+    control_state_free(&p->next);
+    buf_free(&p->json);
+    p->live = false;
+}
+
+/* Writes next as job's new state plus its audit row, in one transaction, then installs it in the
+ * cache. Takes ownership of next. */
+static int store_commit(control_store_t *st, const char *job, control_state_t *next, control_event_t **evp, char *err,
+                        size_t errlen)
+{
+    store_pending_t p = {.job = job, .next = *next, .json = BUF_INIT};
+    control_state_to_json(&p.next, job, &p.json);
+    if (store_exec(st->db, "BEGIN IMMEDIATE", err, errlen) != 0) {
+        store_pending_drop(&p);
+        return -1;
+    }
+    if (store_write_rows(st, job, &p.next, &p.json, &p.id) != 0 ||
+        sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "sqlite: %s", sqlite3_errmsg(st->db));
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        store_pending_drop(&p);
+        return -1;
+    }
+    *evp = store_install(st, &p);
+    if (!*evp) {
+        snprintf(err, errlen, "out of memory after commit");
+        return -1;
+    }
+    return 0;
+}
+
+int control_store_apply_batch(control_store_t *st, control_store_item_t *items, size_t n, int64_t now_ms)
+{
+    store_pending_t *pend = calloc(n ? n : 1, sizeof(*pend));
+    if (!pend) {
+        for (size_t i = 0; i < n; i++) {
+            items[i].rc = CONTROL_STORE_ERR;
+            items[i].ev = NULL;
+            snprintf(items[i].err, sizeof(items[i].err), "out of memory");
+        }
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        items[i].rc = CONTROL_STORE_ERR; /* until it is decided */
+        items[i].ev = NULL;
+        items[i].err[0] = 0;
+    }
+    pthread_mutex_lock(&st->db_mu);
+    char err[256] = "";
+    bool failed = store_exec(st->db, "BEGIN IMMEDIATE", err, sizeof(err)) != 0;
+    size_t written = 0;
+    for (size_t i = 0; i < n && !failed; i++) {
+        control_store_item_t *it = &items[i];
+        /* The current state: the newest change to this job earlier in the batch, else the cache. */
+        control_state_t cur;
+        const store_pending_t *prev = NULL;
+        for (size_t j = i; j-- > 0;)
+            if (pend[j].live && strcmp(pend[j].job, it->job) == 0) {
+                prev = &pend[j];
+                break;
+            }
+        int crc = prev ? control_state_copy(&cur, &prev->next) : control_store_get(st, it->job, &cur);
+        if (crc != 0) {
+            it->rc = CONTROL_STORE_ERR;
+            snprintf(it->err, sizeof(it->err), "out of memory");
+            continue;
+        }
+        if (it->chg->check_version && it->chg->expect_version != cur.version) {
+            it->rc = CONTROL_STORE_CONFLICT;
+            snprintf(it->err, sizeof(it->err), "%llu", (unsigned long long)cur.version);
+            control_state_free(&cur);
+            continue;
+        }
+        /* Wall clocks step backwards; updated_at must not, or TIS's lastModified check misses it. */
+        int64_t at = now_ms <= cur.updated_at_ms ? cur.updated_at_ms + 1 : now_ms;
+        store_pending_t *p = &pend[i];
+        p->job = it->job;
+        p->json = (buf_t)BUF_INIT;
+        int arc = control_state_apply(&cur, it->chg, at, it->updated_by, &p->next);
+        control_state_free(&cur);
+        if (arc != 0) {
+            it->rc = CONTROL_STORE_ERR;
+            snprintf(it->err, sizeof(it->err), "out of memory");
+            continue;
+        }
+        control_state_to_json(&p->next, it->job, &p->json);
+        p->live = true;
+        it->rc = CONTROL_STORE_OK;
+        if (store_write_rows(st, it->job, &p->next, &p->json, &p->id) != 0) {
+            snprintf(err, sizeof(err), "sqlite: %s", sqlite3_errmsg(st->db));
+            failed = true;
+        }
+        written++;
+    }
+    /* One COMMIT, one fsync of the WAL, for every change of the batch. */
+    if (!failed && written && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        snprintf(err, sizeof(err), "sqlite: %s", sqlite3_errmsg(st->db));
+        failed = true;
+    } else if (!failed && !written) {
+        sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL); /* nothing to write: just end it */
+    }
+    int committed = 0;
+    if (failed) {
+        if (!sqlite3_get_autocommit(st->db))
+            sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+        for (size_t i = 0; i < n; i++) {
+            if (pend[i].live)
+                store_pending_drop(&pend[i]);
+            if (items[i].rc == CONTROL_STORE_OK || !items[i].err[0]) {
+                items[i].rc = CONTROL_STORE_ERR;
+                snprintf(items[i].err, sizeof(items[i].err), "%s", err);
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            if (!pend[i].live)
+                continue;
+            items[i].ev = store_install(st, &pend[i]);
+            if (!items[i].ev) {
+                items[i].rc = CONTROL_STORE_ERR;
+                snprintf(items[i].err, sizeof(items[i].err), "out of memory after commit");
+            } else {
+                committed++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&st->db_mu);
+    free(pend);
+    return failed ? -1 : committed;
 }
 
 int control_store_apply(control_store_t *st, const char *job, const control_change_t *chg, int64_t now_ms,
                         const char *updated_by, control_event_t **ev, char *err, size_t errlen)
 {
-    *ev = NULL;
+    control_store_item_t it = {.job = job, .chg = chg, .updated_by = updated_by};
+    control_store_apply_batch(st, &it, 1, now_ms);
+    *ev = it.ev;
+    if (it.rc != CONTROL_STORE_OK)
+        snprintf(err, errlen, "%s", it.err);
+    return it.rc;
+}
+
+int control_store_checkpoint(control_store_t *st, int min_frames)
+{
+    int rc = 0;
     pthread_mutex_lock(&st->db_mu);
-    control_state_t cur, next;
-    int rc = CONTROL_STORE_ERR;
-    if (control_store_get(st, job, &cur) != 0) {
-        snprintf(err, errlen, "out of memory");
-        goto out_unlocked_cur;
+    if (st->wal_frames >= min_frames && st->wal_frames > 0) {
+        int log = 0, done = 0;
+        rc = sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done) == SQLITE_OK ? 1 : -1;
+        if (rc == 1 && done == log)
+            st->wal_frames = 0; /* all copied: the next commit restarts the WAL from its start */
     }
-    if (chg->check_version && chg->expect_version != cur.version) {
-        snprintf(err, errlen, "%llu", (unsigned long long)cur.version);
-        rc = CONTROL_STORE_CONFLICT;
-        goto out;
-    }
-    /* Wall clocks step backwards; updated_at must not, or TIS's lastModified check misses it. */
-    if (now_ms <= cur.updated_at_ms)
-        now_ms = cur.updated_at_ms + 1;
-    if (control_state_apply(&cur, chg, now_ms, updated_by, &next) != 0) {
-        snprintf(err, errlen, "out of memory");
-        goto out;
-    }
-    rc = store_commit(st, job, &next, ev, err, errlen) == 0 ? CONTROL_STORE_OK : CONTROL_STORE_ERR;
-out:
-    control_state_free(&cur);
-out_unlocked_cur:
     pthread_mutex_unlock(&st->db_mu);
     return rc;
 }

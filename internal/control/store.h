@@ -2,11 +2,15 @@
  * control/store — the durable home of flow-control states: the current state of every job and the
  * append-only audit log, in SQLite, with an in-memory copy of the current states for readers.
  *
- * File: <storage.path>/sluice.db, shared with the series catalog and the roll-up tier (which write
- * it from their own connections and threads). This module opens its own connection in WAL journal
- * mode with synchronous=FULL (each commit is fsync'd before control_store_apply returns, so an
- * acknowledged change survives a power cut) and a busy_timeout, so a roll-up writer holding the
- * write lock delays a change instead of failing it.
+ * File: <storage.path>/control.db, this module's alone (the series catalog and the roll-up tier
+ * write sluice.db, whose long transactions must never hold up a pause). One connection, opened
+ * once, in WAL journal mode with synchronous=FULL: each commit is fsync'd before the apply call
+ * returns, so an acknowledged change survives a power cut. Its statements are prepared once.
+ * Group commit: control_store_apply_batch writes every change queued meanwhile in one
+ * transaction, one fsync for all. Checkpoints are not left to SQLite (which would run one inside
+ * the commit that crosses 1000 WAL pages); the owner calls control_store_checkpoint between
+ * changes. A busy_timeout makes another writer of the file (an operator's sqlite3) delay a change
+ * instead of failing it.
  *
  * Tables (this module's only):
  *   control_jobs(job TEXT PRIMARY KEY, version INTEGER, state TEXT, expires_at_ms INTEGER)
@@ -69,6 +73,29 @@ size_t control_store_job_count(control_store_t *st);
  * err. */
 int control_store_apply(control_store_t *st, const char *job, const control_change_t *chg, int64_t now_ms,
                         const char *updated_by, control_event_t **ev, char *err, size_t errlen);
+
+/* One change of a group commit. The caller fills job, chg and updated_by (borrowed); the store
+ * fills rc (CONTROL_STORE_*), ev (on OK, owned by the caller) and err. */
+typedef struct {
+    const char *job;
+    const control_change_t *chg;
+    const char *updated_by;
+    int rc;
+    control_event_t *ev;
+    char err[256]; /* CONFLICT: the current version */
+} control_store_item_t;
+
+/* Applies n changes in order in one transaction with one fsync. Each sees the changes before it
+ * (versions count up through the batch; check_version is compared with the version the earlier
+ * items made), so the result is the same as n control_store_apply calls in a row: an item that
+ * conflicts changes nothing and the others still commit. If the storage fails, none of them is
+ * committed (every item not in conflict gets CONTROL_STORE_ERR). Returns the number committed, or
+ * -1 on a storage failure. */
+int control_store_apply_batch(control_store_t *st, control_store_item_t *items, size_t n, int64_t now_ms);
+
+/* Copies the WAL back into control.db (a passive checkpoint: it waits for no one) when it holds at
+ * least min_frames pages. 1 checkpointed, 0 nothing to do, -1 error (harmless: retried later). */
+int control_store_checkpoint(control_store_t *st, int min_frames);
 
 /* The earliest expires_at_ms of any job, or 0 when nothing expires. */
 int64_t control_store_next_expiry(control_store_t *st);
