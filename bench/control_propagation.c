@@ -160,7 +160,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < rounds; r++) {
         /* sluice counts a closed connection as open until its sweep; let the last round's 1,000
          * go before opening 1,000 more, or --web.max-connections would refuse some */
-        while (metric("sluice_http_open_connections") > base_conns + 50)
+        double settle = now_ms() + 10000; /* other clients' connections come and go: not forever */
+        while (metric("sluice_http_open_connections") > base_conns + 50 && now_ms() < settle)
             usleep(50 * 1000);
         double base_parked = metric("sluice_control_long_polls_parked");
         if (r == 0 && pid)

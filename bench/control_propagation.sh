@@ -26,7 +26,9 @@ if [ "${SOAK:-0}" = 1 ]; then
     soak=$!
     pid=""
     # soak.py stops its sluice only when it finishes by itself: stop both
-    trap 'kill "$soak" $pid 2>/dev/null || true; wait "$soak" 2>/dev/null || true; rm -rf "$work"' EXIT
+    trap 'kill "$soak" $pid 2>/dev/null || true; wait "$soak" 2>/dev/null || true
+          for _ in $(seq 600); do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+          rm -rf "$work"' EXIT
     for _ in $(seq 600); do
         pid=$(pgrep -P "$soak" -x sluice || true)
         [ -n "$pid" ] && break
