@@ -190,6 +190,18 @@ struct api_control {
     /* metrics */
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
+    /* wakers: helper threads that answer the polls of workers 1..N-1 while the control thread
+     * answers worker 0's (ctl_wake_polls), so the sends of a fan-out run in parallel. Guarded by
+     * wake_mu: the job (wake_ev, wake_resp), its generation and how many lists are still to do. */
+    pthread_t *wakers;
+    int nwakers;
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv, wake_done_cv;
+    uint64_t wake_gen;
+    int wake_pending;
+    bool wake_stop, wake_init;
+    const control_event_t *wake_ev;
+    const buf_t *wake_resp;
 };
 
 /* --- small helpers ------------------------------------------------------------------------------ */
@@ -539,12 +551,71 @@ static void ctl_render_answer(const control_event_t *ev, buf_t *out)
     buf_append(out, ev->json, ev->json_len);
 }
 
+/* Answers worker wi's parked polls of ev's job with resp (see ctl_wake_polls). */
+static void ctl_wake_list(api_control_t *ctl, int wi, const control_event_t *ev, const buf_t *resp)
+{
+    ctl_worker_t *w = &ctl->workers[wi];
+    pthread_mutex_lock(&w->polls_mu);
+    for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
+        next = l->next;
+        ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
+        if (p->fd < 0 || p->version >= ev->version || strcmp(p->job, ev->job) != 0)
+            continue;
+        ssize_t n = send(p->fd, resp->data, resp->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue; /* nothing written: the worker answers it the usual way */
+        if (n >= 0 && (size_t)n < resp->len)
+            shutdown(p->fd, SHUT_RDWR);
+        /* n < 0 otherwise: the client is gone; the worker frees it all the same */
+        api_sse_list_remove(&w->polls, &p->link);
+        api_sse_list_push(&w->answered, &p->link);
+        p->answered = true;
+        atomic_fetch_sub(&ctl->parked, 1);
+        atomic_fetch_add(&ctl->polls_answered, 1);
+    }
+    pthread_mutex_unlock(&w->polls_mu);
+}
+
+/* A waker thread: answers worker `index`'s list for each fan-out. */
+typedef struct {
+    api_control_t *ctl;
+    int index;
+} ctl_waker_arg_t;
+
+static void *ctl_waker_main(void *arg)
+{
+    ctl_waker_arg_t *a = arg;
+    api_control_t *ctl = a->ctl;
+    int wi = a->index;
+    free(a);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&ctl->wake_mu);
+    for (;;) {
+        while (ctl->wake_gen == seen && !ctl->wake_stop)
+            pthread_cond_wait(&ctl->wake_cv, &ctl->wake_mu);
+        if (ctl->wake_stop)
+            break;
+        seen = ctl->wake_gen;
+        const control_event_t *ev = ctl->wake_ev;
+        const buf_t *resp = ctl->wake_resp;
+        pthread_mutex_unlock(&ctl->wake_mu);
+        ctl_wake_list(ctl, wi, ev, resp);
+        pthread_mutex_lock(&ctl->wake_mu);
+        if (--ctl->wake_pending == 0)
+            pthread_cond_signal(&ctl->wake_done_cv);
+    }
+    pthread_mutex_unlock(&ctl->wake_mu);
+    return NULL;
+}
+
 /* Answers every parked GET long-poll of ev's job from the control thread, right after the commit:
  * one send() per poll of the answer rendered once, without waiting for each worker's loop to
- * come round (behind pushes and queries) and without evhttp's per-reply work. The worker is told
- * by ctl_broadcast and only frees what was answered. A poll whose socket buffer is full (a client
- * that stopped reading) is left to its worker; one that took part of the answer is cut off (its
- * client sees a short body and polls again). Control thread only. */
+ * come round (behind pushes and queries) and without evhttp's per-reply work. The lists of
+ * workers 1..N-1 are done by the waker threads at the same time as worker 0's is done here; this
+ * returns when all are done, so the change's own request is answered after its pollers. The
+ * worker is told by ctl_broadcast and only frees what was answered. A poll whose socket buffer
+ * is full (a client that stopped reading) is left to its worker; one that took part of the
+ * answer is cut off (its client sees a short body and polls again). Control thread only. */
 static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
 {
     pthread_mutex_lock(&ctl->mu);
@@ -552,31 +623,30 @@ static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
     pthread_mutex_unlock(&ctl->mu);
     if (stopping || !atomic_load(&ctl->live) || ctl->nworkers == 0)
         return;
+    if (atomic_load(&ctl->parked) == 0)
+        return; /* nothing to wake: skip rendering and the wakers */
     buf_t resp = BUF_INIT;
     ctl_render_answer(ev, &resp);
     if (!resp.data)
         return; /* out of memory: the workers answer them */
-    for (int wi = 0; wi < ctl->nworkers; wi++) {
-        ctl_worker_t *w = &ctl->workers[wi];
-        pthread_mutex_lock(&w->polls_mu);
-        for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
-            next = l->next;
-            ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
-            if (p->fd < 0 || p->version >= ev->version || strcmp(p->job, ev->job) != 0)
-                continue;
-            ssize_t n = send(p->fd, resp.data, resp.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                continue; /* nothing written: the worker answers it the usual way */
-            if (n >= 0 && (size_t)n < resp.len)
-                shutdown(p->fd, SHUT_RDWR);
-            /* n < 0 otherwise: the client is gone; the worker frees it all the same */
-            api_sse_list_remove(&w->polls, &p->link);
-            api_sse_list_push(&w->answered, &p->link);
-            p->answered = true;
-            atomic_fetch_sub(&ctl->parked, 1);
-            atomic_fetch_add(&ctl->polls_answered, 1);
-        }
-        pthread_mutex_unlock(&w->polls_mu);
+    int helpers = ctl->nwakers;
+    if (helpers > 0) {
+        pthread_mutex_lock(&ctl->wake_mu);
+        ctl->wake_ev = ev;
+        ctl->wake_resp = &resp;
+        ctl->wake_pending = helpers;
+        ctl->wake_gen++;
+        pthread_cond_broadcast(&ctl->wake_cv);
+        pthread_mutex_unlock(&ctl->wake_mu);
+    }
+    ctl_wake_list(ctl, 0, ev, &resp);
+    for (int wi = helpers + 1; wi < ctl->nworkers; wi++) /* lists whose waker did not start */
+        ctl_wake_list(ctl, wi, ev, &resp);
+    if (helpers > 0) {
+        pthread_mutex_lock(&ctl->wake_mu);
+        while (ctl->wake_pending > 0)
+            pthread_cond_wait(&ctl->wake_done_cv, &ctl->wake_mu);
+        pthread_mutex_unlock(&ctl->wake_mu);
     }
     buf_free(&resp);
 }
@@ -1584,6 +1654,24 @@ api_control_t *api_control_new(const api_control_options_t *opt, char *err, size
         ctl->workers[w].ctl = ctl;
         pthread_mutex_init(&ctl->workers[w].polls_mu, NULL);
     }
+    pthread_mutex_init(&ctl->wake_mu, NULL);
+    pthread_cond_init(&ctl->wake_cv, NULL);
+    pthread_cond_init(&ctl->wake_done_cv, NULL);
+    ctl->wake_init = true;
+    if (ctl->nworkers > 1) {
+        ctl->wakers = calloc((size_t)ctl->nworkers - 1, sizeof(*ctl->wakers));
+        for (int i = 1; ctl->wakers && i < ctl->nworkers; i++) {
+            ctl_waker_arg_t *a = malloc(sizeof(*a));
+            if (!a)
+                break;
+            *a = (ctl_waker_arg_t){ctl, i};
+            if (pthread_create(&ctl->wakers[i - 1], NULL, ctl_waker_main, a) != 0) {
+                free(a);
+                break; /* the control thread does the remaining lists itself */
+            }
+            ctl->nwakers++;
+        }
+    }
     if (pthread_create(&ctl->thread, NULL, ctl_thread_main, ctl) != 0) {
         snprintf(err, errlen, "cannot start the control thread: %s", strerror(errno));
         goto fail;
@@ -1628,6 +1716,21 @@ void api_control_shutdown(api_control_t *ctl)
         pthread_mutex_unlock(&ctl->mu);
         pthread_join(ctl->thread, NULL);
         ctl->thread_started = false;
+    }
+    if (ctl->wake_init) {
+        pthread_mutex_lock(&ctl->wake_mu);
+        ctl->wake_stop = true;
+        pthread_cond_broadcast(&ctl->wake_cv);
+        pthread_mutex_unlock(&ctl->wake_mu);
+        for (int i = 0; i < ctl->nwakers; i++)
+            pthread_join(ctl->wakers[i], NULL);
+        free(ctl->wakers);
+        ctl->wakers = NULL;
+        ctl->nwakers = 0;
+        pthread_mutex_destroy(&ctl->wake_mu);
+        pthread_cond_destroy(&ctl->wake_cv);
+        pthread_cond_destroy(&ctl->wake_done_cv);
+        ctl->wake_init = false;
     }
     /* Ops still queued (the server stopped before they ran) are dropped with their requests. */
     while (ctl->head) {
