@@ -3,22 +3,31 @@
  *
  * Threads and who owns what:
  *
- *   worker threads (N)                        control thread (1)
- *   ------------------                        ------------------
+ *   worker threads (N)                        control thread (1) + wakers (N-1)
+ *   ------------------                        ---------------------------------
  *   parse + validate + auth                   owns every SQLite statement (control_store_*)
  *   reads of current state (store cache)      and the expiry clock (timed wait until the
  *   park long-polls / SSE subscribers         earliest expires_at)
  *   in their own lists (ctl_worker_t)
  *        |  op (apply / history / replay)         |
- *        +--------------------------------------> |  runs the op, commits (fsync)
- *        |                                        |
- *        | <---- api_server_run_on(every worker, deliver event) -- fan-out of the change
+ *        +--------------------------------------> |  takes every queued op; consecutive
+ *        |                                        |  changes are one group commit (one fsync)
+ *        |                                        |  writes each parked GET poll's answer
+ *        |   (poll sockets) <-------------------- |  straight to its socket (ctl_wake_polls;
+ *        |                                        |  the wakers do workers 1..N-1's lists)
+ *        | <---- api_server_run_on(every worker, deliver event) -- free the answered polls,
+ *        |                                        |  answer HEAD polls, SSE subscribers
  *        | <---- api_server_run_on(op's worker, op done)  ------- the op's reply
  *
- * A change is broadcast to every worker before its own request is answered, so when a PUT
- * returns, every parked long-poll's answer is already queued on its worker. Parked requests are
- * plain structs in per-worker doubly linked lists (no threads, no locks); each long-poll has one
- * timer for its `wait`. A worker's lists are touched only by that worker.
+ * A change is durable (committed, fsync'd) before any poll sees it, and its parked polls are
+ * answered before its own request is, without a trip through each worker's event queue (where
+ * the answer would wait behind pushes and queries) and without evhttp's per-reply work: the
+ * answer (status line, headers, body, `Connection: close`) is rendered once per change and sent
+ * with one send() per poll. evhttp never learns what was sent, so the connection is closed after
+ * the answer (the worker frees it); clients poll again on a new one. A worker's poll list is
+ * guarded by its polls_mu, held by the control thread while it writes to those sockets, so a
+ * poll's connection is never closed (its fd reused) under a send. Subscribers and the rest of a
+ * worker's lists are touched only by that worker.
  *
  * An op belongs to whoever holds it: the control thread between enqueue and run_on, then the
  * op's worker, which frees it in ctl_op_done. If the client goes away meanwhile, the request's
