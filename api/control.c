@@ -80,7 +80,7 @@
 #define CTL_HEARTBEAT_MS 15000
 #define CTL_REPLAY_LIMIT 10000
 #define CTL_HISTORY_MAX 1000
-#define CTL_GROUP_MAX 256          /* changes per group commit */
+#define CTL_GROUP_MAX 256         /* changes per group commit */
 #define CTL_CHECKPOINT_FRAMES 256 /* WAL pages before the idle control thread checkpoints */
 
 /* --- types ------------------------------------------------------------------------------------- */
@@ -763,9 +763,7 @@ static void ctl_run_op(ctl_op_t *op)
     api_control_t *ctl = op->ctl;
     char err[256];
     switch (op->kind) {
-    case CTL_OP_APPLY:
-        ctl_run_applies(ctl, &op, 1);
-        return;
+    case CTL_OP_APPLY: ctl_run_applies(ctl, &op, 1); return;
     case CTL_OP_HISTORY:
         if (control_store_history_json(ctl->store, op->job, op->before, op->limit, &op->body, err, sizeof(err)) == 0) {
             op->code = 200;

@@ -284,8 +284,8 @@ static void test_conflict_and_other_writer(void **state)
 static void parse_change(control_req_kind_t kind, const char *body, control_change_t *chg, char *reason)
 {
     char field[64], err[256];
-    assert_int_equal(control_change_parse(kind, body, strlen(body), chg, reason, field, sizeof(field), err, sizeof(err)),
-                     0);
+    assert_int_equal(
+        control_change_parse(kind, body, strlen(body), chg, reason, field, sizeof(field), err, sizeof(err)), 0);
 }
 
 /* Group commit: one transaction for several changes gives the same result as applying them one
@@ -306,7 +306,8 @@ static void test_group_commit(void **state)
     char reasons[N][CONTROL_MAX_REASON_LEN + 1];
     parse_change(CONTROL_REQ_PAUSE, "{\"reason\":\"first\"}", &chg[0], reasons[0]);
     parse_change(CONTROL_REQ_PUT, "{\"mode\":\"running\",\"version\":1}", &chg[1], reasons[1]); /* sees item 0 */
-    parse_change(CONTROL_REQ_PUT, "{\"mode\":\"running\",\"version\":0}", &chg[2], reasons[2]); /* b is at 1: conflict */
+    parse_change(CONTROL_REQ_PUT, "{\"mode\":\"running\",\"version\":0}", &chg[2],
+                 reasons[2]); /* b is at 1: conflict */
     parse_change(CONTROL_REQ_RATE_LIMIT, "{\"per_second\":7}", &chg[3], reasons[3]);
     parse_change(CONTROL_REQ_DRAIN, "", &chg[4], reasons[4]);
     control_store_item_t items[N] = {
