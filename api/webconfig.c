@@ -94,8 +94,15 @@ static int wc_parse_tls(yaml_document_t *doc, yaml_node_t *m, const char *dir, a
         yaml_node_t *kn = yaml_document_get_node(doc, p->key);
         const char *k = wc_scalar(kn), *v = wc_scalar(yaml_document_get_node(doc, p->value));
         size_t line = kn->start_mark.line + 1;
+        static const char *const known[] = {"cert_file",   "key_file",    "client_ca_file", "client_auth_type",
+                                            "min_version", "max_version", "prefer_server_cipher_suites"};
+        bool is_known = false;
+        for (size_t i = 0; k && i < sizeof(known) / sizeof(known[0]); i++)
+            is_known = is_known || strcmp(k, known[i]) == 0;
         if (!k)
             WC_FAIL("line %zu: tls_server_config keys must be names", line);
+        if (!is_known)
+            WC_FAIL("line %zu: tls_server_config.%s is not supported by sluice", line, k);
         if (!v)
             WC_FAIL("line %zu: tls_server_config.%s must be a single value", line, k);
         if (strcmp(k, "cert_file") == 0 || strcmp(k, "key_file") == 0 || strcmp(k, "client_ca_file") == 0) {
@@ -111,11 +118,8 @@ static int wc_parse_tls(yaml_document_t *doc, yaml_node_t *m, const char *dir, a
             int *slot = k[1] == 'i' ? &o.min_version : &o.max_version;
             if (v[0] && tls_version_parse(v, slot) != 0)
                 WC_FAIL("line %zu: unknown TLS version \"%s\" for %s (TLS10, TLS11, TLS12, TLS13)", line, v, k);
-        } else if (strcmp(k, "prefer_server_cipher_suites") == 0) {
-            /* server preference is always on (SSL_OP_CIPHER_SERVER_PREFERENCE) */
-        } else {
-            WC_FAIL("line %zu: tls_server_config.%s is not supported by sluice", line, k);
         }
+        /* prefer_server_cipher_suites: server preference is always on (SSL_OP_CIPHER_SERVER_PREFERENCE) */
     }
     if (!cert && !key) {
         if (ca || o.client_auth != TLS_CLIENT_AUTH_NONE)

@@ -417,7 +417,8 @@ static int read_response(httpc_conn_t *c, int64_t deadline, size_t max_body, htt
         }
         int f = fill(c, deadline);
         if (f <= 0) {
-            snprintf(err, errlen, "%s from %s", f == 0 ? "connection closed" : c->ioerr, c->u.hostport);
+            snprintf(err, errlen, "%s: %s while waiting for the response", c->u.hostport,
+                     f == 0 ? "connection closed" : c->ioerr);
             return -1;
         }
         *started = true;

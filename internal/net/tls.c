@@ -37,6 +37,11 @@ static int tls_load_pair(SSL_CTX *ctx, const char *cert, const char *key, const 
         return -1;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+            ERR_clear_error();
+            snprintf(err, errlen, "%s key %s does not match certificate %s", what, key, cert);
+            return -1;
+        }
         tls_queue_error(why, sizeof(why));
         snprintf(err, errlen, "cannot load %s key %s: %s", what, key, why);
         return -1;
@@ -52,6 +57,17 @@ static int tls_load_pair(SSL_CTX *ctx, const char *cert, const char *key, const 
 static bool tls_set(const char *s)
 {
     return s && s[0];
+}
+
+/* Marks (as the SSL's app data) a connection whose server asked for a client certificate while
+ * none is configured: with TLS 1.3 the refusal only shows later, as a failed write or an alert,
+ * and the log should then say what is missing. */
+static char tls_cert_requested;
+
+static int tls_no_client_cert(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+    SSL_set_app_data(ssl, &tls_cert_requested);
+    return 0; /* go on without one: the server decides */
 }
 
 SSL_CTX *tls_client_ctx_new(const tls_client_options_t *o, char *err, size_t errlen)
@@ -81,6 +97,8 @@ SSL_CTX *tls_client_ctx_new(const tls_client_options_t *o, char *err, size_t err
     }
     if (tls_set(o->cert_file) && tls_load_pair(ctx, o->cert_file, o->key_file, "client", err, errlen) != 0)
         goto fail;
+    if (!tls_set(o->cert_file))
+        SSL_CTX_set_client_cert_cb(ctx, tls_no_client_cert);
     SSL_CTX_set_verify(ctx, o->insecure_skip_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
     return ctx;
 fail:
@@ -233,7 +251,13 @@ void tls_describe_error(SSL *ssl, int ssl_err, char *out, size_t outlen)
     long vr = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
     if (e && ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) == SSL_R_CERTIFICATE_VERIFY_FAILED && vr != X509_V_OK)
         snprintf(out, outlen, "certificate verify failed (%s)", X509_verify_cert_error_string(vr));
-    else if (e)
+    else if (e && ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) >= SSL_AD_REASON_OFFSET) {
+        /* an alert the peer sent: say so plainly ("sslv3 alert bad certificate" is OpenSSL's text) */
+        const char *r = ERR_reason_error_string(e);
+        const char *a = r ? strstr(r, "alert ") : NULL;
+        snprintf(out, outlen, "the peer refused the TLS connection: %s", a ? a + 6 : (r ? r : "alert"));
+        ERR_clear_error();
+    } else if (e)
         tls_queue_error(out, outlen);
     else if (ssl_err == SSL_ERROR_SYSCALL && saved_errno)
         snprintf(out, outlen, "%s", strerror(saved_errno));
@@ -242,4 +266,8 @@ void tls_describe_error(SSL *ssl, int ssl_err, char *out, size_t outlen)
     else
         snprintf(out, outlen, "TLS error %d", ssl_err);
     ERR_clear_error();
+    if (ssl && SSL_get_app_data(ssl) == &tls_cert_requested) {
+        size_t n = strlen(out);
+        snprintf(out + n, outlen - n, " (the server asked for a client certificate and none is configured)");
+    }
 }
