@@ -94,8 +94,13 @@ static int wc_parse_tls(yaml_document_t *doc, yaml_node_t *m, const char *dir, a
         yaml_node_t *kn = yaml_document_get_node(doc, p->key);
         const char *k = wc_scalar(kn), *v = wc_scalar(yaml_document_get_node(doc, p->value));
         size_t line = kn->start_mark.line + 1;
-        static const char *const known[] = {"cert_file",   "key_file",    "client_ca_file", "client_auth_type",
-                                            "min_version", "max_version", "prefer_server_cipher_suites"};
+        static const char *const known[] = {"cert_file",
+                                            "key_file",
+                                            "client_ca_file",
+                                            "client_auth_type",
+                                            "min_version",
+                                            "max_version",
+                                            "prefer_server_cipher_suites"};
         bool is_known = false;
         for (size_t i = 0; k && i < sizeof(known) / sizeof(known[0]); i++)
             is_known = is_known || strcmp(k, known[i]) == 0;
@@ -164,8 +169,8 @@ static int wc_parse_users(yaml_document_t *doc, yaml_node_t *m, api_webconfig_t 
         if (!k || !k[0] || strchr(k, ':'))
             WC_FAIL("line %zu: invalid basic_auth_users user name", line);
         if (!v || !wc_is_bcrypt(v))
-            WC_FAIL("line %zu: basic_auth_users.%s is not a bcrypt hash ($2y$10$..., e.g. from htpasswd -nBC 10)",
-                    line, k);
+            WC_FAIL("line %zu: basic_auth_users.%s is not a bcrypt hash ($2y$10$..., e.g. from htpasswd -nBC 10)", line,
+                    k);
         for (size_t i = 0; i < wc->nusers; i++)
             if (strcmp(wc->users[i].name, k) == 0)
                 WC_FAIL("line %zu: basic_auth_users: user %s is listed twice", line, k);

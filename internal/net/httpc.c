@@ -42,8 +42,8 @@ struct httpc_conn {
     httpc_url_t u;
     httpc_tls_t *tls; /* NULL: the default (system CAs) for https */
     int fd;
-    SSL *ssl;          /* https, while connected */
-    char ioerr[256];   /* why the last send/receive failed */
+    SSL *ssl;        /* https, while connected */
+    char ioerr[256]; /* why the last send/receive failed */
     /* bytes received past the current response (none expected without pipelining) */
     buf_t in;
 };

@@ -35,7 +35,7 @@
 #include "internal/util/buf.h"
 
 typedef struct {
-    bool tls;           /* https:// */
+    bool tls; /* https:// */
     char host[256];
     char port[8];
     char path[2048];    /* path and query, starting with '/' */

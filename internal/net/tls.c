@@ -155,7 +155,8 @@ int tls_version_parse(const char *name, int *out)
     static const struct {
         const char *name;
         int v;
-    } tab[] = {{"TLS10", TLS1_VERSION}, {"TLS11", TLS1_1_VERSION}, {"TLS12", TLS1_2_VERSION}, {"TLS13", TLS1_3_VERSION}};
+    } tab[] = {
+        {"TLS10", TLS1_VERSION}, {"TLS11", TLS1_1_VERSION}, {"TLS12", TLS1_2_VERSION}, {"TLS13", TLS1_3_VERSION}};
     for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
         if (strcmp(name, tab[i].name) == 0) {
             *out = tab[i].v;
@@ -176,8 +177,8 @@ SSL_CTX *tls_server_ctx_new(const tls_server_options_t *o, char *err, size_t err
         snprintf(err, errlen, "TLS needs both cert_file and key_file");
         return NULL;
     }
-    bool verifies = o->client_auth == TLS_CLIENT_AUTH_VERIFY_IF_GIVEN ||
-                    o->client_auth == TLS_CLIENT_AUTH_REQUIRE_AND_VERIFY;
+    bool verifies =
+        o->client_auth == TLS_CLIENT_AUTH_VERIFY_IF_GIVEN || o->client_auth == TLS_CLIENT_AUTH_REQUIRE_AND_VERIFY;
     if (verifies && !tls_set(o->client_ca_file)) {
         snprintf(err, errlen, "client_auth_type %s needs client_ca_file",
                  o->client_auth == TLS_CLIENT_AUTH_VERIFY_IF_GIVEN ? "VerifyClientCertIfGiven"
