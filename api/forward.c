@@ -149,6 +149,7 @@ struct fw_target {
     char *headers;     /* extra "Name: value\r\n" lines, basic auth included */
     char *bearer_file; /* "" = none */
     bool retry_on_429;
+    httpc_tls_t *tls; /* https:// targets: trust, client cert, server name (shared by the shards) */
 
     hashmap_t map; /* series id -> fw_series_t * */
     arena_t *scratch;
@@ -292,6 +293,10 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
     buf_t h = BUF_INIT;
     buf_puts(&h, "");
     char *user = NULL, *pass = NULL, *pass_file = NULL;
+    /* per-target TLS settings override the --remote-write.tls-* defaults */
+    char *tls_str[4] = {NULL, NULL, NULL, NULL}; /* ca, cert, key, server name */
+    static const char *const tls_keys[4] = {"tls-ca-file", "tls-cert-file", "tls-key-file", "tls-server-name"};
+    bool insecure = f->o.tls.insecure_skip_verify;
     int rc = 0;
     size_t len;
     for (const char *o = opts; o && *o && rc == 0; o = o[len] ? o + len + 1 : o + len) {
@@ -330,6 +335,18 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         } else if (KEY("bearer-token-file")) {
             free(t->bearer_file);
             t->bearer_file = strndup(v, vl);
+        } else if (KEY("tls-ca-file") || KEY("tls-cert-file") || KEY("tls-key-file") || KEY("tls-server-name")) {
+            for (int k = 0; k < 4; k++)
+                if (KEY(tls_keys[k])) {
+                    free(tls_str[k]);
+                    tls_str[k] = strndup(v, vl);
+                }
+        } else if (KEY("tls-insecure-skip-verify")) {
+            insecure = vl == 4 && memcmp(v, "true", 4) == 0;
+            if (!insecure && !(vl == 5 && memcmp(v, "false", 5) == 0)) {
+                snprintf(err, errlen, "tls-insecure-skip-verify must be true or false");
+                rc = -1;
+            }
         } else if (KEY("retry-on-429")) {
             t->retry_on_429 = vl == 4 && memcmp(v, "true", 4) == 0;
             if (!t->retry_on_429 && !(vl == 5 && memcmp(v, "false", 5) == 0)) {
@@ -366,6 +383,27 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
         rc = -1;
     }
+    if (rc == 0 && t->u.tls) {
+        httpc_tls_options_t to = {.ca_file = tls_str[0] ? tls_str[0] : f->o.tls.ca_file,
+                                  .cert_file = tls_str[1] ? tls_str[1] : f->o.tls.cert_file,
+                                  .key_file = tls_str[2] ? tls_str[2] : f->o.tls.key_file,
+                                  .server_name = tls_str[3] ? tls_str[3] : f->o.tls.server_name,
+                                  .insecure_skip_verify = insecure};
+        char terr[512];
+        t->tls = httpc_tls_new(&to, terr, sizeof(terr));
+        if (!t->tls) {
+            snprintf(err, errlen, "remote write %s: %s", t->url, terr);
+            rc = -1;
+        } else if (insecure) {
+            log_warn("forward", "TLS certificate verification is off for this target (insecure-skip-verify)",
+                     LF_S("url", t->url));
+        }
+    } else if (rc == 0 && (tls_str[0] || tls_str[1] || tls_str[2] || tls_str[3])) {
+        snprintf(err, errlen, "remote write %s: tls-* options need an https:// URL", t->url);
+        rc = -1;
+    }
+    for (int k = 0; k < 4; k++)
+        free(tls_str[k]);
     free(user);
     free(pass);
     free(pass_file);
@@ -831,8 +869,8 @@ static int send_batch(fw_shard_t *sh, const fw_item_t *items, size_t n)
             wait = resp.retry_after_ms;
         if (!atomic_exchange(&t->failing, true) || attempt == 0) {
             if (prc != 0)
-                log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name), LF_S("err", err),
-                         LF_I("backoff_ms", wait));
+                log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name), LF_S("url", t->url),
+                         LF_S("err", err), LF_I("backoff_ms", wait));
             else
                 log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name),
                          LF_I("status", resp.status), LF_I("backoff_ms", wait));
@@ -1017,7 +1055,7 @@ int api_forward_start(api_forward_t *f, char *err, size_t errlen)
             fw_shard_t *sh = &t->shards[k];
             sh->t = t;
             sh->idx = (int)k;
-            sh->conn = httpc_conn_new(&t->u);
+            sh->conn = httpc_conn_new_tls(&t->u, t->tls);
             if (!sh->conn)
                 goto oom;
             if (pthread_create(&sh->th, NULL, shard_main, sh) != 0) {
@@ -1094,6 +1132,7 @@ void api_forward_free(api_forward_t *f)
         free(t->pos_path);
         free(t->headers);
         free(t->bearer_file);
+        httpc_tls_free(t->tls); /* after the shards' connections */
         if (t->fw) {
             pthread_mutex_destroy(&t->mu);
             pthread_cond_destroy(&t->cv);

@@ -77,6 +77,12 @@ typedef struct {
     int64_t remote_write_max_backoff_ms;
     bool remote_write_retry_on_429;
     int64_t remote_write_wal_max_hold_ms;
+    char *remote_write_tls_ca_file; /* "" = system store */
+    char *remote_write_tls_cert_file;
+    char *remote_write_tls_key_file;
+    char *remote_write_tls_server_name;
+    bool remote_write_tls_insecure_skip_verify;
+    char *web_config_file; /* --web.config.file, "" = plain HTTP, no auth */
     /* logging */
     char *log_level;
     char *log_format;

@@ -170,6 +170,13 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     if (api_rules_reload(m->rules, &rule_errs) == 0)
         log_info("main", "SIGHUP: rules reloaded");
     buf_free(&rule_errs);
+    if (m->cfg->web_config_file && m->cfg->web_config_file[0]) {
+        char werr[1024];
+        if (api_server_reload_web_config(m->srv, werr, sizeof(werr)) == 0)
+            log_info("main", "SIGHUP: web config reloaded", LF_S("file", m->cfg->web_config_file));
+        else
+            log_error("main", "web config reload failed; keeping the running one", LF_S("err", werr));
+    }
     if (!m->cfg->config_file || !m->cfg->config_file[0]) {
         log_info("main", "SIGHUP: no --config.file to reload");
         api_status_note_config_load(m->status, true);
@@ -243,6 +250,7 @@ int main(int argc, char **argv)
         .max_body_bytes = cfg.max_body_bytes,
         .max_header_bytes = cfg.max_header_bytes,
         .read_timeout_ms = cfg.read_timeout_ms,
+        .web_config_file = cfg.web_config_file,
     };
     srv = api_server_create(&so, err, sizeof(err));
     if (!srv) {
@@ -400,7 +408,12 @@ int main(int argc, char **argv)
                                  .min_backoff_ms = cfg.remote_write_min_backoff_ms,
                                  .max_backoff_ms = cfg.remote_write_max_backoff_ms,
                                  .retry_on_429 = cfg.remote_write_retry_on_429,
-                                 .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms};
+                                 .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms,
+                                 .tls = {.ca_file = cfg.remote_write_tls_ca_file,
+                                         .cert_file = cfg.remote_write_tls_cert_file,
+                                         .key_file = cfg.remote_write_tls_key_file,
+                                         .server_name = cfg.remote_write_tls_server_name,
+                                         .insecure_skip_verify = cfg.remote_write_tls_insecure_skip_verify}};
     forward = api_forward_new(&fwo, err, sizeof(err));
     if (!forward && err[0]) {
         log_error("main", "bad remote-write settings", LF_S("err", err));
@@ -414,6 +427,7 @@ int main(int argc, char **argv)
         goto out;
     }
     log_info("main", "listening", LF_S("address", cfg.listen_address), LF_I("port", api_server_port(srv)),
+             LF_S("tls", api_server_tls(srv) ? "true" : "false"),
              LF_I("workers", api_server_worker_count(srv)), LF_S("storage_path", cfg.storage_path));
 
     /* Until recovery is done /-/ready answers 503 (the server is up so health checks see why). */

@@ -16,30 +16,53 @@
  * kept (the rest is read and dropped, so a chatty peer costs no memory and the connection stays
  * usable). What it gets back: the status, Retry-After, Content-Type and the kept body.
  *
- * Plain http:// only: TLS is out of scope (docs/deploy.md shows a local TLS-terminating sidecar).
+ * https:// URLs speak TLS (OpenSSL, internal/net/tls): an httpc_tls_t made once from
+ * httpc_tls_options_t (CA file, client certificate and key for mTLS, server name,
+ * insecure-skip-verify) is shared by every connection to that target; without one, an https://
+ * connection trusts the system's CA store and verifies the URL's host. The server's certificate
+ * is verified by default, including its name; a failed handshake is reported as
+ * "<host:port>: TLS handshake failed: certificate verify failed (unable to get local issuer
+ * certificate)" and the like.
  */
 #ifndef SLUICE_NET_HTTPC_H
 #define SLUICE_NET_HTTPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "internal/net/tls.h"
 #include "internal/util/buf.h"
 
 typedef struct {
+    bool tls; /* https:// */
     char host[256];
     char port[8];
     char path[2048];    /* path and query, starting with '/' */
     char hostport[272]; /* for the Host header */
 } httpc_url_t;
 
-/* Parses http://host[:port][/path]. Returns 0, or -1 with a message (https:// is refused). */
+/* Parses http[s]://host[:port][/path] (default port 80 or 443). Returns 0, or -1 with a message. */
 int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen);
+
+/* Client TLS settings of one target (fields in internal/net/tls.h: ca_file, cert_file, key_file,
+ * server_name, insecure_skip_verify). Callers fill it from their flags, e.g.
+ * --remote-write.tls-ca-file, and keep one httpc_tls_t per target. */
+typedef tls_client_options_t httpc_tls_options_t;
+typedef struct httpc_tls httpc_tls_t;
+
+/* Loads the files now (so a bad path fails at startup). NULL with a message. */
+httpc_tls_t *httpc_tls_new(const httpc_tls_options_t *o, char *err, size_t errlen);
+/* After every connection made with it is freed. NULL is fine. */
+void httpc_tls_free(httpc_tls_t *t);
 
 typedef struct httpc_conn httpc_conn_t;
 
-/* NULL on OOM. The URL is copied. */
+/* NULL on OOM. The URL is copied. An https:// URL uses the system CA store (httpc_conn_new_tls
+ * for other settings). */
 httpc_conn_t *httpc_conn_new(const httpc_url_t *u);
+/* tls (may be NULL = defaults) is used for https:// URLs and must outlive the connection. */
+httpc_conn_t *httpc_conn_new_tls(const httpc_url_t *u, httpc_tls_t *tls);
 void httpc_conn_free(httpc_conn_t *c);
 
 typedef struct {

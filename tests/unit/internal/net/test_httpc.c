@@ -223,8 +223,25 @@ static void test_url_parse(void **state)
     assert_string_equal(u.host, "::1");
     assert_string_equal(u.port, "80");
     assert_string_equal(u.path, "/api/v2/alerts");
-    assert_int_equal(httpc_url_parse("https://h/w", &u, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "https"));
+    assert_int_equal(httpc_url_parse("https://h/w", &u, err, sizeof(err)), 0);
+    assert_true(u.tls);
+    assert_string_equal(u.port, "443");
+    assert_int_equal(httpc_url_parse("https://[::1]:9443/w", &u, err, sizeof(err)), 0);
+    assert_true(u.tls);
+    assert_string_equal(u.port, "9443");
+    assert_int_equal(httpc_url_parse("http://h/w", &u, err, sizeof(err)), 0);
+    assert_false(u.tls);
+    /* TLS settings are checked when loaded: a missing CA file or a cert without its key */
+    httpc_tls_options_t to = {.ca_file = "/nonexistent/ca.crt"};
+    assert_null(httpc_tls_new(&to, err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/ca.crt"));
+    to = (httpc_tls_options_t){.cert_file = "/x.crt"};
+    assert_null(httpc_tls_new(&to, err, sizeof(err)));
+    assert_non_null(strstr(err, "key file"));
+    to = (httpc_tls_options_t){.insecure_skip_verify = true};
+    httpc_tls_t *t = httpc_tls_new(&to, err, sizeof(err));
+    assert_non_null(t);
+    httpc_tls_free(t);
     assert_int_equal(httpc_url_parse("ftp://h/w", &u, err, sizeof(err)), -1);
     assert_int_equal(httpc_url_parse("http://h:x/w", &u, err, sizeof(err)), -1);
     assert_int_equal(httpc_url_parse("http:///w", &u, err, sizeof(err)), -1);
