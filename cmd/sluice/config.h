@@ -72,6 +72,12 @@ typedef struct {
     int64_t remote_write_max_backoff_ms;
     bool remote_write_retry_on_429;
     int64_t remote_write_wal_max_hold_ms;
+    /* remote read fall-through (internal/remote, storage/querier_fallthrough) */
+    char *remote_read_urls; /* repeatable: '\n'-joined "URL [key=value ...]" */
+    bool remote_read_recent;
+    int64_t remote_read_timeout_ms;
+    char *remote_read_on_error; /* "warn" | "fail" */
+    uint64_t remote_read_max_response_bytes;
     /* logging */
     char *log_level;
     char *log_format;
