@@ -25,6 +25,7 @@
 #include "internal/proto/types.pb-c.h"
 #include "internal/util/buf.h"
 #include "internal/util/crc32c.h"
+#include "internal/util/log.h"
 #include "internal/util/varint.h"
 #include "storage/chunk_xor.h"
 
@@ -648,6 +649,10 @@ int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms
                              c->max_bytes, c->max_samples, a, out, derr, sizeof(derr));
     if (rc != 0)
         snprintf(err, errlen, "remote read %s: %s", c->name, derr);
+    else
+        log_debug("remote_read", "remote read answered", LF_S("remote_name", c->name),
+                  LF_S("response_type", streamed ? "STREAMED_XOR_CHUNKS" : "SAMPLES"), LF_I("series", (int64_t)out->n),
+                  LF_I("samples", (int64_t)out->samples));
 out:
     httpc_response_free(&resp);
     buf_free(&body);
