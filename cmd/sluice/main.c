@@ -194,12 +194,19 @@ typedef struct {
     remote_read_client_t **clients;
     size_t n;
     bool fail;
+    label_t *external; /* --external-label pairs, stripped from what the remotes return */
+    size_t nexternal;
+    char *external_strs;
 } main_remote_read_t;
 
 static querier_t *main_open_remote(void *ud)
 {
     main_remote_read_t *rr = ud;
-    remote_querier_opts_t o = {.clients = rr->clients, .nclients = rr->n, .fail_on_error = rr->fail};
+    remote_querier_opts_t o = {.clients = rr->clients,
+                               .nclients = rr->n,
+                               .fail_on_error = rr->fail,
+                               .external = rr->external,
+                               .nexternal = rr->nexternal};
     return remote_querier_new(&o);
 }
 
@@ -208,6 +215,8 @@ static void main_remote_read_free(main_remote_read_t *rr)
     for (size_t i = 0; i < rr->n; i++)
         remote_read_client_free(rr->clients[i]);
     free(rr->clients);
+    free(rr->external);
+    free(rr->external_strs);
     rr->clients = NULL;
     rr->n = 0;
 }
@@ -217,6 +226,30 @@ static int main_remote_read_setup(const config_t *c, main_remote_read_t *rr, cha
 {
     rr->fail = strcmp(c->remote_read_on_error, "fail") == 0;
     size_t len;
+    /* name=value pairs, checked by the remote-write sender's parser; here only split */
+    rr->external_strs = strdup(c->external_labels ? c->external_labels : "");
+    for (char *it = rr->external_strs; it && *it;) {
+        char *nl = strchr(it, '\n'), *eq = strchr(it, '=');
+        if (nl)
+            *nl = 0;
+        if (eq && eq != it) {
+            *eq = 0;
+            char *val = eq + 1;
+            size_t vl = strlen(val);
+            if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') { /* as the sender reads them */
+                val[vl - 1] = 0;
+                val++;
+            }
+            label_t *v = realloc(rr->external, (rr->nexternal + 1) * sizeof(*v));
+            if (!v) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            rr->external = v;
+            rr->external[rr->nexternal++] = (label_t){it, val};
+        }
+        it = nl ? nl + 1 : it + strlen(it);
+    }
     for (const char *it = config_list_next(c->remote_read_urls, &len); it;
          it = it[len] == '\n' ? config_list_next(it + len + 1, &len) : NULL) {
         char *spec = strndup(it, len);

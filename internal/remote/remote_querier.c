@@ -206,6 +206,23 @@ static const querier_set_ops_t rq_set_ops = {.next = rq_next,
                                              .warnings = rq_warnings,
                                              .error_kind = rq_error_kind};
 
+/* Removes labels equal to one of our external labels (the order of the rest is kept). */
+static void rq_strip_external(const rq_t *q, labels_t *ls)
+{
+    if (!q->o.nexternal)
+        return;
+    size_t w = 0;
+    for (size_t i = 0; i < ls->n; i++) {
+        bool ext = false;
+        for (size_t k = 0; k < q->o.nexternal && !ext; k++)
+            ext = strcmp(ls->v[i].name, q->o.external[k].name) == 0 &&
+                  strcmp(ls->v[i].value, q->o.external[k].value) == 0;
+        if (!ext)
+            ls->v[w++] = ls->v[i];
+    }
+    ls->n = w;
+}
+
 static querier_set_t *rq_select(querier_t *qb, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
                                 const querier_hints_t *hints)
 {
@@ -252,8 +269,10 @@ static querier_set_t *rq_select(querier_t *qb, const matcher_t *const *ms, size_
             snprintf(s->err, sizeof(s->err), "out of memory reading remote series");
         } else {
             for (size_t i = 0; i < q->o.nclients; i++)
-                for (size_t k = 0; k < res[i].n; k++)
+                for (size_t k = 0; k < res[i].n; k++) {
+                    rq_strip_external(q, &res[i].series[k].labels);
                     s->items[s->nitems++] = (rq_item_t){&res[i].series[k], i};
+                }
             qsort(s->items, s->nitems, sizeof(*s->items), rq_item_cmp);
         }
     }

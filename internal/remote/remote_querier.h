@@ -8,6 +8,12 @@
  * timestamp (the first store listed wins a tie). Samples are clipped to [mint, maxt] (streamed
  * answers carry whole chunks) and re-encoded as XOR chunks of at most 120 samples.
  *
+ * External labels: a label of a remote series equal to one of sluice's own --external-label pairs
+ * is removed, as Prometheus' remote read client does: what sluice forwarded with its external
+ * labels reads back as the series it holds, so the fall-through joins them instead of showing
+ * both. (Unlike Prometheus, they are not added as matchers: a store shared by several sluices is
+ * read whole.)
+ *
  * A store that fails (unreachable, timeout, bad answer, too large an answer) is, by policy:
  *   warn: left out; the set carries a Prometheus-style warning naming the store and the error
  *         (querier_set_warnings), the other stores (and, in the fall-through, local data) answer;
@@ -31,6 +37,8 @@ typedef struct {
     remote_read_client_t *const *clients; /* borrowed; must outlive the querier */
     size_t nclients;
     bool fail_on_error; /* fail policy (else warn) */
+    const label_t *external; /* sluice's external labels, removed from remote series (borrowed) */
+    size_t nexternal;
 } remote_querier_opts_t;
 
 /* NULL on OOM. Close with querier_close. */
