@@ -288,11 +288,8 @@ static void fs_free(querier_set_t *base)
     free(s);
 }
 
-static const querier_set_ops_t fs_ops = {.next = fs_next,
-                                         .error = fs_error,
-                                         .free = fs_free,
-                                         .warnings = fs_warnings,
-                                         .error_kind = fs_error_kind};
+static const querier_set_ops_t fs_ops = {
+    .next = fs_next, .error = fs_error, .free = fs_free, .warnings = fs_warnings, .error_kind = fs_error_kind};
 
 static querier_set_t *fq_select(querier_t *qb, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
                                 const querier_hints_t *hints)

@@ -61,8 +61,8 @@ static int rr_read_file(const char *path, buf_t *out, char *err, size_t errlen)
     while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
         buf_append(out, tmp, n);
     fclose(fp);
-    while (out->len && (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' ||
-                        out->data[out->len - 1] == ' '))
+    while (out->len &&
+           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
         out->data[--out->len] = 0;
     return 0;
 }
@@ -284,8 +284,7 @@ static int rr_acc_reserve(rr_acc_t *acc, size_t more, size_t *cap, char *err, si
 {
     remote_read_series_t *s = &acc->v[acc->n - 1];
     if (acc->samples + more > acc->max_samples) {
-        snprintf(err, errlen, "remote read response has more than %llu samples",
-                 (unsigned long long)acc->max_samples);
+        snprintf(err, errlen, "remote read response has more than %llu samples", (unsigned long long)acc->max_samples);
         return REMOTE_READ_ERR_LIMIT;
     }
     if (s->n + more <= *cap)
@@ -305,8 +304,7 @@ static int rr_acc_reserve(rr_acc_t *acc, size_t more, size_t *cap, char *err, si
     return 0;
 }
 
-static int rr_decode_samples(const uint8_t *body, size_t len, size_t max_bytes, rr_acc_t *acc, char *err,
-                             size_t errlen)
+static int rr_decode_samples(const uint8_t *body, size_t len, size_t max_bytes, rr_acc_t *acc, char *err, size_t errlen)
 {
     size_t dlen;
     if (snappy_uncompressed_length((const char *)body, len, &dlen) != SNAPPY_OK) {
@@ -537,9 +535,10 @@ static int rr_build_request(const remote_read_client_t *c, const matcher_t *cons
     }
     for (size_t i = 0; i < n; i++) {
         prometheus__label_matcher__init(&lm[i]);
-        static const Prometheus__LabelMatcher__Type types[] = {
-            [MATCHER_EQ] = PROMETHEUS__LABEL_MATCHER__TYPE__EQ, [MATCHER_NEQ] = PROMETHEUS__LABEL_MATCHER__TYPE__NEQ,
-            [MATCHER_RE] = PROMETHEUS__LABEL_MATCHER__TYPE__RE, [MATCHER_NRE] = PROMETHEUS__LABEL_MATCHER__TYPE__NRE};
+        static const Prometheus__LabelMatcher__Type types[] = {[MATCHER_EQ] = PROMETHEUS__LABEL_MATCHER__TYPE__EQ,
+                                                               [MATCHER_NEQ] = PROMETHEUS__LABEL_MATCHER__TYPE__NEQ,
+                                                               [MATCHER_RE] = PROMETHEUS__LABEL_MATCHER__TYPE__RE,
+                                                               [MATCHER_NRE] = PROMETHEUS__LABEL_MATCHER__TYPE__NRE};
         lm[i].type = types[matcher_type(ms[i])];
         lm[i].name = (char *)matcher_name(ms[i]);
         lm[i].value = (char *)matcher_value(ms[i]);
@@ -565,7 +564,7 @@ static int rr_build_request(const remote_read_client_t *c, const matcher_t *cons
     rr.n_queries = 1;
     rr.queries = &qp;
     Prometheus__ReadRequest__ResponseType types[2] = {PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS,
-                                                       PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES};
+                                                      PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES};
     rr.accepted_response_types = c->samples_only ? &types[1] : types;
     rr.n_accepted_response_types = c->samples_only ? 1 : 2;
     size_t plen = prometheus__read_request__get_packed_size(&rr);
@@ -586,9 +585,9 @@ static int rr_build_request(const remote_read_client_t *c, const matcher_t *cons
     return rc;
 }
 
-int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms, size_t n, int64_t mint,
-                             int64_t maxt, const querier_hints_t *hints, arena_t *a, remote_read_result_t *out,
-                             char *err, size_t errlen)
+int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                             const querier_hints_t *hints, arena_t *a, remote_read_result_t *out, char *err,
+                             size_t errlen)
 {
     memset(out, 0, sizeof(*out));
     buf_t body = BUF_INIT, hdr = BUF_INIT;
@@ -620,8 +619,7 @@ int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms
         goto out;
     }
     char herr[256] = "";
-    if (httpc_post(k, hdr.data, body.data, body.len, c->timeout_ms, c->max_bytes + 1, &resp, herr, sizeof(herr)) !=
-        0) {
+    if (httpc_post(k, hdr.data, body.data, body.len, c->timeout_ms, c->max_bytes + 1, &resp, herr, sizeof(herr)) != 0) {
         httpc_conn_free(k);
         snprintf(err, errlen, "remote read %s: %s", c->name, herr);
         rc = REMOTE_READ_ERR_UNAVAILABLE;

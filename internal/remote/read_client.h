@@ -46,7 +46,7 @@
 /* Outcome of a query; the fall-through maps these onto querier_err_kind_t. */
 enum {
     REMOTE_READ_OK = 0,
-    REMOTE_READ_ERR_UNAVAILABLE = -1, /* connect/timeout/network error, or a 5xx/429 answer */
+    REMOTE_READ_ERR_UNAVAILABLE = -1,  /* connect/timeout/network error, or a 5xx/429 answer */
     REMOTE_READ_ERR_BAD_RESPONSE = -2, /* a 4xx answer, or bytes that do not decode */
     REMOTE_READ_ERR_LIMIT = -3,        /* the answer is larger than the configured bounds */
     REMOTE_READ_ERR_NOMEM = -4,
@@ -55,11 +55,11 @@ enum {
 struct httpc_tls_config; /* TLS settings for the connection (internal/net/httpc.h, when it has them) */
 
 typedef struct {
-    const char *spec;                    /* see above */
-    int64_t timeout_ms;                  /* one request, connect to last byte; <= 0: 30 s */
-    size_t max_response_bytes;           /* 0: 256 MiB */
-    uint64_t max_samples;                /* 0: 50,000,000 */
-    const struct httpc_tls_config *tls;  /* reserved for https:// targets; NULL = plain http */
+    const char *spec;                   /* see above */
+    int64_t timeout_ms;                 /* one request, connect to last byte; <= 0: 30 s */
+    size_t max_response_bytes;          /* 0: 256 MiB */
+    uint64_t max_samples;               /* 0: 50,000,000 */
+    const struct httpc_tls_config *tls; /* reserved for https:// targets; NULL = plain http */
 } remote_read_client_opts_t;
 
 typedef struct remote_read_client remote_read_client_t;
@@ -91,9 +91,9 @@ typedef struct {
 /* Reads the series matching ms (n >= 1) with samples in [mint, maxt] (hints optional, passed on
  * as ReadHints). Everything in out lives in arena a. Returns REMOTE_READ_OK or a REMOTE_READ_ERR_*
  * with a message in err. */
-int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms, size_t n, int64_t mint,
-                             int64_t maxt, const querier_hints_t *hints, arena_t *a, remote_read_result_t *out,
-                             char *err, size_t errlen);
+int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                             const querier_hints_t *hints, arena_t *a, remote_read_result_t *out, char *err,
+                             size_t errlen);
 
 /* ---- pieces exposed for unit tests ---------------------------------------------------------- */
 

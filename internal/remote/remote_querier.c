@@ -200,11 +200,8 @@ static void rq_free(querier_set_t *base)
     free(s);
 }
 
-static const querier_set_ops_t rq_set_ops = {.next = rq_next,
-                                             .error = rq_error,
-                                             .free = rq_free,
-                                             .warnings = rq_warnings,
-                                             .error_kind = rq_error_kind};
+static const querier_set_ops_t rq_set_ops = {
+    .next = rq_next, .error = rq_error, .free = rq_free, .warnings = rq_warnings, .error_kind = rq_error_kind};
 
 /* Removes labels equal to one of our external labels (the order of the rest is kept). */
 static void rq_strip_external(const rq_t *q, labels_t *ls)

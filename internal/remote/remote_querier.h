@@ -36,7 +36,7 @@
 typedef struct {
     remote_read_client_t *const *clients; /* borrowed; must outlive the querier */
     size_t nclients;
-    bool fail_on_error; /* fail policy (else warn) */
+    bool fail_on_error;      /* fail policy (else warn) */
     const label_t *external; /* sluice's external labels, removed from remote series (borrowed) */
     size_t nexternal;
 } remote_querier_opts_t;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "internal/util/log.h"
+#include "storage/chunk_xor.h"
 #include "storage/querier_fallthrough.h"
 #include "storage/storage.h"
 
@@ -338,11 +339,104 @@ static void test_storage_facade(void **state)
     storage_set_fallthrough(local_st, NULL);
 }
 
+/* ---- read_recent over local roll-ups: a fake local querier with one series whose first two
+ * samples are synthetic roll-up samples ---------------------------------------------------------- */
+
+typedef struct {
+    querier_set_t base;
+    chunk_xor_appender_t app;
+    querier_chunk_t ch;
+    querier_series_t s;
+    label_t l[2];
+    bool done;
+} fake_set_t;
+
+static const querier_series_t *fk_next(querier_set_t *b)
+{
+    fake_set_t *f = (fake_set_t *)b;
+    if (f->done)
+        return NULL;
+    f->done = true;
+    return &f->s;
+}
+static const char *fk_error(querier_set_t *b)
+{
+    return NULL;
+}
+static void fk_free(querier_set_t *b)
+{
+    chunk_xor_appender_free(&((fake_set_t *)b)->app);
+    free(b);
+}
+static const querier_set_ops_t fk_set_ops = {.next = fk_next, .error = fk_error, .free = fk_free};
+
+static querier_set_t *fk_select(querier_t *q, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
+                                const querier_hints_t *h)
+{
+    fake_set_t *f = calloc(1, sizeof(*f));
+    f->base.ops = &fk_set_ops;
+    chunk_xor_appender_init(&f->app);
+    chunk_xor_append(&f->app, 59999, 1000); /* roll-up buckets [0, 60 s) and [60 s, 120 s) */
+    chunk_xor_append(&f->app, 119999, 2000);
+    for (int64_t t = 120000; t <= 240000; t += 15000)
+        chunk_xor_append(&f->app, t, (double)t / 1000 + 0.5);
+    f->ch.mint = 59999;
+    f->ch.maxt = 240000;
+    f->ch.bytes = chunk_xor_bytes(&f->app, &f->ch.len);
+    f->l[0] = (label_t){"__name__", "up_total"};
+    f->l[1] = (label_t){"job", "a"};
+    f->s = (querier_series_t){
+        .labels = {f->l, 2}, .chunks = &f->ch, .nchunks = 1, .rollup_until = 120000, .rollup_res_ms = 60000};
+    return &f->base;
+}
+static void fk_close(querier_t *q)
+{
+    free(q);
+}
+static const querier_ops_t fk_ops = {.select = fk_select, .close = fk_close};
+
+static void test_read_recent_replaces_rollups(void **state)
+{
+    querier_t *local = calloc(1, sizeof(*local));
+    local->ops = &fk_ops;
+    memset(&wrap, 0, sizeof(wrap));
+    wrap.base.ops = &wrap_ops;
+    wrap.inner = storage_querier(remote_st);
+    querier_fallthrough_opts_t o = {.local = local, .remote = &wrap.base, .local_min = 59999, .read_recent = true};
+    querier_t *q = querier_fallthrough_new(&o);
+    char err[64];
+    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", "up_total", err, sizeof(err));
+    querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, 0, 240000, NULL);
+    const querier_series_t *s = querier_set_next(set);
+    assert_non_null(s);
+    assert_int_equal(s->rollup_until, 0); /* no synthetic samples left */
+    querier_iter_t it;
+    querier_iter_init(&it, s, 0, 240000);
+    int64_t t;
+    double v;
+    size_t n = 0;
+    while (querier_iter_next(&it, &t, &v)) {
+        assert_int_equal(t, (int64_t)n * 15000); /* the remote's raw grid, no bucket-end samples */
+        assert_true(v == (double)t / 1000 + (t >= 120000 ? 0.5 : 0));
+        n++;
+    }
+    assert_int_equal(n, 240000 / 15000 + 1);
+    assert_null(querier_set_next(set));
+    querier_set_free(set);
+    matcher_free(m);
+    querier_close(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_min_time),    cmocka_unit_test(test_seam_default),   cmocka_unit_test(test_read_recent),
-        cmocka_unit_test(test_remote_failure), cmocka_unit_test(test_labels), cmocka_unit_test(test_storage_facade),
+        cmocka_unit_test(test_min_time),
+        cmocka_unit_test(test_seam_default),
+        cmocka_unit_test(test_read_recent),
+        cmocka_unit_test(test_remote_failure),
+        cmocka_unit_test(test_labels),
+        cmocka_unit_test(test_storage_facade),
+        cmocka_unit_test(test_read_recent_replaces_rollups),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

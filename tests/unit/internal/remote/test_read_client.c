@@ -301,9 +301,9 @@ static void test_unreachable(void **state)
     matcher_t *m = matcher_new(MATCHER_EQ, "__name__", "up", err, sizeof(err));
     arena_t *a = arena_create(0);
     remote_read_result_t r;
-    assert_int_equal(remote_read_client_query(c, (const matcher_t *const *)&m, 1, 0, 1000, NULL, a, &r, err,
-                                              sizeof(err)),
-                     REMOTE_READ_ERR_UNAVAILABLE);
+    assert_int_equal(
+        remote_read_client_query(c, (const matcher_t *const *)&m, 1, 0, 1000, NULL, a, &r, err, sizeof(err)),
+        REMOTE_READ_ERR_UNAVAILABLE);
     assert_non_null(strstr(err, "gone"));
     arena_destroy(a);
     matcher_free(m);
