@@ -83,6 +83,12 @@ typedef struct {
     char *remote_write_tls_server_name;
     bool remote_write_tls_insecure_skip_verify;
     char *web_config_file; /* --web.config.file, "" = plain HTTP, no auth */
+    /* remote read fall-through (internal/remote, storage/querier_fallthrough) */
+    char *remote_read_urls; /* repeatable: '\n'-joined "URL [key=value ...]" */
+    bool remote_read_recent;
+    int64_t remote_read_timeout_ms;
+    char *remote_read_on_error; /* "warn" | "fail" */
+    uint64_t remote_read_max_response_bytes;
     /* logging */
     char *log_level;
     char *log_format;

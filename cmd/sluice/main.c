@@ -35,6 +35,8 @@
 #include "api/tsdb_status.h"
 #include "api/ui.h"
 #include "cmd/sluice/config.h"
+#include "internal/remote/read_client.h"
+#include "internal/remote/remote_querier.h"
 #include "internal/util/buildinfo.h"
 #include "internal/util/heap.h"
 #include "internal/util/log.h"
@@ -197,6 +199,92 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     config_free(&fresh);
 }
 
+/* --remote-read.*: the remote stores PromQL falls through to (storage_set_fallthrough). */
+typedef struct {
+    remote_read_client_t **clients;
+    size_t n;
+    bool fail;
+    label_t *external; /* --external-label pairs, stripped from what the remotes return */
+    size_t nexternal;
+    char *external_strs;
+} main_remote_read_t;
+
+static querier_t *main_open_remote(void *ud)
+{
+    main_remote_read_t *rr = ud;
+    remote_querier_opts_t o = {.clients = rr->clients,
+                               .nclients = rr->n,
+                               .fail_on_error = rr->fail,
+                               .external = rr->external,
+                               .nexternal = rr->nexternal};
+    return remote_querier_new(&o);
+}
+
+static void main_remote_read_free(main_remote_read_t *rr)
+{
+    for (size_t i = 0; i < rr->n; i++)
+        remote_read_client_free(rr->clients[i]);
+    free(rr->clients);
+    free(rr->external);
+    free(rr->external_strs);
+    rr->clients = NULL;
+    rr->n = 0;
+}
+
+/* One client per --remote-read.url. 0, or -1 with a message (a bad spec stops start-up). */
+static int main_remote_read_setup(const config_t *c, main_remote_read_t *rr, char *err, size_t errlen)
+{
+    rr->fail = strcmp(c->remote_read_on_error, "fail") == 0;
+    size_t len;
+    /* name=value pairs, checked by the remote-write sender's parser; here only split */
+    rr->external_strs = strdup(c->external_labels ? c->external_labels : "");
+    for (char *it = rr->external_strs; it && *it;) {
+        char *nl = strchr(it, '\n'), *eq = strchr(it, '=');
+        if (nl)
+            *nl = 0;
+        if (eq && eq != it) {
+            *eq = 0;
+            char *val = eq + 1;
+            size_t vl = strlen(val);
+            if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') { /* as the sender reads them */
+                val[vl - 1] = 0;
+                val++;
+            }
+            label_t *v = realloc(rr->external, (rr->nexternal + 1) * sizeof(*v));
+            if (!v) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            rr->external = v;
+            rr->external[rr->nexternal++] = (label_t){it, val};
+        }
+        it = nl ? nl + 1 : it + strlen(it);
+    }
+    for (const char *it = config_list_next(c->remote_read_urls, &len); it;
+         it = it[len] == '\n' ? config_list_next(it + len + 1, &len) : NULL) {
+        char *spec = strndup(it, len);
+        remote_read_client_t **v = realloc(rr->clients, (rr->n + 1) * sizeof(*v));
+        if (!spec || !v) {
+            free(spec);
+            if (v)
+                rr->clients = v;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        rr->clients = v;
+        remote_read_client_opts_t o = {.spec = spec,
+                                       .timeout_ms = c->remote_read_timeout_ms,
+                                       .max_response_bytes = (size_t)c->remote_read_max_response_bytes,
+                                       .max_samples = (uint64_t)c->query_max_samples};
+        rr->clients[rr->n] = remote_read_client_new(&o, err, errlen);
+        free(spec);
+        if (!rr->clients[rr->n])
+            return -1;
+        rr->n++;
+    }
+    return 0;
+}
+
 /* --query.max-memory: what running queries and remote reads hold together (arena budgets). */
 static arena_budget_t query_memory;
 
@@ -236,6 +324,7 @@ int main(int argc, char **argv)
     buf_t config_yaml = BUF_INIT;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
+    main_remote_read_t remote_read = {0};
 
     if (main_mkdirs(cfg.storage_path, err, sizeof(err)) != 0 ||
         (lock_fd = main_lock_data_dir(cfg.storage_path, err, sizeof(err))) < 0) {
@@ -262,6 +351,21 @@ int main(int argc, char **argv)
     if (!storage) {
         log_error("main", "cannot set up storage", LF_S("err", err));
         goto out;
+    }
+
+    if (main_remote_read_setup(&cfg, &remote_read, err, sizeof(err)) != 0) {
+        log_error("main", "bad remote-read settings", LF_S("err", err));
+        goto out;
+    }
+    if (remote_read.n) {
+        storage_fallthrough_t ft = {.open = main_open_remote, .ud = &remote_read, .read_recent = cfg.remote_read_recent};
+        storage_set_fallthrough(storage, &ft);
+        for (size_t i = 0; i < remote_read.n; i++)
+            log_info("main", "PromQL falls through to remote read",
+                     LF_S("remote_name", remote_read_client_name(remote_read.clients[i])),
+                     LF_S("url", remote_read_client_url(remote_read.clients[i])),
+                     LF_S("read_recent", cfg.remote_read_recent ? "true" : "false"),
+                     LF_S("on_error", cfg.remote_read_on_error));
     }
 
     config_format_flags_json(&cfg, &flags);
@@ -494,6 +598,7 @@ out:
     api_forward_stop(forward);
     storage_close(storage);
     api_forward_free(forward); /* after storage_close: the final snapshot asked its WAL hold */
+    main_remote_read_free(&remote_read); /* after the queries that used it ended */
     if (base)
         event_base_free(base);
     metrics_unregister_all();
