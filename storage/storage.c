@@ -622,7 +622,11 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     head_expire(s->head, storage_now_ms(s), 0);
 
     if (!s->rollups_spec || s->rollups_spec[0]) {
-        rollup_config_t rcfg = {.resolutions = s->rollups_spec};
+        /* no_background covers the roll-up writer too: a test that drives the store by hand
+         * (storage_housekeep, storage_flush) must not have a thread rewriting or deleting
+         * roll-ups behind it on the real clock's schedule. */
+        rollup_config_t rcfg = {
+            .resolutions = s->rollups_spec, .no_thread = s->o.no_background, .clock_ms = s->o.clock_ms};
         s->rollup = rollup_open(s->cat, &rcfg, err, errlen);
         if (!s->rollup)
             return STORAGE_ERR_IO;

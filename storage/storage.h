@@ -67,7 +67,8 @@ typedef struct {
     int64_t max_future_ms;            /* samples further ahead of the clock are refused; 0 = no limit */
     const char *rollups;              /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
     int64_t snapshot_interval_ms;     /* periodic snapshot; 0 = 1h, < 0 = only on close */
-    bool no_background;               /* tests: no housekeeping thread (call storage_housekeep) */
+    bool no_background;               /* tests: no housekeeping thread and no roll-up writer thread
+                                         (call storage_housekeep, storage_flush) */
     int64_t (*clock_ms)(void);        /* tests: NULL = wall clock (CLOCK_REALTIME) */
 } storage_options_t;
 
