@@ -191,8 +191,8 @@ int httpc_tls_spec_build(const httpc_tls_spec_t *s, const httpc_tls_options_t *d
                              .cert_file = s->cert_file ? s->cert_file : d->cert_file,
                              .key_file = s->key_file ? s->key_file : d->key_file,
                              .server_name = s->server_name ? s->server_name : d->server_name,
-                             .insecure_skip_verify = s->insecure_skip_verify >= 0 ? s->insecure_skip_verify == 1
-                                                                                  : d->insecure_skip_verify};
+                             .insecure_skip_verify =
+                                 s->insecure_skip_verify >= 0 ? s->insecure_skip_verify == 1 : d->insecure_skip_verify};
     *out = httpc_tls_new(&o, err, errlen);
     if (!*out)
         return -1;
@@ -206,7 +206,7 @@ void httpc_tls_spec_free(httpc_tls_spec_t *s)
     free(s->cert_file);
     free(s->key_file);
     free(s->server_name);
-    *s = (httpc_tls_spec_t)HTTPC_TLS_SPEC_INIT;
+    *s = HTTPC_TLS_SPEC_INIT;
 }
 
 /* The context of https:// connections made without settings: system CAs, verification on. Made

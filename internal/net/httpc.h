@@ -70,7 +70,7 @@ typedef struct {
     int insecure_skip_verify;                           /* -1 = not given, else 0 or 1 */
 } httpc_tls_spec_t;
 
-#define HTTPC_TLS_SPEC_INIT {NULL, NULL, NULL, NULL, -1}
+#define HTTPC_TLS_SPEC_INIT ((httpc_tls_spec_t){NULL, NULL, NULL, NULL, -1})
 
 /* Takes one option (key of kl bytes, value of vl bytes). Returns 1 when it is a tls-* key and was
  * taken, 0 when it is not a TLS key (nothing changed), -1 with a message for a bad value or OOM. */
