@@ -294,9 +294,7 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
     buf_puts(&h, "");
     char *user = NULL, *pass = NULL, *pass_file = NULL;
     /* per-target TLS settings override the --remote-write.tls-* defaults */
-    char *tls_str[4] = {NULL, NULL, NULL, NULL}; /* ca, cert, key, server name */
-    static const char *const tls_keys[4] = {"tls-ca-file", "tls-cert-file", "tls-key-file", "tls-server-name"};
-    bool insecure = f->o.tls.insecure_skip_verify;
+    httpc_tls_spec_t tls = HTTPC_TLS_SPEC_INIT;
     int rc = 0;
     size_t len;
     for (const char *o = opts; o && *o && rc == 0; o = o[len] ? o + len + 1 : o + len) {
@@ -306,7 +304,10 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         const char *v = eq + 1;
         size_t vl = len - kl - 1;
 #define KEY(s) (kl == strlen(s) && memcmp(o, s, kl) == 0)
-        if (KEY("name")) {
+        int tr = httpc_tls_spec_parse(&tls, o, kl, v, vl, err, errlen);
+        if (tr != 0) {
+            rc = tr < 0 ? -1 : 0;
+        } else if (KEY("name")) {
             free(t->name);
             t->name = strndup(v, vl);
         } else if (KEY("header")) {
@@ -335,18 +336,6 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         } else if (KEY("bearer-token-file")) {
             free(t->bearer_file);
             t->bearer_file = strndup(v, vl);
-        } else if (KEY("tls-ca-file") || KEY("tls-cert-file") || KEY("tls-key-file") || KEY("tls-server-name")) {
-            for (int k = 0; k < 4; k++)
-                if (KEY(tls_keys[k])) {
-                    free(tls_str[k]);
-                    tls_str[k] = strndup(v, vl);
-                }
-        } else if (KEY("tls-insecure-skip-verify")) {
-            insecure = vl == 4 && memcmp(v, "true", 4) == 0;
-            if (!insecure && !(vl == 5 && memcmp(v, "false", 5) == 0)) {
-                snprintf(err, errlen, "tls-insecure-skip-verify must be true or false");
-                rc = -1;
-            }
         } else if (KEY("retry-on-429")) {
             t->retry_on_429 = vl == 4 && memcmp(v, "true", 4) == 0;
             if (!t->retry_on_429 && !(vl == 5 && memcmp(v, "false", 5) == 0)) {
@@ -383,27 +372,18 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
         rc = -1;
     }
-    if (rc == 0 && t->u.tls) {
-        httpc_tls_options_t to = {.ca_file = tls_str[0] ? tls_str[0] : f->o.tls.ca_file,
-                                  .cert_file = tls_str[1] ? tls_str[1] : f->o.tls.cert_file,
-                                  .key_file = tls_str[2] ? tls_str[2] : f->o.tls.key_file,
-                                  .server_name = tls_str[3] ? tls_str[3] : f->o.tls.server_name,
-                                  .insecure_skip_verify = insecure};
+    if (rc == 0) {
         char terr[512];
-        t->tls = httpc_tls_new(&to, terr, sizeof(terr));
-        if (!t->tls) {
+        bool insecure;
+        if (httpc_tls_spec_build(&tls, &f->o.tls, &t->u, &t->tls, &insecure, terr, sizeof(terr)) != 0) {
             snprintf(err, errlen, "remote write %s: %s", t->url, terr);
             rc = -1;
         } else if (insecure) {
             log_warn("forward", "TLS certificate verification is off for this target (insecure-skip-verify)",
                      LF_S("url", t->url));
         }
-    } else if (rc == 0 && (tls_str[0] || tls_str[1] || tls_str[2] || tls_str[3])) {
-        snprintf(err, errlen, "remote write %s: tls-* options need an https:// URL", t->url);
-        rc = -1;
     }
-    for (int k = 0; k < 4; k++)
-        free(tls_str[k]);
+    httpc_tls_spec_free(&tls);
     free(user);
     free(pass);
     free(pass_file);

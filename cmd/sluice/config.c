@@ -176,7 +176,8 @@ static const config_option_t config_options[] = {
     {"remote-read.url", OPT_LIST, OFF(remote_read_urls), "",
      "Remote-read endpoint PromQL falls through to for data older than sluice holds (repeatable): URL, then optional "
      "space-separated name=, header=Name:value, basic-auth-username=, basic-auth-password-file=, bearer-token-file=, "
-     "response-type=streamed|samples (docs/deploy.md).",
+     "response-type=streamed|samples, tls-ca-file=, tls-cert-file=, tls-key-file=, tls-server-name=, "
+     "tls-insecure-skip-verify= (docs/deploy.md).",
      NULL},
     {"remote-read.read-recent", OPT_BOOL, OFF(remote_read_recent), "false",
      "Also ask the remote-read endpoints for the range sluice holds (merged by timestamp, sluice's sample wins).",
@@ -189,6 +190,18 @@ static const config_option_t config_options[] = {
      remote_read_on_error},
     {"remote-read.max-response-size", OPT_SIZE, OFF(remote_read_max_response_bytes), "256MiB",
      "Largest remote-read response (compressed and decompressed); a larger one is a remote-read error.", NULL},
+    {"remote-read.tls-ca-file", OPT_STRING, OFF(remote_read_tls_ca_file), "",
+     "CA certificates (PEM) that https:// remote-read endpoints are verified against (default: the system store).",
+     NULL},
+    {"remote-read.tls-cert-file", OPT_STRING, OFF(remote_read_tls_cert_file), "",
+     "Client certificate (PEM) presented to https:// remote-read endpoints (mTLS); with --remote-read.tls-key-file.",
+     NULL},
+    {"remote-read.tls-key-file", OPT_STRING, OFF(remote_read_tls_key_file), "",
+     "Private key (PEM) of --remote-read.tls-cert-file.", NULL},
+    {"remote-read.tls-server-name", OPT_STRING, OFF(remote_read_tls_server_name), "",
+     "Name sent as SNI and verified in the endpoint's certificate (default: the URL's host).", NULL},
+    {"remote-read.tls-insecure-skip-verify", OPT_BOOL, OFF(remote_read_tls_insecure_skip_verify), "false",
+     "Do not verify remote-read endpoints' certificates (testing only).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},
     {"log.format", OPT_STRING, OFF(log_format), "logfmt", "Log format: logfmt or json.", log_formats},
 };

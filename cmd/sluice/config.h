@@ -89,6 +89,11 @@ typedef struct {
     int64_t remote_read_timeout_ms;
     char *remote_read_on_error; /* "warn" | "fail" */
     uint64_t remote_read_max_response_bytes;
+    char *remote_read_tls_ca_file; /* "" = system store */
+    char *remote_read_tls_cert_file;
+    char *remote_read_tls_key_file;
+    char *remote_read_tls_server_name;
+    bool remote_read_tls_insecure_skip_verify;
     /* logging */
     char *log_level;
     char *log_format;

@@ -260,6 +260,12 @@ static int main_remote_read_setup(const config_t *c, main_remote_read_t *rr, cha
         }
         it = nl ? nl + 1 : it + strlen(it);
     }
+    /* defaults of https:// targets; a target's tls-*= options override them */
+    const tls_client_options_t tls = {.ca_file = c->remote_read_tls_ca_file,
+                                      .cert_file = c->remote_read_tls_cert_file,
+                                      .key_file = c->remote_read_tls_key_file,
+                                      .server_name = c->remote_read_tls_server_name,
+                                      .insecure_skip_verify = c->remote_read_tls_insecure_skip_verify};
     for (const char *it = config_list_next(c->remote_read_urls, &len); it;
          it = it[len] == '\n' ? config_list_next(it + len + 1, &len) : NULL) {
         char *spec = strndup(it, len);
@@ -275,7 +281,8 @@ static int main_remote_read_setup(const config_t *c, main_remote_read_t *rr, cha
         remote_read_client_opts_t o = {.spec = spec,
                                        .timeout_ms = c->remote_read_timeout_ms,
                                        .max_response_bytes = (size_t)c->remote_read_max_response_bytes,
-                                       .max_samples = (uint64_t)c->query_max_samples};
+                                       .max_samples = (uint64_t)c->query_max_samples,
+                                       .tls = &tls};
         rr->clients[rr->n] = remote_read_client_new(&o, err, errlen);
         free(spec);
         if (!rr->clients[rr->n])

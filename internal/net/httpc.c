@@ -132,6 +132,83 @@ void httpc_tls_free(httpc_tls_t *t)
     free(t);
 }
 
+static bool tls_spec_given(const httpc_tls_spec_t *s)
+{
+    return s->ca_file || s->cert_file || s->key_file || s->server_name || s->insecure_skip_verify >= 0;
+}
+
+int httpc_tls_spec_parse(httpc_tls_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                         size_t errlen)
+{
+    char **field = NULL;
+#define KEY(k) (kl == strlen(k) && memcmp(key, k, kl) == 0)
+    if (KEY("tls-ca-file"))
+        field = &s->ca_file;
+    else if (KEY("tls-cert-file"))
+        field = &s->cert_file;
+    else if (KEY("tls-key-file"))
+        field = &s->key_file;
+    else if (KEY("tls-server-name"))
+        field = &s->server_name;
+    else if (KEY("tls-insecure-skip-verify")) {
+        if (vl == 4 && memcmp(v, "true", 4) == 0)
+            s->insecure_skip_verify = 1;
+        else if (vl == 5 && memcmp(v, "false", 5) == 0)
+            s->insecure_skip_verify = 0;
+        else {
+            snprintf(err, errlen, "tls-insecure-skip-verify must be true or false");
+            return -1;
+        }
+        return 1;
+    } else
+        return 0;
+#undef KEY
+    char *dup = strndup(v, vl);
+    if (!dup) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    free(*field);
+    *field = dup;
+    return 1;
+}
+
+int httpc_tls_spec_build(const httpc_tls_spec_t *s, const httpc_tls_options_t *defaults, const httpc_url_t *u,
+                         httpc_tls_t **out, bool *insecure, char *err, size_t errlen)
+{
+    *out = NULL;
+    *insecure = false;
+    if (!u->tls) {
+        if (tls_spec_given(s)) {
+            snprintf(err, errlen, "tls-* options need an https:// URL");
+            return -1;
+        }
+        return 0; /* the flag defaults are for https:// targets; a plain one ignores them */
+    }
+    const httpc_tls_options_t none = {0};
+    const httpc_tls_options_t *d = defaults ? defaults : &none;
+    httpc_tls_options_t o = {.ca_file = s->ca_file ? s->ca_file : d->ca_file,
+                             .cert_file = s->cert_file ? s->cert_file : d->cert_file,
+                             .key_file = s->key_file ? s->key_file : d->key_file,
+                             .server_name = s->server_name ? s->server_name : d->server_name,
+                             .insecure_skip_verify =
+                                 s->insecure_skip_verify >= 0 ? s->insecure_skip_verify == 1 : d->insecure_skip_verify};
+    *out = httpc_tls_new(&o, err, errlen);
+    if (!*out)
+        return -1;
+    *insecure = o.insecure_skip_verify;
+    return 0;
+}
+
+void httpc_tls_spec_free(httpc_tls_spec_t *s)
+{
+    free(s->ca_file);
+    free(s->cert_file);
+    free(s->key_file);
+    free(s->server_name);
+    *s = HTTPC_TLS_SPEC_INIT;
+}
+
 /* The context of https:// connections made without settings: system CAs, verification on. Made
  * once, on first use, and kept for the life of the process. */
 static httpc_tls_t *default_tls;

@@ -2,6 +2,7 @@
  * httpc — the one small blocking HTTP/1.1 client sluice uses for its outgoing calls:
  *
  *   api/forward            remote write to a distributed TSDB (auth headers, Retry-After, 4xx body)
+ *   internal/remote/read_client  remote read from a distributed TSDB (fall-through)
  *   internal/rules/notifier  alert notifications to Alertmanager (JSON body, any 2xx is success)
  *
  * It sits below api/ so that internal/ modules can use it (internal/ never includes api/).
@@ -55,6 +56,33 @@ typedef struct httpc_tls httpc_tls_t;
 httpc_tls_t *httpc_tls_new(const httpc_tls_options_t *o, char *err, size_t errlen);
 /* After every connection made with it is freed. NULL is fine. */
 void httpc_tls_free(httpc_tls_t *t);
+
+/* The TLS keys a target spec (--remote-write.url, --remote-read.url) may carry, each overriding
+ * the flag default (--remote-write.tls-*, --remote-read.tls-*) for that one target:
+ *   tls-ca-file=<path>  tls-cert-file=<path>  tls-key-file=<path>  tls-server-name=<name>
+ *                       (an empty value overrides with "not set": tls-cert-file= drops the
+ *                       default client certificate)
+ *   tls-insecure-skip-verify=true|false
+ * Both spec parsers hand each key=value to httpc_tls_spec_parse and, once the spec is read, make
+ * the target's httpc_tls_t with httpc_tls_spec_build, so the keys mean the same in both. */
+typedef struct {
+    char *ca_file, *cert_file, *key_file, *server_name; /* owned; NULL = not given */
+    int insecure_skip_verify;                           /* -1 = not given, else 0 or 1 */
+} httpc_tls_spec_t;
+
+#define HTTPC_TLS_SPEC_INIT ((httpc_tls_spec_t){NULL, NULL, NULL, NULL, -1})
+
+/* Takes one option (key of kl bytes, value of vl bytes). Returns 1 when it is a tls-* key and was
+ * taken, 0 when it is not a TLS key (nothing changed), -1 with a message for a bad value or OOM. */
+int httpc_tls_spec_parse(httpc_tls_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                         size_t errlen);
+/* The target's TLS: for an https:// URL, *out is made from the spec over defaults (NULL = none:
+ * system store, verification on), loading the files now so a bad path stops start-up, and
+ * *insecure tells whether verification ended up off (callers warn about it). For an http:// URL
+ * *out is NULL, and a tls-* key in the spec is an error. 0, or -1 with a message. */
+int httpc_tls_spec_build(const httpc_tls_spec_t *s, const httpc_tls_options_t *defaults, const httpc_url_t *u,
+                         httpc_tls_t **out, bool *insecure, char *err, size_t errlen);
+void httpc_tls_spec_free(httpc_tls_spec_t *s);
 
 typedef struct httpc_conn httpc_conn_t;
 

@@ -42,6 +42,7 @@ struct remote_read_client {
     int64_t timeout_ms;
     size_t max_bytes;
     uint64_t max_samples;
+    httpc_tls_t *tls; /* https:// targets; shared by the pooled connections */
     pthread_mutex_t mu;
     httpc_conn_t *idle[RR_POOL];
     size_t nidle;
@@ -67,8 +68,9 @@ static int rr_read_file(const char *path, buf_t *out, char *err, size_t errlen)
     return 0;
 }
 
-/* Applies the options after the URL (space-separated key=value). */
-static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, char *err, size_t errlen)
+/* Applies the options after the URL (space-separated key=value); the tls-* ones go to tls. */
+static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, httpc_tls_spec_t *tls, char *err,
+                            size_t errlen)
 {
     char *user = NULL, *pass = NULL, *pass_file = NULL;
     int rc = 0;
@@ -87,7 +89,10 @@ static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, ch
         size_t kl = (size_t)(eq - p), vl = len - kl - 1;
         const char *v = eq + 1;
 #define KEY(s) (kl == strlen(s) && memcmp(p, s, kl) == 0)
-        if (KEY("name")) {
+        int tr = httpc_tls_spec_parse(tls, p, kl, v, vl, err, errlen);
+        if (tr != 0) {
+            rc = tr < 0 ? -1 : 0;
+        } else if (KEY("name")) {
             free(c->name);
             c->name = strndup(v, vl);
         } else if (KEY("header")) {
@@ -184,17 +189,25 @@ remote_read_client_t *remote_read_client_new(const remote_read_client_opts_t *o,
     buf_puts(&h, "Content-Encoding: snappy\r\nContent-Type: application/x-protobuf\r\n"
                  "X-Prometheus-Remote-Read-Version: 0.1.0\r\n");
     char perr[512] = "";
+    httpc_tls_spec_t tls = HTTPC_TLS_SPEC_INIT;
+    bool insecure = false;
     if (!c->url || httpc_url_parse(c->url, &c->u, perr, sizeof(perr)) != 0 ||
-        rr_parse_options(c, p + ul, &h, perr, sizeof(perr)) != 0) {
+        rr_parse_options(c, p + ul, &h, &tls, perr, sizeof(perr)) != 0 ||
+        httpc_tls_spec_build(&tls, o->tls, &c->u, &c->tls, &insecure, perr, sizeof(perr)) != 0) {
         snprintf(err, errlen, "--remote-read.url %.*s: %s", (int)(ul < 200 ? ul : 200), p,
                  perr[0] ? perr : "out of memory");
+        httpc_tls_spec_free(&tls);
         buf_free(&h);
         remote_read_client_free(c);
         return NULL;
     }
+    httpc_tls_spec_free(&tls);
     c->headers = buf_steal(&h, NULL);
     if (!c->name)
         c->name = strdup(c->u.hostport);
+    if (insecure)
+        log_warn("remote_read", "TLS certificate verification is off for this target (insecure-skip-verify)",
+                 LF_S("remote_name", c->name), LF_S("url", c->url));
     return c;
 }
 
@@ -204,6 +217,7 @@ void remote_read_client_free(remote_read_client_t *c)
         return;
     for (size_t i = 0; i < c->nidle; i++)
         httpc_conn_free(c->idle[i]);
+    httpc_tls_free(c->tls); /* after the connections that used it */
     pthread_mutex_destroy(&c->mu);
     free(c->url);
     free(c->name);
@@ -508,7 +522,7 @@ static httpc_conn_t *rr_conn_get(remote_read_client_t *c)
     pthread_mutex_lock(&c->mu);
     httpc_conn_t *k = c->nidle ? c->idle[--c->nidle] : NULL;
     pthread_mutex_unlock(&c->mu);
-    return k ? k : httpc_conn_new(&c->u);
+    return k ? k : httpc_conn_new_tls(&c->u, c->tls);
 }
 
 static void rr_conn_put(remote_read_client_t *c, httpc_conn_t *k)

@@ -27,6 +27,15 @@
  *   bearer-token-file=<path>        re-read for each request (rotation works)
  *   response-type=streamed|samples  streamed (default) lists STREAMED_XOR_CHUNKS first, SAMPLES
  *                                   as fallback; samples asks for SAMPLES only
+ *   tls-ca-file=, tls-cert-file=, tls-key-file=, tls-server-name=, tls-insecure-skip-verify=
+ *                                   override the --remote-read.tls-* defaults (https:// only;
+ *                                   parsed by httpc_tls_spec_parse, as for remote write)
+ *
+ * https:// targets speak TLS (internal/net/httpc): the server certificate is verified against the
+ * CA file (default: the system store), including its name; a client certificate gives mTLS. The
+ * files are loaded by remote_read_client_new (a bad one stops start-up); a failed handshake is a
+ * REMOTE_READ_ERR_UNAVAILABLE whose message says why ("127.0.0.1:9090: TLS handshake failed:
+ * certificate verify failed (unable to get local issuer certificate)").
  *
  * Thread safety: a client may be used by any number of threads at once (idle keep-alive
  * connections are pooled under a mutex; each request holds its own connection).
@@ -40,6 +49,7 @@
 
 #include "internal/labels/labels.h"
 #include "internal/labels/matcher.h"
+#include "internal/net/tls.h"
 #include "internal/util/arena.h"
 #include "storage/querier.h"
 
@@ -52,14 +62,13 @@ enum {
     REMOTE_READ_ERR_NOMEM = -4,
 };
 
-struct httpc_tls_config; /* TLS settings for the connection (internal/net/httpc.h, when it has them) */
-
 typedef struct {
     const char *spec;                   /* see above */
     int64_t timeout_ms;                 /* one request, connect to last byte; <= 0: 30 s */
     size_t max_response_bytes;          /* 0: 256 MiB */
     uint64_t max_samples;               /* 0: 50,000,000 */
-    const struct httpc_tls_config *tls; /* reserved for https:// targets; NULL = plain http */
+    const tls_client_options_t *tls;    /* https:// targets' defaults (--remote-read.tls-*), read here;
+                                           NULL = system store, verification on */
 } remote_read_client_opts_t;
 
 typedef struct remote_read_client remote_read_client_t;

@@ -14,6 +14,11 @@ store (docs/deploy.md, "Fall-through to a remote store"):
     (partial response); =fail answers 503 "unavailable"; a remote that answers garbage (404)
     with fail gives 422 "execution".
   * /api/v1/series and label values reach the remote too.
+  * The store over TLS (Prometheus with --web.config.file and the test CA of test_tls.py): over the
+    seam the answer is the same as over plain HTTP, with the --remote-read.tls-* flags, with mTLS,
+    and with per-URL tls-*= options overriding the flags. An untrusted CA, a wrong server name and a
+    missing client certificate are refused in the handshake: a warning naming the store and a
+    clear log line (warn), 503 (fail). Bad TLS files stop sluice at start with a message.
 
 Nothing is skipped: a missing prometheus/promtool is a failure (deploy/install-deps.sh installs
 them).
@@ -21,6 +26,7 @@ them).
 # ctest-labels: peer
 import math
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -30,6 +36,7 @@ import requests
 
 import promproto as pp
 from conftest import free_port
+from test_tls import pki, write_web_config  # noqa: F401 (pki is a fixture: the test CA and certificates)
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -81,30 +88,48 @@ def backfill(tsdb, data, workdir):
 
 
 class Prom:
-    def __init__(self, workdir, tsdb):
+    """Prometheus serving tsdb; with web_config over https://<host>, reached with the requests
+    keyword arguments in client (verify=, cert=)."""
+
+    def __init__(self, workdir, tsdb, web_config=None, host="127.0.0.1", client=None):
         assert os.access(PROMETHEUS, os.X_OK), "prometheus not installed"
         self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://%s:%d" % ("https" if web_config else "http", host, self.port)
+        self.client = client or {}
         cfg = os.path.join(workdir, "prometheus.yml")
         with open(cfg, "w") as f:
             f.write("global:\n  scrape_interval: 1h\n  evaluation_interval: 1h\nscrape_configs: []\n")
         self.log_path = os.path.join(workdir, "prometheus.log")
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [PROMETHEUS, "--config.file=" + cfg, "--storage.tsdb.path=" + tsdb,
-             "--storage.tsdb.retention.time=3650d", "--web.listen-address=127.0.0.1:%d" % self.port],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        args = [PROMETHEUS, "--config.file=" + cfg, "--storage.tsdb.path=" + tsdb,
+                "--storage.tsdb.retention.time=3650d", "--web.listen-address=127.0.0.1:%d" % self.port]
+        if web_config:
+            args.append("--web.config.file=" + web_config)
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.time() + 120
         while True:
             assert self.proc.poll() is None, self.log()
             try:
-                if requests.get(self.url + "/-/ready", timeout=2).status_code == 200:
+                if self.get("/-/ready", timeout=2).status_code == 200:
                     break
             except requests.RequestException:
                 pass
             assert time.time() < deadline, "prometheus not ready:\n" + self.log()
             time.sleep(0.2)
+
+    def get(self, path, **kw):
+        return requests.get(self.url + path, **self.client, **kw)
+
+    def wait_blocks(self, start):
+        """Waits until Prometheus sees every backfilled block (before it serves as a store)."""
+        deadline = time.time() + 60
+        while True:
+            r = self.get("/api/v1/query", params={"query": "count(ft_temp)", "time": start + 1}).json()
+            if r["data"]["result"]:
+                return
+            assert time.time() < deadline, self.log()
+            time.sleep(0.5)
 
     def log(self):
         with open(self.log_path, "rb") as f:
@@ -127,14 +152,7 @@ def world(tmp_path_factory):
     tsdb = os.path.join(workdir, "tsdb")
     backfill(tsdb, data, workdir)
     prom = Prom(workdir, tsdb)
-    # Prometheus must see every backfilled block before it is the reference.
-    deadline = time.time() + 60
-    while True:
-        r = requests.get(prom.url + "/api/v1/query", params={"query": "count(ft_temp)", "time": start + 1}).json()
-        if r["data"]["result"]:
-            break
-        assert time.time() < deadline, prom.log()
-        time.sleep(0.5)
+    prom.wait_blocks(start)  # before it is the reference
     yield {"prom": prom, "data": data, "start": start, "end": end, "now": now_s}
     prom.stop()
 
@@ -303,3 +321,127 @@ def test_remote_down_warn_and_fail(world, start_sluice):
     assert st == 422 and got["errorType"] == "execution" and "404" in got["error"], got
     # The daemon says which remote failed.
     assert "remote read failed" in warn.read_log()
+
+
+# ---- the store over TLS and mTLS (docs/deploy.md, "Client: https:// targets") --------------------
+
+
+@pytest.fixture(scope="module")
+def tls_stores(world, pki, tmp_path_factory):
+    """Two more Prometheus with the world's data (backfilled again), serving over TLS with the test
+    CA's server certificate: "tls" without client certificates, "mtls" requiring one from the CA."""
+    stores = {}
+    client_auth = {"client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": pki["ca.crt"]}
+    for kind, host, extra, cert in (("tls", "127.0.0.1", {}, None),
+                                    ("mtls", "localhost", client_auth, (pki["client.crt"], pki["client.key"]))):
+        d = str(tmp_path_factory.mktemp("fallthrough-" + kind))
+        tsdb = os.path.join(d, "tsdb")
+        backfill(tsdb, world["data"], d)
+        web = os.path.join(d, "web.yml")
+        write_web_config(web, tls={"cert_file": pki["server.crt"], "key_file": pki["server.key"], **extra})
+        stores[kind] = Prom(d, tsdb, web_config=web, host=host, client={"verify": pki["ca.crt"], "cert": cert})
+        stores[kind].wait_blocks(world["start"])
+    # the mTLS store really refuses a client without a certificate
+    with pytest.raises(requests.exceptions.ConnectionError):  # SSLError, or a reset
+        requests.get(stores["mtls"].url + "/-/ready", verify=pki["ca.crt"], timeout=10).raise_for_status()
+    yield stores
+    for p in stores.values():
+        p.stop()
+
+
+TLS_QUERIES = RANGE_QUERIES[:3] + ["max_over_time(ft_temp[10m])", "ft_old_only"]
+
+
+def test_fall_through_over_tls_and_mtls(world, tls_stores, pki, start_sluice):
+    """Over TLS and mTLS sluice answers over the seam exactly what the plain-HTTP reference does."""
+    w = world
+    # TLS, verified against the flag's CA by the certificate's IP SAN (the URL names 127.0.0.1)
+    tls = start_sluice("--retention.raw=1h", "--log.level=debug", "--remote-read.tls-ca-file=" + pki["ca.crt"],
+                       "--remote-read.url=%s/api/v1/read name=tls" % tls_stores["tls"].url)
+    # mTLS with the flags' CA and client certificate, by DNS name (localhost)
+    mtls = start_sluice("--retention.raw=1h", "--log.level=debug", "--remote-read.tls-ca-file=" + pki["ca.crt"],
+                        "--remote-read.tls-cert-file=" + pki["client.crt"],
+                        "--remote-read.tls-key-file=" + pki["client.key"],
+                        "--remote-read.url=%s/api/v1/read name=mtls" % tls_stores["mtls"].url)
+    # mTLS from per-URL options overriding flags that would fail (wrong CA, no certificate), the
+    # certificate checked for the configured server name rather than the URL's IP; SAMPLES answers
+    port = tls_stores["mtls"].port
+    override = start_sluice(
+        "--retention.raw=1h", "--log.level=debug", "--remote-read.tls-ca-file=" + pki["evil-ca.crt"],
+        "--remote-read.url=https://127.0.0.1:%d/api/v1/read name=override response-type=samples "
+        "tls-ca-file=%s tls-cert-file=%s tls-key-file=%s tls-server-name=localhost"
+        % (port, pki["ca.crt"], pki["client.crt"], pki["client.key"]))
+    for sl, name in ((tls, "tls"), (mtls, "mtls"), (override, "override")):
+        seam = load_recent(sl.url, w)
+        check_over_seam(sl.url, w, seam, TLS_QUERIES)
+        assert 'msg="remote read answered" remote_name=%s ' % name in sl.read_log(), sl.read_log()[-3000:]
+
+
+def test_fall_through_tls_refused(world, tls_stores, pki, start_sluice):
+    """Stores whose certificate cannot be trusted, or that want a certificate sluice does not
+    send, are refused in the handshake: a warning naming the store (warn) or 503 (fail), and a
+    clear log line; the stores that can be trusted still answer."""
+    w = world
+    tp, mp = tls_stores["tls"].port, tls_stores["mtls"].port
+    read = "--remote-read.url=https://%s:%d/api/v1/read name=%s %s"
+    warn = start_sluice(
+        "--retention.raw=1h", "--remote-read.tls-ca-file=" + pki["ca.crt"],
+        "--remote-read.tls-cert-file=" + pki["client.crt"], "--remote-read.tls-key-file=" + pki["client.key"],
+        read % ("127.0.0.1", tp, "untrusted", "tls-ca-file=" + pki["evil-ca.crt"]),
+        read % ("127.0.0.1", tp, "wronghost", "tls-server-name=elsewhere.example"),
+        read % ("localhost", mp, "nocert", "tls-cert-file= tls-key-file="),
+        read % ("localhost", mp, "good", ""),
+        # verification off: the untrusted CA is accepted (and that is logged at start)
+        read % ("127.0.0.1", tp, "insecure", "tls-ca-file=%s tls-insecure-skip-verify=true" % pki["evil-ca.crt"]))
+    # no CA configured: the system store, which does not know the test CA
+    fail = start_sluice("--retention.raw=1h", "--remote-read.on-error=fail",
+                        read % ("127.0.0.1", tp, "system", ""))
+    seam = load_recent(warn.url, w)
+    load_recent(fail.url, w)
+    start, end = w["start"] + 1800, w["end"]
+    assert start * 1000 < seam
+    q = dict(query="ft_temp", start=start, end=end, step=60)
+
+    st, got = api(warn.url, "/api/v1/query_range", **q)
+    assert st == 200 and got["status"] == "success", got
+    expected = {
+        "untrusted": "TLS handshake failed: certificate verify failed (unable to get local issuer certificate)",
+        "wronghost": "TLS handshake failed: certificate verify failed (hostname mismatch)",
+        "nocert": "(the server asked for a client certificate and none is configured)",
+    }
+    warnings = got.get("warnings") or []
+    for name, msg in expected.items():
+        assert any(x.startswith("remote read %s: " % name) and msg in x and "partial response" in x
+                   for x in warnings), (name, warnings)
+    assert len(set(warnings)) == 3, warnings
+    _, want = api(w["prom"].url, "/api/v1/query_range", **q)
+    assert_same(got["data"], want["data"], "warn mode with good stores")  # good and insecure answered
+
+    log = warn.read_log()
+    for name, msg in expected.items():
+        assert re.search(r'msg="remote read failed" remote_name=%s err="[^"]*%s' % (name, re.escape(msg)), log), (
+            name, log[-4000:])
+    assert re.search(r'level=warn .*TLS certificate verification is off for this target.* remote_name=insecure', log)
+
+    st, got = api(fail.url, "/api/v1/query_range", **q)
+    assert st == 503 and got["errorType"] == "unavailable", got
+    assert "system" in got["error"] and "certificate verify failed (unable to get local issuer certificate)" in \
+        got["error"], got
+
+
+def test_remote_read_tls_startup_errors(pki, start_sluice):
+    """Bad TLS settings stop sluice at start with a message naming the problem."""
+    url = "--remote-read.url=https://127.0.0.1:9/api/v1/read"
+    cases = [
+        (["--remote-read.tls-ca-file=/nonexistent/ca.crt", url], "cannot load CA file /nonexistent/ca.crt"),
+        ([url + " tls-cert-file=" + pki["client.crt"]], "needs both a cert file and a key file"),
+        ([url + " tls-cert-file=%s tls-key-file=%s" % (pki["client.crt"], pki["server.key"])], "does not match"),
+        ([url + " tls-insecure-skip-verify=yes"], "tls-insecure-skip-verify must be true or false"),
+        (["--remote-read.url=http://127.0.0.1:9/api/v1/read tls-ca-file=" + pki["ca.crt"]],
+         "tls-* options need an https:// URL"),
+    ]
+    for args, msg in cases:
+        sl = start_sluice(*args, wait=False)
+        rc = sl.proc.wait(timeout=60)
+        log = sl.read_log()
+        assert rc != 0 and msg in log and "--remote-read.url" in log, (args, rc, log[-2000:])

@@ -264,6 +264,11 @@ static void test_spec_errors(void **state)
         {"http://127.0.0.1:9090/api/v1/read response-type=json", "streamed or samples"},
         {"http://127.0.0.1:9090/api/v1/read basic-auth-username=u basic-auth-password-file=/nonexistent/pw",
          "cannot read"},
+        /* TLS: the keys remote write takes, checked (files loaded) when the client is made */
+        {"http://127.0.0.1:9090/api/v1/read tls-ca-file=/ca.crt", "tls-* options need an https:// URL"},
+        {"https://127.0.0.1:9090/api/v1/read tls-ca-file=/nonexistent/rr-ca.crt", "/nonexistent/rr-ca.crt"},
+        {"https://127.0.0.1:9090/api/v1/read tls-cert-file=/x.crt", "key file"},
+        {"https://127.0.0.1:9090/api/v1/read tls-insecure-skip-verify=yes", "true or false"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[512] = "";
@@ -281,6 +286,37 @@ static void test_spec_errors(void **state)
     remote_read_client_t *c = remote_read_client_new(&o, err, sizeof(err));
     assert_non_null(c);
     assert_string_equal(remote_read_client_name(c), "127.0.0.1:9090");
+    remote_read_client_free(c);
+}
+
+/* --remote-read.tls-* defaults apply to https:// targets only, and a target's tls-*= options
+ * override them (an empty value clears one). */
+static void test_tls_defaults(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    const tls_client_options_t bad_ca = {.ca_file = "/nonexistent/default-ca.crt"};
+    remote_read_client_opts_t o = {.spec = "https://127.0.0.1:9090/api/v1/read", .tls = &bad_ca};
+    assert_null(remote_read_client_new(&o, err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/default-ca.crt"));
+    /* a plain-http target ignores the defaults */
+    o.spec = "http://127.0.0.1:9090/api/v1/read";
+    remote_read_client_t *c = remote_read_client_new(&o, err, sizeof(err));
+    assert_non_null(c);
+    remote_read_client_free(c);
+    /* the target's empty tls-ca-file= means the system store instead of the default */
+    o.spec = "https://127.0.0.1:9090/api/v1/read tls-ca-file= tls-server-name=prom.example";
+    c = remote_read_client_new(&o, err, sizeof(err));
+    assert_non_null(c);
+    remote_read_client_free(c);
+    /* and a client certificate given by default can be dropped for one target */
+    const tls_client_options_t bad_cert = {.cert_file = "/nonexistent/client.crt", .key_file = "/nonexistent/k"};
+    o = (remote_read_client_opts_t){.spec = "https://127.0.0.1:9090/api/v1/read", .tls = &bad_cert};
+    assert_null(remote_read_client_new(&o, err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/client.crt"));
+    o.spec = "https://127.0.0.1:9090/api/v1/read tls-cert-file= tls-key-file=";
+    c = remote_read_client_new(&o, err, sizeof(err));
+    assert_non_null(c);
     remote_read_client_free(c);
 }
 
@@ -317,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_samples_sorted_and_deduped),
         cmocka_unit_test(test_streamed_split_series),
         cmocka_unit_test(test_spec_errors),
+        cmocka_unit_test(test_tls_defaults),
         cmocka_unit_test(test_unreachable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
