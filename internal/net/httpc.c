@@ -137,6 +137,98 @@ static bool tls_spec_given(const httpc_tls_spec_t *s)
     return s->ca_file || s->cert_file || s->key_file || s->server_name || s->insecure_skip_verify >= 0;
 }
 
+int httpc_read_secret_file(const char *path, buf_t *out, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char tmp[4096];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
+        buf_append(out, tmp, n);
+    fclose(fp);
+    while (out->len &&
+           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
+        out->data[--out->len] = 0;
+    return 0;
+}
+
+int httpc_auth_spec_parse(httpc_auth_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                          size_t errlen)
+{
+#define KEY(k) (kl == strlen(k) && memcmp(key, k, kl) == 0)
+    char **slot = KEY("basic-auth-username")        ? &s->user
+                  : KEY("basic-auth-password")      ? &s->pass
+                  : KEY("basic-auth-password-file") ? &s->pass_file
+                  : KEY("bearer-token-file")        ? &s->bearer_file
+                                                    : NULL;
+    if (slot) {
+        free(*slot);
+        if (!(*slot = strndup(v, vl))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        return 1;
+    }
+    if (!KEY("header"))
+        return 0;
+#undef KEY
+    const char *colon = memchr(v, ':', vl);
+    if (!colon || colon == v) {
+        snprintf(err, errlen, "header option needs Name:value (got %.*s)", (int)vl, v);
+        return -1;
+    }
+    const char *hv = colon + 1;
+    while (hv < v + vl && *hv == ' ')
+        hv++;
+    buf_printf(&s->headers, "%.*s: %.*s\r\n", (int)(colon - v), v, (int)(v + vl - hv), hv);
+    return 1;
+}
+
+int httpc_auth_spec_build(const httpc_auth_spec_t *s, buf_t *out, char *err, size_t errlen)
+{
+    if (s->headers.len)
+        buf_append(out, s->headers.data, s->headers.len);
+    if (!s->user && !s->pass && !s->pass_file)
+        return 0;
+    if (!s->user) {
+        snprintf(err, errlen, "basic-auth-password needs basic-auth-username");
+        return -1;
+    }
+    if (s->bearer_file) {
+        snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
+        return -1;
+    }
+    buf_t pw = BUF_INIT, cred = BUF_INIT;
+    buf_puts(&pw, "");
+    int rc = 0;
+    if (s->pass_file)
+        rc = httpc_read_secret_file(s->pass_file, &pw, err, errlen);
+    else if (s->pass)
+        buf_puts(&pw, s->pass);
+    if (rc == 0) {
+        buf_printf(&cred, "%s:%s", s->user, pw.data);
+        buf_puts(out, "Authorization: Basic ");
+        httpc_base64(out, cred.data, cred.len);
+        buf_puts(out, "\r\n");
+    }
+    buf_free(&pw);
+    buf_free(&cred);
+    return rc;
+}
+
+void httpc_auth_spec_free(httpc_auth_spec_t *s)
+{
+    buf_free(&s->headers);
+    free(s->user);
+    free(s->pass);
+    free(s->pass_file);
+    free(s->bearer_file);
+    *s = HTTPC_AUTH_SPEC_INIT;
+}
+
 int httpc_tls_spec_parse(httpc_tls_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
                          size_t errlen)
 {

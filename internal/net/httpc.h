@@ -84,6 +84,28 @@ int httpc_tls_spec_build(const httpc_tls_spec_t *s, const httpc_tls_options_t *d
                          httpc_tls_t **out, bool *insecure, char *err, size_t errlen);
 void httpc_tls_spec_free(httpc_tls_spec_t *s);
 
+/* The auth and header options of the same specs: header=Name:value, basic-auth-username=,
+ * basic-auth-password=, basic-auth-password-file=, bearer-token-file=. Parsed key by key like the
+ * TLS options; httpc_auth_spec_build checks the combination and writes the fixed header lines.
+ * A bearer token file is re-read for every request (tokens rotate): it stays in bearer_file. */
+typedef struct {
+    buf_t headers; /* "Name: value\r\n" lines from header= */
+    char *user, *pass, *pass_file;
+    char *bearer_file; /* NULL = none; the caller reads it per request (httpc_read_secret_file) */
+} httpc_auth_spec_t;
+
+#define HTTPC_AUTH_SPEC_INIT ((httpc_auth_spec_t){BUF_INIT, NULL, NULL, NULL, NULL})
+
+/* 1 when key is one of the options above and was taken, 0 when it is not, -1 with a message. */
+int httpc_auth_spec_parse(httpc_auth_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                          size_t errlen);
+/* Appends the header lines (headers, then Authorization: Basic) to out. 0, or -1 with a message
+ * (a password without user, basic auth together with a bearer token, an unreadable file). */
+int httpc_auth_spec_build(const httpc_auth_spec_t *s, buf_t *out, char *err, size_t errlen);
+void httpc_auth_spec_free(httpc_auth_spec_t *s);
+/* Reads a password or token file (at most 64 KiB; trailing newlines and blanks dropped) into out. */
+int httpc_read_secret_file(const char *path, buf_t *out, char *err, size_t errlen);
+
 typedef struct httpc_conn httpc_conn_t;
 
 /* NULL on OOM. The URL is copied. An https:// URL uses the system CA store (httpc_conn_new_tls

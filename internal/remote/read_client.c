@@ -50,29 +50,11 @@ struct remote_read_client {
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
-static int rr_read_file(const char *path, buf_t *out, char *err, size_t errlen)
-{
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
-        buf_append(out, tmp, n);
-    fclose(fp);
-    while (out->len &&
-           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
-        out->data[--out->len] = 0;
-    return 0;
-}
-
 /* Applies the options after the URL (space-separated key=value); the tls-* ones go to tls. */
 static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, httpc_tls_spec_t *tls, char *err,
                             size_t errlen)
 {
-    char *user = NULL, *pass = NULL, *pass_file = NULL;
+    httpc_auth_spec_t auth = HTTPC_AUTH_SPEC_INIT;
     int rc = 0;
     while (rc == 0) {
         while (*p == ' ' || *p == '\t')
@@ -90,34 +72,13 @@ static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, ht
         const char *v = eq + 1;
 #define KEY(s) (kl == strlen(s) && memcmp(p, s, kl) == 0)
         int tr = httpc_tls_spec_parse(tls, p, kl, v, vl, err, errlen);
+        if (tr == 0)
+            tr = httpc_auth_spec_parse(&auth, p, kl, v, vl, err, errlen);
         if (tr != 0) {
             rc = tr < 0 ? -1 : 0;
         } else if (KEY("name")) {
             free(c->name);
             c->name = strndup(v, vl);
-        } else if (KEY("header")) {
-            const char *colon = memchr(v, ':', vl);
-            if (!colon || colon == v) {
-                snprintf(err, errlen, "header option needs Name:value (got %.*s)", (int)vl, v);
-                rc = -1;
-            } else {
-                const char *hv = colon + 1;
-                while (hv < v + vl && *hv == ' ')
-                    hv++;
-                buf_printf(h, "%.*s: %.*s\r\n", (int)(colon - v), v, (int)(v + vl - hv), hv);
-            }
-        } else if (KEY("basic-auth-username")) {
-            free(user);
-            user = strndup(v, vl);
-        } else if (KEY("basic-auth-password")) {
-            free(pass);
-            pass = strndup(v, vl);
-        } else if (KEY("basic-auth-password-file")) {
-            free(pass_file);
-            pass_file = strndup(v, vl);
-        } else if (KEY("bearer-token-file")) {
-            free(c->bearer_file);
-            c->bearer_file = strndup(v, vl);
         } else if (KEY("response-type")) {
             if (vl == 7 && memcmp(v, "samples", 7) == 0)
                 c->samples_only = true;
@@ -134,33 +95,12 @@ static int rr_parse_options(remote_read_client_t *c, const char *p, buf_t *h, ht
 #undef KEY
         p += len;
     }
-    if (rc == 0 && (user || pass || pass_file)) {
-        if (!user) {
-            snprintf(err, errlen, "basic-auth-password needs basic-auth-username");
-            rc = -1;
-        } else if (c->bearer_file) {
-            snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
-            rc = -1;
-        } else {
-            buf_t pw = BUF_INIT, cred = BUF_INIT;
-            buf_puts(&pw, "");
-            if (pass_file)
-                rc = rr_read_file(pass_file, &pw, err, errlen);
-            else if (pass)
-                buf_puts(&pw, pass);
-            if (rc == 0) {
-                buf_printf(&cred, "%s:%s", user, pw.data);
-                buf_puts(h, "Authorization: Basic ");
-                httpc_base64(h, cred.data, cred.len);
-                buf_puts(h, "\r\n");
-            }
-            buf_free(&pw);
-            buf_free(&cred);
-        }
-    }
-    free(user);
-    free(pass);
-    free(pass_file);
+    if (rc == 0)
+        rc = httpc_auth_spec_build(&auth, h, err, errlen);
+    free(c->bearer_file);
+    c->bearer_file = auth.bearer_file; /* read per request */
+    auth.bearer_file = NULL;
+    httpc_auth_spec_free(&auth);
     return rc;
 }
 
@@ -617,7 +557,7 @@ int remote_read_client_query(remote_read_client_t *c, const matcher_t *const *ms
         buf_t tok = BUF_INIT;
         buf_puts(&tok, "");
         char ferr[256];
-        if (rr_read_file(c->bearer_file, &tok, ferr, sizeof(ferr)) != 0) {
+        if (httpc_read_secret_file(c->bearer_file, &tok, ferr, sizeof(ferr)) != 0) {
             snprintf(err, errlen, "remote read %s: %s", c->name, ferr);
             buf_free(&tok);
             rc = REMOTE_READ_ERR_UNAVAILABLE;

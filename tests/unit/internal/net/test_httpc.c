@@ -457,11 +457,38 @@ static void test_timeout_and_refused(void **state)
     httpc_conn_free(c);
 }
 
+/* The auth options both remote-write and remote-read specs take. */
+static void test_auth_spec(void **state)
+{
+    char err[256];
+    httpc_auth_spec_t a = HTTPC_AUTH_SPEC_INIT;
+#define P(k, v) httpc_auth_spec_parse(&a, k, strlen(k), v, strlen(v), err, sizeof(err))
+    assert_int_equal(P("tls-ca-file", "x"), 0); /* not an auth key */
+    assert_int_equal(P("header", "X-Scope-OrgID:  t1"), 1);
+    assert_int_equal(P("header", ":nameless"), -1);
+    assert_int_equal(P("basic-auth-username", "u"), 1);
+    assert_int_equal(P("basic-auth-password", "p"), 1);
+    buf_t h = BUF_INIT;
+    buf_puts(&h, "");
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), 0);
+    assert_string_equal(h.data, "X-Scope-OrgID: t1\r\nAuthorization: Basic dTpw\r\n");
+    assert_int_equal(P("bearer-token-file", "/nonexistent"), 1);
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "exclusive"));
+    httpc_auth_spec_free(&a);
+    assert_int_equal(P("basic-auth-password", "p"), 1);
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "needs basic-auth-username"));
+    httpc_auth_spec_free(&a);
+#undef P
+    buf_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parse),
-        cmocka_unit_test(test_tls_spec),
+        cmocka_unit_test(test_tls_spec), cmocka_unit_test(test_auth_spec),
         cmocka_unit_test(test_base64),
         cmocka_unit_test(test_post_keeps_connection),
         cmocka_unit_test(test_chunked_and_max_body),
