@@ -94,6 +94,15 @@ static int av_exec(api_avail_t *av, const char *sql, char *err, size_t errlen)
     return 0;
 }
 
+/* BEGIN/COMMIT around a batch of writes: a failure is logged (the rows are retried or lost with
+ * the transaction; nothing else can be done about it here). */
+static void av_exec_logged(api_avail_t *av, const char *sql)
+{
+    char err[512];
+    if (av_exec(av, sql, err, sizeof(err)) != 0)
+        log_error("availability", "statement failed", LF_S("sql", sql), LF_S("err", err));
+}
+
 /* Runs one statement with integer/text parameters: fmt letters 'i' (int64_t) and 's' (const
  * char *). 0 or -1 (logged). db_mu held. */
 static int av_run(api_avail_t *av, const char *sql, const char *fmt, ...)
@@ -132,7 +141,7 @@ static void av_flush_events_locked(api_avail_t *av)
         heartbeat_events_free(ev, n);
         return;
     }
-    av_exec(av, "BEGIN", (char[8]){0}, 8);
+    av_exec_logged(av, "BEGIN");
     for (size_t i = 0; i < n; i++) {
         heartbeat_event_t *e = &ev[i];
         if (e->kind == HEARTBEAT_GAP_OPEN) {
@@ -150,7 +159,7 @@ static void av_flush_events_locked(api_avail_t *av)
         log_info("availability", "gap closed", LF_S("job", e->job), LF_S("group", e->group),
                  LF_F("seconds", (double)(e->end_ms - e->start_ms) / 1000.0), LF_S("reason", e->reason));
     }
-    av_exec(av, "COMMIT", (char[8]){0}, 8);
+    av_exec_logged(av, "COMMIT");
     heartbeat_events_free(ev, n);
 }
 
@@ -529,12 +538,12 @@ static void av_tick(api_avail_t *av)
     av_flush_events_locked(av);
     bool series = now - av->last_series_ms >= av->o.series_interval_ms;
     if (series) {
-        av_exec(av, "BEGIN", (char[8]){0}, 8);
+        av_exec_logged(av, "BEGIN");
         pthread_mutex_lock(&av->mu);
         heartbeat_each_job(av->hb, now, av_persist_jobs, av);
         pthread_mutex_unlock(&av->mu);
         av_run(av, "INSERT OR REPLACE INTO meta(k, v) VALUES('alive_ms', ?)", "i", now);
-        av_exec(av, "COMMIT", (char[8]){0}, 8);
+        av_exec_logged(av, "COMMIT");
     }
     pthread_mutex_unlock(&av->db_mu);
     if (series && (!av->o.storage || storage_ready(av->o.storage))) {

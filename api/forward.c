@@ -149,6 +149,7 @@ struct fw_target {
     char *headers;     /* extra "Name: value\r\n" lines, basic auth included */
     char *bearer_file; /* "" = none */
     bool retry_on_429;
+    httpc_tls_t *tls; /* https:// targets: trust, client cert, server name (shared by the shards) */
 
     hashmap_t map; /* series id -> fw_series_t * */
     arena_t *scratch;
@@ -261,24 +262,6 @@ int api_forward__parse_spec(const char *spec, char **url, char **opts, char *err
 
 /* ---- target setup --------------------------------------------------------------------------- */
 
-static int read_small_file(const char *path, buf_t *out, char *err, size_t errlen)
-{
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char tmp[4096];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
-        buf_append(out, tmp, n);
-    fclose(fp);
-    while (out->len &&
-           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
-        out->data[--out->len] = 0;
-    return 0;
-}
-
 static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec, char *err, size_t errlen)
 {
     char *opts = NULL;
@@ -291,7 +274,9 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
     t->retry_on_429 = f->o.retry_on_429;
     buf_t h = BUF_INIT;
     buf_puts(&h, "");
-    char *user = NULL, *pass = NULL, *pass_file = NULL;
+    httpc_auth_spec_t auth = HTTPC_AUTH_SPEC_INIT;
+    /* per-target TLS settings override the --remote-write.tls-* defaults */
+    httpc_tls_spec_t tls = HTTPC_TLS_SPEC_INIT;
     int rc = 0;
     size_t len;
     for (const char *o = opts; o && *o && rc == 0; o = o[len] ? o + len + 1 : o + len) {
@@ -301,35 +286,14 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         const char *v = eq + 1;
         size_t vl = len - kl - 1;
 #define KEY(s) (kl == strlen(s) && memcmp(o, s, kl) == 0)
-        if (KEY("name")) {
+        int tr = httpc_tls_spec_parse(&tls, o, kl, v, vl, err, errlen);
+        if (tr == 0)
+            tr = httpc_auth_spec_parse(&auth, o, kl, v, vl, err, errlen);
+        if (tr != 0) {
+            rc = tr < 0 ? -1 : 0;
+        } else if (KEY("name")) {
             free(t->name);
             t->name = strndup(v, vl);
-        } else if (KEY("header")) {
-            const char *c = memchr(v, ':', vl);
-            if (!c || c == v) {
-                snprintf(err, errlen, "header option needs Name:value (got %.*s)", (int)vl, v);
-                rc = -1;
-            } else {
-                buf_append(&h, v, (size_t)(c - v));
-                buf_puts(&h, ": ");
-                const char *hv = c + 1;
-                while (hv < v + vl && *hv == ' ')
-                    hv++;
-                buf_append(&h, hv, (size_t)(v + vl - hv));
-                buf_puts(&h, "\r\n");
-            }
-        } else if (KEY("basic-auth-username")) {
-            free(user);
-            user = strndup(v, vl);
-        } else if (KEY("basic-auth-password")) {
-            free(pass);
-            pass = strndup(v, vl);
-        } else if (KEY("basic-auth-password-file")) {
-            free(pass_file);
-            pass_file = strndup(v, vl);
-        } else if (KEY("bearer-token-file")) {
-            free(t->bearer_file);
-            t->bearer_file = strndup(v, vl);
         } else if (KEY("retry-on-429")) {
             t->retry_on_429 = vl == 4 && memcmp(v, "true", 4) == 0;
             if (!t->retry_on_429 && !(vl == 5 && memcmp(v, "false", 5) == 0)) {
@@ -342,33 +306,24 @@ static int target_setup(struct api_forward *f, fw_target_t *t, const char *spec,
         }
 #undef KEY
     }
-    if (rc == 0 && (user || pass || pass_file)) {
-        buf_t pw = BUF_INIT, cred = BUF_INIT;
-        buf_puts(&pw, "");
-        if (pass_file)
-            rc = read_small_file(pass_file, &pw, err, errlen);
-        else if (pass)
-            buf_puts(&pw, pass);
-        if (rc == 0 && !user) {
-            snprintf(err, errlen, "basic-auth-password needs basic-auth-username");
+    if (rc == 0)
+        rc = httpc_auth_spec_build(&auth, &h, err, errlen);
+    free(t->bearer_file);
+    t->bearer_file = auth.bearer_file; /* read per request */
+    auth.bearer_file = NULL;
+    httpc_auth_spec_free(&auth);
+    if (rc == 0) {
+        char terr[512];
+        bool insecure;
+        if (httpc_tls_spec_build(&tls, &f->o.tls, &t->u, &t->tls, &insecure, terr, sizeof(terr)) != 0) {
+            snprintf(err, errlen, "remote write %s: %s", t->url, terr);
             rc = -1;
+        } else if (insecure) {
+            log_warn("forward", "TLS certificate verification is off for this target (insecure-skip-verify)",
+                     LF_S("url", t->url));
         }
-        if (rc == 0) {
-            buf_printf(&cred, "%s:%s", user, pw.data);
-            buf_puts(&h, "Authorization: Basic ");
-            httpc_base64(&h, cred.data, cred.len);
-            buf_puts(&h, "\r\n");
-        }
-        buf_free(&pw);
-        buf_free(&cred);
     }
-    if (rc == 0 && t->bearer_file && (user || pass || pass_file)) {
-        snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
-        rc = -1;
-    }
-    free(user);
-    free(pass);
-    free(pass_file);
+    httpc_tls_spec_free(&tls);
     free(opts);
     buf_puts(&h, "Content-Encoding: snappy\r\nContent-Type: application/x-protobuf\r\n"
                  "X-Prometheus-Remote-Write-Version: 0.1.0\r\n");
@@ -788,7 +743,7 @@ static int send_batch(fw_shard_t *sh, const fw_item_t *items, size_t n)
             buf_t tok = BUF_INIT;
             char err[256];
             buf_puts(&tok, "");
-            if (read_small_file(t->bearer_file, &tok, err, sizeof(err)) == 0)
+            if (httpc_read_secret_file(t->bearer_file, &tok, err, sizeof(err)) == 0)
                 buf_printf(&sh->hdr, "Authorization: Bearer %s\r\n", tok.data);
             else
                 log_warn("forward", "cannot read the bearer token file", LF_S("remote_name", t->name),
@@ -831,8 +786,8 @@ static int send_batch(fw_shard_t *sh, const fw_item_t *items, size_t n)
             wait = resp.retry_after_ms;
         if (!atomic_exchange(&t->failing, true) || attempt == 0) {
             if (prc != 0)
-                log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name), LF_S("err", err),
-                         LF_I("backoff_ms", wait));
+                log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name), LF_S("url", t->url),
+                         LF_S("err", err), LF_I("backoff_ms", wait));
             else
                 log_warn("forward", "remote write failed; retrying", LF_S("remote_name", t->name),
                          LF_I("status", resp.status), LF_I("backoff_ms", wait));
@@ -1017,7 +972,7 @@ int api_forward_start(api_forward_t *f, char *err, size_t errlen)
             fw_shard_t *sh = &t->shards[k];
             sh->t = t;
             sh->idx = (int)k;
-            sh->conn = httpc_conn_new(&t->u);
+            sh->conn = httpc_conn_new_tls(&t->u, t->tls);
             if (!sh->conn)
                 goto oom;
             if (pthread_create(&sh->th, NULL, shard_main, sh) != 0) {
@@ -1094,6 +1049,7 @@ void api_forward_free(api_forward_t *f)
         free(t->pos_path);
         free(t->headers);
         free(t->bearer_file);
+        httpc_tls_free(t->tls); /* after the shards' connections */
         if (t->fw) {
             pthread_mutex_destroy(&t->mu);
             pthread_cond_destroy(&t->cv);

@@ -17,6 +17,11 @@
  *   basic-auth-username=<user>      with basic-auth-password-file=<path> (or basic-auth-password=)
  *   bearer-token-file=<path>        re-read for each request (rotation works)
  *   retry-on-429=true|false         overrides --remote-write.retry-on-http-429
+ *   tls-ca-file=, tls-cert-file=, tls-key-file=, tls-server-name=, tls-insecure-skip-verify=
+ *                                   override the --remote-write.tls-* defaults (https:// only)
+ *
+ * https:// targets speak TLS (internal/net/httpc): the server certificate is verified against
+ * the CA file (default: the system store), including its name; a client certificate gives mTLS.
  */
 #ifndef SLUICE_API_FORWARD_H
 #define SLUICE_API_FORWARD_H
@@ -25,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "internal/net/tls.h"
 #include "internal/util/buf.h"
 #include "storage/storage.h"
 
@@ -43,6 +49,7 @@ typedef struct {
     bool retry_on_429;             /* default for targets that do not say */
     int64_t wal_max_hold_ms;       /* keep unsent WAL at most this long (by segment age); <= 0: forever */
     int64_t poll_interval_ms;      /* how often an idle reader looks for new WAL records; 0 = 100 ms */
+    tls_client_options_t tls;      /* https:// targets' TLS defaults (--remote-write.tls-*) */
 } api_forward_options_t;
 
 /* Parses the specs and registers the WAL hold. Returns NULL with a message on a bad spec or flag,

@@ -624,7 +624,7 @@ static api_error_kind_t q_kind_of(promql_errkind_t k)
 static void job_run_promql(query_job_t *j)
 {
     api_query_t *q = j->q;
-    querier_t *qr = storage_querier(q->opt.storage);
+    querier_t *qr = storage_querier_fallthrough(q->opt.storage);
     if (!qr) {
         job_fail(j, API_ERR_INTERNAL, "out of memory");
         return;
@@ -682,7 +682,7 @@ static void q_put_string_list(buf_t *b, const char **v, size_t n)
 
 static void job_run_labels(query_job_t *j)
 {
-    querier_t *qr = storage_querier(j->q->opt.storage);
+    querier_t *qr = storage_querier_fallthrough(j->q->opt.storage);
     if (!qr) {
         job_fail(j, API_ERR_INTERNAL, "out of memory");
         return;
@@ -737,7 +737,7 @@ static int q_series_cmp(const void *a, const void *b)
 
 static void job_run_series(query_job_t *j)
 {
-    querier_t *qr = storage_querier(j->q->opt.storage);
+    querier_t *qr = storage_querier_fallthrough(j->q->opt.storage);
     if (!qr) {
         job_fail(j, API_ERR_INTERNAL, "out of memory");
         return;
@@ -746,6 +746,7 @@ static void job_run_series(query_job_t *j)
     size_t n = 0, cap = 0;
     const char *err = NULL;
     char errbuf[512];
+    api_error_kind_t err_kind = API_ERR_INTERNAL;
     for (size_t i = 0; i < j->nsels && !err && !j->cancel; i++) {
         querier_set_t *set =
             querier_select(qr, (const matcher_t *const *)j->sels[i].ms, j->sels[i].n, j->start, j->end, NULL);
@@ -773,12 +774,16 @@ static void job_run_series(query_job_t *j)
         if (querier_set_error(set)) {
             snprintf(errbuf, sizeof(errbuf), "%s", querier_set_error(set));
             err = errbuf;
+            querier_err_kind_t qk = querier_set_error_kind(set);
+            err_kind = qk == QUERIER_ERR_REMOTE        ? API_ERR_EXECUTION
+                       : qk == QUERIER_ERR_UNAVAILABLE ? API_ERR_UNAVAILABLE
+                                                       : API_ERR_INTERNAL;
         }
         querier_set_free(set);
     }
     querier_close(qr);
     if (err) {
-        job_fail(j, API_ERR_INTERNAL, err);
+        job_fail(j, err_kind, err);
         return;
     }
     if (j->nsels > 1 && n > 1)

@@ -241,7 +241,8 @@ api_rules_t *api_rules_new(const api_rules_options_t *o, char *err, size_t errle
     } else {
         char host[256] = "localhost";
         gethostname(host, sizeof(host) - 1);
-        snprintf(url, sizeof(url), "http://%s:%d", host, o->srv ? api_server_port(o->srv) : 9091);
+        snprintf(url, sizeof(url), "%s://%s:%d", o->srv && api_server_tls(o->srv) ? "https" : "http", host,
+                 o->srv ? api_server_port(o->srv) : 9091);
     }
     char *amstore;
     size_t nams;

@@ -3,6 +3,14 @@
  * See server.h for the model. Threading: everything of a worker (its base, evhttp, connection
  * list) is touched only by that worker's thread, except through event_base_once (thread-safe
  * once evthread_use_pthreads() ran). Metrics are atomics shared by all workers.
+ *
+ * --web.config.file (api/webconfig): the current config is one reference-counted object behind
+ * wc_mu; a reload swaps it. TLS: evhttp asks server_bevcb for each accepted connection's
+ * bufferevent, which is then an OpenSSL one in accepting state made from the current config's
+ * context (the SSL object keeps that context alive, so a reload never disturbs open connections).
+ * A failed handshake (plain HTTP to the TLS port, an untrusted client certificate) is an error
+ * event evhttp answers by closing the connection. Basic auth: server_gencb checks every request
+ * before routing, so no endpoint is left out.
  */
 #include "api/server.h"
 
@@ -10,6 +18,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/http_struct.h> /* the request's HTTP version (no accessor in libevent 2.1) */
@@ -19,6 +28,8 @@
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +41,7 @@
 #include <unistd.h>
 
 #include "api/router.h"
+#include "api/webconfig.h"
 #include "internal/util/clock.h"
 #include "internal/util/hashmap.h"
 #include "internal/util/log.h"
@@ -78,7 +90,24 @@ struct api_server {
     _Atomic uint64_t refusals_held;    /* refusals not logged since */
     pthread_mutex_t calls_mu;
     struct server_call *calls; /* posted with api_server_run_on, not yet run */
+    pthread_mutex_t wc_mu;
+    api_webconfig_t *wc; /* --web.config.file; NULL = plain HTTP, no auth */
+    char *web_config_file;
+    bool has_web_config; /* fixed at start: the gate runs only with a file */
+    bool tls;            /* fixed at start: the listener speaks TLS (a reload cannot change it) */
+    _Atomic uint64_t unauthorized_total;
 };
+
+/* The current web config with a reference the caller drops (NULL when none). */
+static api_webconfig_t *server_webconfig(api_server_t *s)
+{
+    pthread_mutex_lock(&s->wc_mu);
+    api_webconfig_t *wc = s->wc;
+    if (wc)
+        api_webconfig_ref(wc);
+    pthread_mutex_unlock(&s->wc_mu);
+    return wc;
+}
 
 void api__server_observe(api_server_t *s, int route, int code, double seconds)
 {
@@ -161,7 +190,27 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
 static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
 {
     server_worker_t *w = arg;
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = NULL;
+    SSL *ssl = NULL;
+    if (w->srv->tls) {
+        pthread_mutex_lock(&w->srv->wc_mu);
+        ssl = SSL_new(api_webconfig_tls(w->srv->wc));
+        pthread_mutex_unlock(&w->srv->wc_mu);
+        if (!ssl) {
+            ERR_clear_error();
+            return NULL;
+        }
+        /* evhttp sets the socket later (bufferevent_setfd), which attaches it to ssl */
+        bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+        if (!bev) {
+            SSL_free(ssl);
+            return NULL;
+        }
+        /* clients commonly close without close_notify; the HTTP framing says where a message ends */
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    } else {
+        bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (!bev)
         return NULL;
     server_conn_t *c = calloc(1, sizeof(*c));
@@ -286,6 +335,27 @@ static void server_gencb(struct evhttp_request *ev, void *arg)
     size_t plen = q ? (size_t)(q - uri) : strlen(uri);
     req->raw_path = arena_strndup(arena, uri, plen);
     req->query = q ? arena_strdup(arena, q + 1) : NULL;
+    if (w->srv->tls && !(evcon && bufferevent_openssl_get_ssl(evhttp_connection_get_bufferevent(evcon)))) {
+        /* server_bevcb could not make a TLS connection (out of memory) and evhttp fell back to a
+         * plain one: never serve plain HTTP on the TLS port */
+        req->path = req->raw_path;
+        api_reply_header(req, "Connection", "close");
+        api_reply_text(req, 503, "cannot set up TLS for this connection\n");
+        return;
+    }
+    if (w->srv->has_web_config) {
+        api_webconfig_t *wc = server_webconfig(w->srv);
+        bool ok = api_webconfig_check_basic(wc, api_req_header(req, "Authorization"));
+        api_webconfig_unref(wc);
+        if (!ok) {
+            /* as Prometheus' exporter-toolkit answers */
+            atomic_fetch_add(&w->srv->unauthorized_total, 1);
+            req->path = req->raw_path;
+            api_reply_header(req, "WWW-Authenticate", "Basic");
+            api_reply_text(req, 401, "Unauthorized\n");
+            return;
+        }
+    }
     size_t dlen = 0;
     char *decoded = evhttp_uridecode(req->raw_path, 0, &dlen);
     if (!decoded || strlen(decoded) != dlen) {
@@ -405,7 +475,46 @@ api_server_t *api_server_create(const api_server_options_t *opt, char *err, size
         s->nworkers = SERVER_MAX_WORKERS;
     s->max_connections = opt->max_connections > 0 ? opt->max_connections : INT64_MAX;
     pthread_mutex_init(&s->calls_mu, NULL);
+    pthread_mutex_init(&s->wc_mu, NULL);
+    if (opt->web_config_file && opt->web_config_file[0]) {
+        s->web_config_file = strdup(opt->web_config_file);
+        s->wc = api_webconfig_load(opt->web_config_file, err, errlen);
+        if (!s->web_config_file || !s->wc) {
+            if (s->wc)
+                snprintf(err, errlen, "out of memory");
+            api_server_destroy(s);
+            return NULL;
+        }
+        s->has_web_config = true;
+        s->tls = api_webconfig_tls(s->wc) != NULL;
+    }
     return s;
+}
+
+int api_server_reload_web_config(api_server_t *s, char *err, size_t errlen)
+{
+    if (!s->web_config_file)
+        return 0;
+    api_webconfig_t *wc = api_webconfig_load(s->web_config_file, err, errlen);
+    if (!wc)
+        return -1;
+    if ((api_webconfig_tls(wc) != NULL) != s->tls) {
+        snprintf(err, errlen, "web config file %s: turning TLS %s needs a restart", s->web_config_file,
+                 s->tls ? "off" : "on");
+        api_webconfig_unref(wc);
+        return -1;
+    }
+    pthread_mutex_lock(&s->wc_mu);
+    api_webconfig_t *old = s->wc;
+    s->wc = wc;
+    pthread_mutex_unlock(&s->wc_mu);
+    api_webconfig_unref(old);
+    return 0;
+}
+
+bool api_server_tls(const api_server_t *s)
+{
+    return s->tls;
 }
 
 int api_server_port(const api_server_t *s)
@@ -608,6 +717,9 @@ void api_server_destroy(api_server_t *s)
         free(c);
     }
     pthread_mutex_destroy(&s->calls_mu);
+    api_webconfig_unref(s->wc);
+    free(s->web_config_file);
+    pthread_mutex_destroy(&s->wc_mu);
     api__router_free(s->router);
     if (s->fd >= 0)
         close(s->fd);
@@ -663,9 +775,12 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
         "--web.read-timeout.\n"
         "# TYPE sluice_http_slow_connections_closed_total counter\nsluice_http_slow_connections_closed_total %llu\n"
         "# HELP sluice_http_requests_in_flight Requests being served, including parked long-polls.\n"
-        "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n",
+        "# TYPE sluice_http_requests_in_flight gauge\nsluice_http_requests_in_flight %lld\n"
+        "# HELP sluice_http_unauthorized_total Requests answered 401 for missing or wrong basic-auth credentials "
+        "(--web.config.file).\n"
+        "# TYPE sluice_http_unauthorized_total counter\nsluice_http_unauthorized_total %llu\n",
         (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
         (unsigned long long)atomic_load(&s->rejected_total), (unsigned long long)atomic_load(&s->slow_closed_total),
-        (long long)atomic_load(&s->inflight));
+        (long long)atomic_load(&s->inflight), (unsigned long long)atomic_load(&s->unauthorized_total));
     (void)s;
 }

@@ -9,6 +9,9 @@
  * each worker keeps a reference to every connection's bufferevent and a sweep every 250 ms
  * notices the ones evhttp has let go, so the open-connection count is exact within that delay.
  *
+ * --web.config.file adds TLS (with optional client certificates) to the listener and basic auth
+ * in front of every route (server.c, api/webconfig.h).
+ *
  * Shutdown: api_server_stop() stops accepting, waits (bounded) for in-flight and parked requests,
  * runs the shutdown hooks (which answer parked long-polls), then stops the loops.
  */
@@ -30,12 +33,19 @@ typedef struct {
     uint64_t max_body_bytes;
     uint64_t max_header_bytes;
     int64_t read_timeout_ms;
+    const char *web_config_file; /* --web.config.file (api/webconfig.h): TLS, basic auth; NULL/"" = none */
 } api_server_options_t;
 
 typedef struct api_server api_server_t;
 
 /* Binds and listens (so a bad address fails before anything else starts). NULL + err. */
 api_server_t *api_server_create(const api_server_options_t *opt, char *err, size_t errlen);
+/* Re-reads --web.config.file (SIGHUP): new certificates, client CA, users. The old config stays on
+ * any error, and when the new one would turn TLS on or off (that needs a restart). 0 or -1 + err;
+ * 0 without a file. */
+int api_server_reload_web_config(api_server_t *s, char *err, size_t errlen);
+/* Whether the listener speaks TLS. */
+bool api_server_tls(const api_server_t *s);
 /* The port actually bound (useful with :0). */
 int api_server_port(const api_server_t *s);
 /* Starts the worker threads. 0 or -1 + err. */

@@ -9,10 +9,14 @@ PKGS=(
   # libraries (pkg-config names in CMakeLists.txt)
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
   libcmocka-dev libre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev
+  # TLS (OpenSSL; libevent-dev brings libevent_openssl) and bcrypt for basic auth (libxcrypt)
+  libssl-dev libcrypt-dev
   # fuzzing (make fuzz, ctest fuzz/short): clang and its libFuzzer/sanitizer runtimes
   clang libclang-rt-14-dev
   # tests and tools
   python3 python3-pytest python3-requests python3-prometheus-client python3-snappy curl sqlite3 procps
+  # test_tls.py: bcrypt hashes made by an implementation other than sluice's; the openssl CLI
+  python3-bcrypt openssl
   # test_deploy.py: systemd-analyze verify of deploy/systemd/sluice.service; PyYAML for the manifests
   systemd python3-yaml
   # the dashboard's browser test (tests/integration/test_dashboard_browser.py): Debian's chromium

@@ -666,6 +666,30 @@ int catalog_label_names(catalog_t *cat, int64_t mint, int64_t maxt, arena_t *a, 
     return ret;
 }
 
+int catalog_min_first_seen(catalog_t *cat, int64_t since, int64_t *out)
+{
+    /* A scan of the series table (no index on the times): callers cache the answer. */
+    pthread_mutex_lock(&cat->read_mu);
+    sqlite3_stmt *st = NULL;
+    int ret = -1;
+    *out = INT64_MAX;
+    if (sqlite3_prepare_v2(cat->rdb, "SELECT min(max(first_seen, ?1)) FROM series WHERE last_seen >= ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, since);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            if (sqlite3_column_type(st, 0) != SQLITE_NULL)
+                *out = sqlite3_column_int64(st, 0);
+            ret = 0;
+        } else if (rc == SQLITE_DONE) {
+            ret = 0;
+        }
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&cat->read_mu);
+    return ret;
+}
+
 static int copy_labels_to_arena(const labels_t *src, arena_t *a, labels_t *out)
 {
     label_t *v = src->n ? arena_try_alloc(a, src->n * sizeof(label_t)) : NULL;

@@ -81,6 +81,10 @@ int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t
                          size_t *n);
 /* Distinct label names (including __name__) among series seen within [mint, maxt], sorted. */
 int catalog_label_names(catalog_t *cat, int64_t mint, int64_t maxt, arena_t *a, const char ***names, size_t *n);
+/* The oldest first_seen, but not before `since`, among series last seen at or after `since`
+ * (INT64_MAX when there is none): where the data the store may still hold for them begins.
+ * Returns 0 or -1. */
+int catalog_min_first_seen(catalog_t *cat, int64_t since, int64_t *out);
 /* Labels of series id, allocated in arena a. Returns 0, 1 if the id is unknown, -1 on error. */
 int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out);
 

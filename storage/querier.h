@@ -63,10 +63,24 @@ typedef struct {
 } querier_series_t;
 
 typedef struct querier_set querier_set_t;
+
+/* What kind of failure a set's error is, so the HTTP layer can answer as Prometheus does. */
+typedef enum {
+    QUERIER_ERR_INTERNAL = 0, /* local storage failed: 500 */
+    QUERIER_ERR_REMOTE,       /* a remote store answered badly (fall-through, fail mode): 422 */
+    QUERIER_ERR_UNAVAILABLE,  /* a remote store could not be reached or timed out: 503 */
+} querier_err_kind_t;
+
 typedef struct {
     const querier_series_t *(*next)(querier_set_t *set);
     const char *(*error)(querier_set_t *set);
     void (*free)(querier_set_t *set);
+    /* Optional (NULL = none). Prometheus-style warnings of a partial answer (a remote store that
+     * failed while the local data still answered): count, and the messages in *out, owned by the
+     * set. Complete once next() returned NULL. */
+    size_t (*warnings)(querier_set_t *set, const char *const **out);
+    /* Optional (NULL = QUERIER_ERR_INTERNAL): the kind of the error error() reports. */
+    querier_err_kind_t (*error_kind)(querier_set_t *set);
 } querier_set_ops_t;
 struct querier_set {
     const querier_set_ops_t *ops;
@@ -104,6 +118,16 @@ static inline const querier_series_t *querier_set_next(querier_set_t *s)
 static inline const char *querier_set_error(querier_set_t *s)
 {
     return s->ops->error(s);
+}
+/* Warnings of the set (see querier_set_ops_t.warnings); 0 when it has none. */
+static inline size_t querier_set_warnings(querier_set_t *s, const char *const **out)
+{
+    *out = NULL;
+    return s->ops->warnings ? s->ops->warnings(s, out) : 0;
+}
+static inline querier_err_kind_t querier_set_error_kind(querier_set_t *s)
+{
+    return s->ops->error_kind ? s->ops->error_kind(s) : QUERIER_ERR_INTERNAL;
 }
 /* s may be NULL. */
 static inline void querier_set_free(querier_set_t *s)

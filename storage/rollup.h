@@ -58,6 +58,9 @@ typedef struct {
     int64_t flush_interval_ms;      /* writer wake-up period; 0 = 1000 */
     int64_t checkpoint_interval_ms; /* open buckets written at least this often; 0 = 60000 */
     bool no_thread;                 /* tests: no writer thread, call rollup_flush yourself */
+    /* The writer's retention `now` (ms since the epoch): the store's clock, so a store on a test
+     * clock is not aged by the real one. NULL = wall clock. Called from the writer thread. */
+    int64_t (*clock_ms)(void);
 } rollup_config_t;
 
 typedef struct rollup rollup_t;
@@ -92,8 +95,8 @@ void rollup_close_buckets_before(rollup_t *r, int64_t before_ms);
 /* One slice of a retention pass: deletes stored buckets older than now_ms - retention (blobs:
  * once their whole span is older), touching at most `budget` blobs (or, for the plain hourly
  * rows, `budget` series) per call. Returns 1 if the pass has more to do (call again), 0 when the
- * pass is complete, -1 on error. The writer runs a pass every hour with the wall clock; tests
- * call it with their own now. */
+ * pass is complete, -1 on error. The writer runs a pass every hour (wall clock), judging age
+ * by the configured clock (rollup_config_t.clock_ms); tests may call it with their own now. */
 int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget);
 
 typedef struct {

@@ -65,6 +65,7 @@
 #include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 #include "storage/catalog.h"
+#include "storage/querier_fallthrough.h"
 #include "storage/querier_tiered.h"
 #include "storage/rollup.h"
 #include "storage/snapshot.h"
@@ -104,6 +105,11 @@ struct storage {
     bool has_client[256];
     bool recover_started;
     _Atomic uint64_t state_logged, state_restore_errors;
+
+    storage_fallthrough_t ft; /* ft.open NULL: none */
+    pthread_mutex_t min_lock; /* storage_min_time's cache of the roll-ups' oldest data */
+    int64_t min_rollup_t, min_rollup_at;
+    bool min_rollup_valid;
 
     pthread_t thread;
     bool thread_started;
@@ -174,6 +180,7 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
     hashmap_init(&s->known, NULL, HASHMAP_HASHED_KEYS);
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
+    pthread_mutex_init(&s->min_lock, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
     return s;
 }
@@ -615,7 +622,11 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     head_expire(s->head, storage_now_ms(s), 0);
 
     if (!s->rollups_spec || s->rollups_spec[0]) {
-        rollup_config_t rcfg = {.resolutions = s->rollups_spec};
+        /* no_background covers the roll-up writer too: a test that drives the store by hand
+         * (storage_housekeep, storage_flush) must not have a thread rewriting or deleting
+         * roll-ups behind it on the real clock's schedule. */
+        rollup_config_t rcfg = {
+            .resolutions = s->rollups_spec, .no_thread = s->o.no_background, .clock_ms = s->o.clock_ms};
         s->rollup = rollup_open(s->cat, &rcfg, err, errlen);
         if (!s->rollup)
             return STORAGE_ERR_IO;
@@ -865,6 +876,7 @@ void storage_close(storage_t *s)
     pthread_mutex_destroy(&s->known_lock);
     pthread_mutex_destroy(&s->snap_lock);
     pthread_mutex_destroy(&s->stop_lock);
+    pthread_mutex_destroy(&s->min_lock);
     pthread_cond_destroy(&s->stop_cond);
     free(s->path);
     free(s->rollups_spec);
@@ -1306,6 +1318,58 @@ querier_t *storage_querier(storage_t *s)
 {
     querier_tiered_opts_t o = {.head = s->head, .rollup = s->rollup, .cat = s->cat, .now_ms = querier_now, .ud = s};
     return querier_tiered_new(&o);
+}
+
+/* ---- fall-through ---------------------------------------------------------------------------- */
+
+void storage_set_fallthrough(storage_t *s, const storage_fallthrough_t *ft)
+{
+    if (ft)
+        s->ft = *ft;
+    else
+        memset(&s->ft, 0, sizeof(s->ft));
+}
+
+int64_t storage_min_time(storage_t *s)
+{
+    head_stats_t hs;
+    head_get_stats(s->head, &hs);
+    int64_t m = hs.min_t;
+    if (!s->rollup || !s->cat)
+        return m;
+    const rollup_resolutions_t *rs = rollup_resolutions(s->rollup);
+    int64_t longest = 0;
+    for (size_t i = 0; i < rs->n; i++)
+        if (rs->v[i].retention_ms > longest)
+            longest = rs->v[i].retention_ms;
+    int64_t now = storage_now_ms(s);
+    pthread_mutex_lock(&s->min_lock);
+    if (!s->min_rollup_valid || now - s->min_rollup_at >= STORAGE_MIN_TIME_CACHE_MS || now < s->min_rollup_at) {
+        int64_t r;
+        if (catalog_min_first_seen(s->cat, now - longest, &r) == 0) {
+            s->min_rollup_t = r;
+            s->min_rollup_at = now;
+            s->min_rollup_valid = true;
+        }
+    }
+    int64_t r = s->min_rollup_valid ? s->min_rollup_t : INT64_MAX;
+    pthread_mutex_unlock(&s->min_lock);
+    return r < m ? r : m;
+}
+
+querier_t *storage_querier_fallthrough(storage_t *s)
+{
+    querier_t *local = storage_querier(s);
+    if (!local || !s->ft.open)
+        return local;
+    querier_t *remote = s->ft.open(s->ft.ud);
+    if (!remote) {
+        querier_close(local);
+        return NULL;
+    }
+    querier_fallthrough_opts_t o = {
+        .local = local, .remote = remote, .local_min = storage_min_time(s), .read_recent = s->ft.read_recent};
+    return querier_fallthrough_new(&o);
 }
 
 /* ---- statistics ---------------------------------------------------------------------------- */

@@ -67,7 +67,8 @@ typedef struct {
     int64_t max_future_ms;            /* samples further ahead of the clock are refused; 0 = no limit */
     const char *rollups;              /* NULL = ROLLUP_DEFAULT_RESOLUTIONS, "" = no roll-ups */
     int64_t snapshot_interval_ms;     /* periodic snapshot; 0 = 1h, < 0 = only on close */
-    bool no_background;               /* tests: no housekeeping thread (call storage_housekeep) */
+    bool no_background;               /* tests: no housekeeping thread and no roll-up writer thread
+                                         (call storage_housekeep, storage_flush) */
     int64_t (*clock_ms)(void);        /* tests: NULL = wall clock (CLOCK_REALTIME) */
 } storage_options_t;
 
@@ -128,6 +129,29 @@ int storage_append_refs(storage_t *s, const storage_sample_t *samples, size_t n,
 /* A querier over everything stored (querier.h; tiers and synthetic roll-up samples:
  * storage/querier_tiered.h); close with querier_close. NULL on OOM. */
 querier_t *storage_querier(storage_t *s);
+
+/* ---- fall-through to remote stores (storage/querier_fallthrough.h) ---------------------------
+ *
+ * With a fall-through set, storage_querier_fallthrough reads what the store no longer holds
+ * (before storage_min_time) from remote stores, through the querier `open` returns (one per
+ * query; the daemon's is internal/remote/remote_querier.h). Only PromQL and the series/labels
+ * API read through it: rules, the dashboard and sluice's own remote read endpoint stay local
+ * (a remote read that fell through could loop between two stores reading each other). */
+typedef struct {
+    querier_t *(*open)(void *ud); /* NULL on OOM */
+    void *ud;
+    bool read_recent; /* ask the remote for the whole range, not only before storage_min_time */
+} storage_fallthrough_t;
+
+/* Call before the store serves queries; ft is copied (NULL: none). */
+void storage_set_fallthrough(storage_t *s, const storage_fallthrough_t *ft);
+/* storage_querier, plus the remote history when a fall-through is set. NULL on OOM. */
+querier_t *storage_querier_fallthrough(storage_t *s);
+/* Oldest timestamp the store holds data for: the oldest raw sample in memory, or where roll-ups
+ * still hold data if that is earlier (from the catalog's first-seen times, bounded by the longest
+ * roll-up retention; cached for STORAGE_MIN_TIME_CACHE_MS). INT64_MAX when it holds nothing. */
+int64_t storage_min_time(storage_t *s);
+#define STORAGE_MIN_TIME_CACHE_MS 30000
 
 /* Writes a snapshot now (no-op for memory-only stores). Returns 0 or a STORAGE_ERR_*. */
 int storage_snapshot(storage_t *s, char *err, size_t errlen);

@@ -34,6 +34,7 @@ typedef struct {
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_formats[] = {"logfmt", "json", NULL};
 static const char *const wal_fsync_modes[] = {"interval", "always", NULL};
+static const char *const remote_read_on_error[] = {"warn", "fail", NULL};
 
 #define OFF(f) offsetof(config_t, f)
 static const config_option_t config_options[] = {
@@ -156,6 +157,51 @@ static const config_option_t config_options[] = {
      "Retry batches answered 429 (honouring Retry-After) instead of dropping them.", NULL},
     {"remote-write.wal-max-hold", OPT_DURATION, OFF(remote_write_wal_max_hold_ms), "24h",
      "Keep WAL segments that are not yet forwarded at most this long (0 = until sent; the disk may fill).", NULL},
+    {"remote-write.tls-ca-file", OPT_STRING, OFF(remote_write_tls_ca_file), "",
+     "CA certificates (PEM) that https:// remote-write receivers are verified against (default: the system store).",
+     NULL},
+    {"remote-write.tls-cert-file", OPT_STRING, OFF(remote_write_tls_cert_file), "",
+     "Client certificate (PEM) presented to https:// remote-write receivers (mTLS); with --remote-write.tls-key-file.",
+     NULL},
+    {"remote-write.tls-key-file", OPT_STRING, OFF(remote_write_tls_key_file), "",
+     "Private key (PEM) of --remote-write.tls-cert-file.", NULL},
+    {"remote-write.tls-server-name", OPT_STRING, OFF(remote_write_tls_server_name), "",
+     "Name sent as SNI and verified in the receiver's certificate (default: the URL's host).", NULL},
+    {"remote-write.tls-insecure-skip-verify", OPT_BOOL, OFF(remote_write_tls_insecure_skip_verify), "false",
+     "Do not verify remote-write receivers' certificates (testing only).", NULL},
+    {"web.config.file", OPT_STRING, OFF(web_config_file), "",
+     "Prometheus-style web configuration (TLS, mTLS, basic auth with bcrypt hashes) for every endpoint; reloaded on "
+     "SIGHUP (docs/deploy.md).",
+     NULL},
+    {"remote-read.url", OPT_LIST, OFF(remote_read_urls), "",
+     "Remote-read endpoint PromQL falls through to for data older than sluice holds (repeatable): URL, then optional "
+     "space-separated name=, header=Name:value, basic-auth-username=, basic-auth-password-file=, bearer-token-file=, "
+     "response-type=streamed|samples, tls-ca-file=, tls-cert-file=, tls-key-file=, tls-server-name=, "
+     "tls-insecure-skip-verify= (docs/deploy.md).",
+     NULL},
+    {"remote-read.read-recent", OPT_BOOL, OFF(remote_read_recent), "false",
+     "Also ask the remote-read endpoints for the range sluice holds (merged by timestamp, sluice's sample wins).",
+     NULL},
+    {"remote-read.timeout", OPT_DURATION, OFF(remote_read_timeout_ms), "1m", "Timeout of one remote-read request.",
+     NULL},
+    {"remote-read.on-error", OPT_STRING, OFF(remote_read_on_error), "warn",
+     "A failing remote-read endpoint: warn = answer from the rest with a warning (partial response); fail = the query "
+     "fails (422, or 503 when unreachable).",
+     remote_read_on_error},
+    {"remote-read.max-response-size", OPT_SIZE, OFF(remote_read_max_response_bytes), "256MiB",
+     "Largest remote-read response (compressed and decompressed); a larger one is a remote-read error.", NULL},
+    {"remote-read.tls-ca-file", OPT_STRING, OFF(remote_read_tls_ca_file), "",
+     "CA certificates (PEM) that https:// remote-read endpoints are verified against (default: the system store).",
+     NULL},
+    {"remote-read.tls-cert-file", OPT_STRING, OFF(remote_read_tls_cert_file), "",
+     "Client certificate (PEM) presented to https:// remote-read endpoints (mTLS); with --remote-read.tls-key-file.",
+     NULL},
+    {"remote-read.tls-key-file", OPT_STRING, OFF(remote_read_tls_key_file), "",
+     "Private key (PEM) of --remote-read.tls-cert-file.", NULL},
+    {"remote-read.tls-server-name", OPT_STRING, OFF(remote_read_tls_server_name), "",
+     "Name sent as SNI and verified in the endpoint's certificate (default: the URL's host).", NULL},
+    {"remote-read.tls-insecure-skip-verify", OPT_BOOL, OFF(remote_read_tls_insecure_skip_verify), "false",
+     "Do not verify remote-read endpoints' certificates (testing only).", NULL},
     {"log.level", OPT_STRING, OFF(log_level), "info", "Log level: debug, info, warn, error.", log_levels},
     {"log.format", OPT_STRING, OFF(log_format), "logfmt", "Log format: logfmt or json.", log_formats},
 };
@@ -192,9 +238,10 @@ static int config_set(config_t *c, const config_option_t *o, const char *val, co
                 ok = ok || strcmp(*ch, val) == 0;
             if (!ok) {
                 snprintf(err, errlen, "invalid value \"%s\" for %s%s (allowed: %s)", val, where, o->name,
-                         o->choices == log_levels        ? "debug, info, warn, error"
-                         : o->choices == wal_fsync_modes ? "interval, always"
-                                                         : "logfmt, json");
+                         o->choices == log_levels             ? "debug, info, warn, error"
+                         : o->choices == wal_fsync_modes      ? "interval, always"
+                         : o->choices == remote_read_on_error ? "warn, fail"
+                                                              : "logfmt, json");
                 return -1;
             }
         }

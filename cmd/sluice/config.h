@@ -77,6 +77,23 @@ typedef struct {
     int64_t remote_write_max_backoff_ms;
     bool remote_write_retry_on_429;
     int64_t remote_write_wal_max_hold_ms;
+    char *remote_write_tls_ca_file; /* "" = system store */
+    char *remote_write_tls_cert_file;
+    char *remote_write_tls_key_file;
+    char *remote_write_tls_server_name;
+    bool remote_write_tls_insecure_skip_verify;
+    char *web_config_file; /* --web.config.file, "" = plain HTTP, no auth */
+    /* remote read fall-through (internal/remote, storage/querier_fallthrough) */
+    char *remote_read_urls; /* repeatable: '\n'-joined "URL [key=value ...]" */
+    bool remote_read_recent;
+    int64_t remote_read_timeout_ms;
+    char *remote_read_on_error; /* "warn" | "fail" */
+    uint64_t remote_read_max_response_bytes;
+    char *remote_read_tls_ca_file; /* "" = system store */
+    char *remote_read_tls_cert_file;
+    char *remote_read_tls_key_file;
+    char *remote_read_tls_server_name;
+    bool remote_read_tls_insecure_skip_verify;
     /* logging */
     char *log_level;
     char *log_format;

@@ -35,6 +35,8 @@
 #include "api/tsdb_status.h"
 #include "api/ui.h"
 #include "cmd/sluice/config.h"
+#include "internal/remote/read_client.h"
+#include "internal/remote/remote_querier.h"
 #include "internal/util/buildinfo.h"
 #include "internal/util/heap.h"
 #include "internal/util/log.h"
@@ -170,6 +172,13 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     if (api_rules_reload(m->rules, &rule_errs) == 0)
         log_info("main", "SIGHUP: rules reloaded");
     buf_free(&rule_errs);
+    if (m->cfg->web_config_file && m->cfg->web_config_file[0]) {
+        char werr[1024];
+        if (api_server_reload_web_config(m->srv, werr, sizeof(werr)) == 0)
+            log_info("main", "SIGHUP: web config reloaded", LF_S("file", m->cfg->web_config_file));
+        else
+            log_error("main", "web config reload failed; keeping the running one", LF_S("err", werr));
+    }
     if (!m->cfg->config_file || !m->cfg->config_file[0]) {
         log_info("main", "SIGHUP: no --config.file to reload");
         api_status_note_config_load(m->status, true);
@@ -188,6 +197,99 @@ static void main_on_reload_signal(evutil_socket_t sig, short what, void *arg)
     log_info("main", "configuration reloaded", LF_S("file", m->cfg->config_file), LF_S("log_level", fresh.log_level));
     api_status_note_config_load(m->status, true);
     config_free(&fresh);
+}
+
+/* --remote-read.*: the remote stores PromQL falls through to (storage_set_fallthrough). */
+typedef struct {
+    remote_read_client_t **clients;
+    size_t n;
+    bool fail;
+    label_t *external; /* --external-label pairs, stripped from what the remotes return */
+    size_t nexternal;
+    char *external_strs;
+} main_remote_read_t;
+
+static querier_t *main_open_remote(void *ud)
+{
+    main_remote_read_t *rr = ud;
+    remote_querier_opts_t o = {.clients = rr->clients,
+                               .nclients = rr->n,
+                               .fail_on_error = rr->fail,
+                               .external = rr->external,
+                               .nexternal = rr->nexternal};
+    return remote_querier_new(&o);
+}
+
+static void main_remote_read_free(main_remote_read_t *rr)
+{
+    for (size_t i = 0; i < rr->n; i++)
+        remote_read_client_free(rr->clients[i]);
+    free(rr->clients);
+    free(rr->external);
+    free(rr->external_strs);
+    rr->clients = NULL;
+    rr->n = 0;
+}
+
+/* One client per --remote-read.url. 0, or -1 with a message (a bad spec stops start-up). */
+static int main_remote_read_setup(const config_t *c, main_remote_read_t *rr, char *err, size_t errlen)
+{
+    rr->fail = strcmp(c->remote_read_on_error, "fail") == 0;
+    size_t len;
+    /* name=value pairs, checked by the remote-write sender's parser; here only split */
+    rr->external_strs = strdup(c->external_labels ? c->external_labels : "");
+    for (char *it = rr->external_strs; it && *it;) {
+        char *nl = strchr(it, '\n'), *eq = strchr(it, '=');
+        if (nl)
+            *nl = 0;
+        if (eq && eq != it) {
+            *eq = 0;
+            char *val = eq + 1;
+            size_t vl = strlen(val);
+            if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') { /* as the sender reads them */
+                val[vl - 1] = 0;
+                val++;
+            }
+            label_t *v = realloc(rr->external, (rr->nexternal + 1) * sizeof(*v));
+            if (!v) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            rr->external = v;
+            rr->external[rr->nexternal++] = (label_t){it, val};
+        }
+        it = nl ? nl + 1 : it + strlen(it);
+    }
+    /* defaults of https:// targets; a target's tls-*= options override them */
+    const tls_client_options_t tls = {.ca_file = c->remote_read_tls_ca_file,
+                                      .cert_file = c->remote_read_tls_cert_file,
+                                      .key_file = c->remote_read_tls_key_file,
+                                      .server_name = c->remote_read_tls_server_name,
+                                      .insecure_skip_verify = c->remote_read_tls_insecure_skip_verify};
+    for (const char *it = config_list_next(c->remote_read_urls, &len); it;
+         it = it[len] == '\n' ? config_list_next(it + len + 1, &len) : NULL) {
+        char *spec = strndup(it, len);
+        remote_read_client_t **v = realloc(rr->clients, (rr->n + 1) * sizeof(*v));
+        if (!spec || !v) {
+            free(spec);
+            if (v)
+                rr->clients = v;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        rr->clients = v;
+        remote_read_client_opts_t o = {.spec = spec,
+                                       .timeout_ms = c->remote_read_timeout_ms,
+                                       .max_response_bytes = (size_t)c->remote_read_max_response_bytes,
+                                       .max_samples = (uint64_t)c->query_max_samples,
+                                       .tls = &tls};
+        rr->clients[rr->n] = remote_read_client_new(&o, err, errlen);
+        free(spec);
+        if (!rr->clients[rr->n])
+            return -1;
+        rr->n++;
+    }
+    return 0;
 }
 
 /* --query.max-memory: what running queries and remote reads hold together (arena budgets). */
@@ -229,6 +331,7 @@ int main(int argc, char **argv)
     buf_t config_yaml = BUF_INIT;
     struct event_base *base = NULL;
     buf_t flags = BUF_INIT;
+    main_remote_read_t remote_read = {0};
 
     if (main_mkdirs(cfg.storage_path, err, sizeof(err)) != 0 ||
         (lock_fd = main_lock_data_dir(cfg.storage_path, err, sizeof(err))) < 0) {
@@ -243,6 +346,7 @@ int main(int argc, char **argv)
         .max_body_bytes = cfg.max_body_bytes,
         .max_header_bytes = cfg.max_header_bytes,
         .read_timeout_ms = cfg.read_timeout_ms,
+        .web_config_file = cfg.web_config_file,
     };
     srv = api_server_create(&so, err, sizeof(err));
     if (!srv) {
@@ -254,6 +358,21 @@ int main(int argc, char **argv)
     if (!storage) {
         log_error("main", "cannot set up storage", LF_S("err", err));
         goto out;
+    }
+
+    if (main_remote_read_setup(&cfg, &remote_read, err, sizeof(err)) != 0) {
+        log_error("main", "bad remote-read settings", LF_S("err", err));
+        goto out;
+    }
+    if (remote_read.n) {
+        storage_fallthrough_t ft = {.open = main_open_remote, .ud = &remote_read, .read_recent = cfg.remote_read_recent};
+        storage_set_fallthrough(storage, &ft);
+        for (size_t i = 0; i < remote_read.n; i++)
+            log_info("main", "PromQL falls through to remote read",
+                     LF_S("remote_name", remote_read_client_name(remote_read.clients[i])),
+                     LF_S("url", remote_read_client_url(remote_read.clients[i])),
+                     LF_S("read_recent", cfg.remote_read_recent ? "true" : "false"),
+                     LF_S("on_error", cfg.remote_read_on_error));
     }
 
     config_format_flags_json(&cfg, &flags);
@@ -400,7 +519,12 @@ int main(int argc, char **argv)
                                  .min_backoff_ms = cfg.remote_write_min_backoff_ms,
                                  .max_backoff_ms = cfg.remote_write_max_backoff_ms,
                                  .retry_on_429 = cfg.remote_write_retry_on_429,
-                                 .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms};
+                                 .wal_max_hold_ms = cfg.remote_write_wal_max_hold_ms,
+                                 .tls = {.ca_file = cfg.remote_write_tls_ca_file,
+                                         .cert_file = cfg.remote_write_tls_cert_file,
+                                         .key_file = cfg.remote_write_tls_key_file,
+                                         .server_name = cfg.remote_write_tls_server_name,
+                                         .insecure_skip_verify = cfg.remote_write_tls_insecure_skip_verify}};
     forward = api_forward_new(&fwo, err, sizeof(err));
     if (!forward && err[0]) {
         log_error("main", "bad remote-write settings", LF_S("err", err));
@@ -414,6 +538,7 @@ int main(int argc, char **argv)
         goto out;
     }
     log_info("main", "listening", LF_S("address", cfg.listen_address), LF_I("port", api_server_port(srv)),
+             LF_S("tls", api_server_tls(srv) ? "true" : "false"),
              LF_I("workers", api_server_worker_count(srv)), LF_S("storage_path", cfg.storage_path));
 
     /* Until recovery is done /-/ready answers 503 (the server is up so health checks see why). */
@@ -480,6 +605,7 @@ out:
     api_forward_stop(forward);
     storage_close(storage);
     api_forward_free(forward); /* after storage_close: the final snapshot asked its WAL hold */
+    main_remote_read_free(&remote_read); /* after the queries that used it ended */
     if (base)
         event_base_free(base);
     metrics_unregister_all();

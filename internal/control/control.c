@@ -595,6 +595,20 @@ static void control_put_str(buf_t *b, const char *s)
         buf_puts(b, "null");
 }
 
+/* ,"drain":[{"attribute":..,"regex":..},..] */
+static void control_put_drain(buf_t *out, const control_match_t *d, size_t n)
+{
+    buf_puts(out, ",\"drain\":[");
+    for (size_t i = 0; i < n; i++) {
+        buf_puts(out, i ? ",{\"attribute\":" : "{\"attribute\":");
+        control_put_str(out, d[i].attribute);
+        buf_puts(out, ",\"regex\":");
+        control_put_str(out, d[i].regex);
+        buf_putc(out, '}');
+    }
+    buf_putc(out, ']');
+}
+
 void control_spec_to_json(const control_spec_t *s, buf_t *out)
 {
     buf_puts(out, "{\"mode\":");
@@ -603,15 +617,8 @@ void control_spec_to_json(const control_spec_t *s, buf_t *out)
         buf_printf(out, ",\"rate_limit_per_second\":%lld", (long long)s->rate_limit_per_second);
     else
         buf_puts(out, ",\"rate_limit_per_second\":null");
-    buf_puts(out, ",\"drain\":[");
-    for (size_t i = 0; i < s->ndrain; i++) {
-        buf_puts(out, i ? ",{\"attribute\":" : "{\"attribute\":");
-        control_put_str(out, s->drain[i].attribute);
-        buf_puts(out, ",\"regex\":");
-        control_put_str(out, s->drain[i].regex);
-        buf_putc(out, '}');
-    }
-    buf_puts(out, "]}");
+    control_put_drain(out, s->drain, s->ndrain);
+    buf_putc(out, '}');
 }
 
 void control_state_to_tis_json(const control_state_t *s, buf_t *out)
@@ -622,17 +629,8 @@ void control_state_to_tis_json(const control_state_t *s, buf_t *out)
     /* the invariant guarantees 0 outside RATE_LIMITED */
     buf_printf(out, "\"payloadParams\":{\"rateLimitPerSecond\":%lld",
                (long long)(sp->mode == CONTROL_RATE_LIMITED ? sp->rate_limit_per_second : 0));
-    if (sp->mode == CONTROL_DRAINING && sp->ndrain) {
-        buf_puts(out, ",\"drain\":[");
-        for (size_t i = 0; i < sp->ndrain; i++) {
-            buf_puts(out, i ? ",{\"attribute\":" : "{\"attribute\":");
-            control_put_str(out, sp->drain[i].attribute);
-            buf_puts(out, ",\"regex\":");
-            control_put_str(out, sp->drain[i].regex);
-            buf_putc(out, '}');
-        }
-        buf_putc(out, ']');
-    }
+    if (sp->mode == CONTROL_DRAINING && sp->ndrain)
+        control_put_drain(out, sp->drain, sp->ndrain);
     buf_puts(out, "}}");
 }
 

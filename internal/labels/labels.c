@@ -129,3 +129,25 @@ bool labels_valid_metric_name(const char *s, size_t n)
     }
     return true;
 }
+
+size_t labels_strings_size(const labels_t *ls)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < ls->n; i++)
+        n += strlen(ls->v[i].name) + strlen(ls->v[i].value) + 2;
+    return n;
+}
+
+char *labels_pack(const labels_t *ls, label_t *out_v, char *p)
+{
+    for (size_t i = 0; i < ls->n; i++) {
+        size_t nl = strlen(ls->v[i].name) + 1, vl = strlen(ls->v[i].value) + 1;
+        memcpy(p, ls->v[i].name, nl);
+        out_v[i].name = p;
+        p += nl;
+        memcpy(p, ls->v[i].value, vl);
+        out_v[i].value = p;
+        p += vl;
+    }
+    return p;
+}

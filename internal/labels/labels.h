@@ -36,6 +36,11 @@ bool labels_equal(const labels_t *a, const labels_t *b);
 int labels_compare(const labels_t *a, const labels_t *b);
 /* Value of `name` or NULL. */
 const char *labels_get(const labels_t *ls, const char *name);
+/* Bytes the names and values of ls take as NUL-terminated strings (what labels_pack writes). */
+size_t labels_strings_size(const labels_t *ls);
+/* Copies ls into out_v[0..ls->n), its strings packed one after another into `strings` (at least
+ * labels_strings_size bytes). Returns the byte after the last one written. */
+char *labels_pack(const labels_t *ls, label_t *out_v, char *strings);
 /* Prometheus label name rule: [a-zA-Z_][a-zA-Z0-9_]*. */
 bool labels_valid_name(const char *s, size_t n);
 /* Metric name rule: [a-zA-Z_:][a-zA-Z0-9_:]*. */

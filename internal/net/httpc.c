@@ -5,11 +5,19 @@
  * Response reading: status line and headers (at most 64 KiB), then the body framed by
  * Content-Length, by chunked transfer coding, or by the connection's end. The connection is
  * kept when the response was fully read and the peer did not say "Connection: close".
+ *
+ * TLS: after the TCP connect an https:// connection runs the OpenSSL handshake on the same
+ * non-blocking socket (SSL_connect, polling for whatever it wants, within the call's deadline);
+ * from then on conn_send/conn_recv go through SSL_write/SSL_read, so the HTTP code above them is
+ * the same for both. A peer that closes without TLS close_notify counts as an ordinary close.
  */
 #include "internal/net/httpc.h"
 
 #include <errno.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,9 +32,18 @@
 
 #define HTTPC_MAX_HEADER (64 * 1024)
 
+struct httpc_tls {
+    SSL_CTX *ctx;
+    char *server_name; /* NULL = the URL's host */
+    bool verify;
+};
+
 struct httpc_conn {
     httpc_url_t u;
+    httpc_tls_t *tls; /* NULL: the default (system CAs) for https */
     int fd;
+    SSL *ssl;        /* https, while connected */
+    char ioerr[256]; /* why the last send/receive failed */
     /* bytes received past the current response (none expected without pipelining) */
     buf_t in;
 };
@@ -35,14 +52,12 @@ int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof(*out));
     if (strncmp(url, "https://", 8) == 0) {
-        snprintf(err, errlen, "https is not supported (%s): use a local TLS proxy, see docs/deploy.md", url);
+        out->tls = true;
+    } else if (strncmp(url, "http://", 7) != 0) {
+        snprintf(err, errlen, "URL must start with http:// or https:// (%s)", url);
         return -1;
     }
-    if (strncmp(url, "http://", 7) != 0) {
-        snprintf(err, errlen, "URL must start with http:// (%s)", url);
-        return -1;
-    }
-    const char *p = url + 7;
+    const char *p = url + (out->tls ? 8 : 7);
     const char *slash = strchr(p, '/');
     size_t hl = slash ? (size_t)(slash - p) : strlen(p);
     if (hl == 0 || hl >= sizeof(out->hostport)) {
@@ -77,7 +92,7 @@ int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
         }
         snprintf(out->port, sizeof(out->port), "%s", colon + 1);
     } else {
-        snprintf(out->port, sizeof(out->port), "80");
+        snprintf(out->port, sizeof(out->port), "%s", out->tls ? "443" : "80");
     }
     const char *path = slash ? slash : "/";
     if (strlen(path) >= sizeof(out->path)) {
@@ -88,19 +103,242 @@ int httpc_url_parse(const char *url, httpc_url_t *out, char *err, size_t errlen)
     return 0;
 }
 
-httpc_conn_t *httpc_conn_new(const httpc_url_t *u)
+httpc_tls_t *httpc_tls_new(const httpc_tls_options_t *o, char *err, size_t errlen)
+{
+    httpc_tls_t *t = calloc(1, sizeof(*t));
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    t->ctx = tls_client_ctx_new(o, err, errlen);
+    t->verify = !o->insecure_skip_verify;
+    if (o->server_name && o->server_name[0])
+        t->server_name = strdup(o->server_name);
+    if (!t->ctx || (o->server_name && o->server_name[0] && !t->server_name)) {
+        if (t->ctx)
+            snprintf(err, errlen, "out of memory");
+        httpc_tls_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void httpc_tls_free(httpc_tls_t *t)
+{
+    if (!t)
+        return;
+    tls_ctx_free(t->ctx);
+    free(t->server_name);
+    free(t);
+}
+
+static bool tls_spec_given(const httpc_tls_spec_t *s)
+{
+    return s->ca_file || s->cert_file || s->key_file || s->server_name || s->insecure_skip_verify >= 0;
+}
+
+int httpc_read_secret_file(const char *path, buf_t *out, char *err, size_t errlen)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char tmp[4096];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof(tmp), fp)) > 0 && out->len < 65536)
+        buf_append(out, tmp, n);
+    fclose(fp);
+    while (out->len &&
+           (out->data[out->len - 1] == '\n' || out->data[out->len - 1] == '\r' || out->data[out->len - 1] == ' '))
+        out->data[--out->len] = 0;
+    return 0;
+}
+
+int httpc_auth_spec_parse(httpc_auth_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                          size_t errlen)
+{
+#define KEY(k) (kl == strlen(k) && memcmp(key, k, kl) == 0)
+    char **slot = KEY("basic-auth-username")        ? &s->user
+                  : KEY("basic-auth-password")      ? &s->pass
+                  : KEY("basic-auth-password-file") ? &s->pass_file
+                  : KEY("bearer-token-file")        ? &s->bearer_file
+                                                    : NULL;
+    if (slot) {
+        free(*slot);
+        if (!(*slot = strndup(v, vl))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        return 1;
+    }
+    if (!KEY("header"))
+        return 0;
+#undef KEY
+    const char *colon = memchr(v, ':', vl);
+    if (!colon || colon == v) {
+        snprintf(err, errlen, "header option needs Name:value (got %.*s)", (int)vl, v);
+        return -1;
+    }
+    const char *hv = colon + 1;
+    while (hv < v + vl && *hv == ' ')
+        hv++;
+    buf_printf(&s->headers, "%.*s: %.*s\r\n", (int)(colon - v), v, (int)(v + vl - hv), hv);
+    return 1;
+}
+
+int httpc_auth_spec_build(const httpc_auth_spec_t *s, buf_t *out, char *err, size_t errlen)
+{
+    if (s->headers.len)
+        buf_append(out, s->headers.data, s->headers.len);
+    if (!s->user && !s->pass && !s->pass_file)
+        return 0;
+    if (!s->user) {
+        snprintf(err, errlen, "basic-auth-password needs basic-auth-username");
+        return -1;
+    }
+    if (s->bearer_file) {
+        snprintf(err, errlen, "basic auth and bearer-token-file are exclusive");
+        return -1;
+    }
+    buf_t pw = BUF_INIT, cred = BUF_INIT;
+    buf_puts(&pw, "");
+    int rc = 0;
+    if (s->pass_file)
+        rc = httpc_read_secret_file(s->pass_file, &pw, err, errlen);
+    else if (s->pass)
+        buf_puts(&pw, s->pass);
+    if (rc == 0) {
+        buf_printf(&cred, "%s:%s", s->user, pw.data);
+        buf_puts(out, "Authorization: Basic ");
+        httpc_base64(out, cred.data, cred.len);
+        buf_puts(out, "\r\n");
+    }
+    buf_free(&pw);
+    buf_free(&cred);
+    return rc;
+}
+
+void httpc_auth_spec_free(httpc_auth_spec_t *s)
+{
+    buf_free(&s->headers);
+    free(s->user);
+    free(s->pass);
+    free(s->pass_file);
+    free(s->bearer_file);
+    *s = HTTPC_AUTH_SPEC_INIT;
+}
+
+int httpc_tls_spec_parse(httpc_tls_spec_t *s, const char *key, size_t kl, const char *v, size_t vl, char *err,
+                         size_t errlen)
+{
+    char **field = NULL;
+#define KEY(k) (kl == strlen(k) && memcmp(key, k, kl) == 0)
+    if (KEY("tls-ca-file"))
+        field = &s->ca_file;
+    else if (KEY("tls-cert-file"))
+        field = &s->cert_file;
+    else if (KEY("tls-key-file"))
+        field = &s->key_file;
+    else if (KEY("tls-server-name"))
+        field = &s->server_name;
+    else if (KEY("tls-insecure-skip-verify")) {
+        if (vl == 4 && memcmp(v, "true", 4) == 0)
+            s->insecure_skip_verify = 1;
+        else if (vl == 5 && memcmp(v, "false", 5) == 0)
+            s->insecure_skip_verify = 0;
+        else {
+            snprintf(err, errlen, "tls-insecure-skip-verify must be true or false");
+            return -1;
+        }
+        return 1;
+    } else
+        return 0;
+#undef KEY
+    char *dup = strndup(v, vl);
+    if (!dup) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    free(*field);
+    *field = dup;
+    return 1;
+}
+
+int httpc_tls_spec_build(const httpc_tls_spec_t *s, const httpc_tls_options_t *defaults, const httpc_url_t *u,
+                         httpc_tls_t **out, bool *insecure, char *err, size_t errlen)
+{
+    *out = NULL;
+    *insecure = false;
+    if (!u->tls) {
+        if (tls_spec_given(s)) {
+            snprintf(err, errlen, "tls-* options need an https:// URL");
+            return -1;
+        }
+        return 0; /* the flag defaults are for https:// targets; a plain one ignores them */
+    }
+    const httpc_tls_options_t none = {0};
+    const httpc_tls_options_t *d = defaults ? defaults : &none;
+    httpc_tls_options_t o = {.ca_file = s->ca_file ? s->ca_file : d->ca_file,
+                             .cert_file = s->cert_file ? s->cert_file : d->cert_file,
+                             .key_file = s->key_file ? s->key_file : d->key_file,
+                             .server_name = s->server_name ? s->server_name : d->server_name,
+                             .insecure_skip_verify =
+                                 s->insecure_skip_verify >= 0 ? s->insecure_skip_verify == 1 : d->insecure_skip_verify};
+    *out = httpc_tls_new(&o, err, errlen);
+    if (!*out)
+        return -1;
+    *insecure = o.insecure_skip_verify;
+    return 0;
+}
+
+void httpc_tls_spec_free(httpc_tls_spec_t *s)
+{
+    free(s->ca_file);
+    free(s->cert_file);
+    free(s->key_file);
+    free(s->server_name);
+    *s = HTTPC_TLS_SPEC_INIT;
+}
+
+/* The context of https:// connections made without settings: system CAs, verification on. Made
+ * once, on first use, and kept for the life of the process. */
+static httpc_tls_t *default_tls;
+static char default_tls_err[256];
+
+static void default_tls_init(void)
+{
+    httpc_tls_options_t o = {0};
+    default_tls = httpc_tls_new(&o, default_tls_err, sizeof(default_tls_err));
+}
+
+httpc_conn_t *httpc_conn_new_tls(const httpc_url_t *u, httpc_tls_t *tls)
 {
     httpc_conn_t *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
     c->u = *u;
+    c->tls = tls;
     c->fd = -1;
     buf_init(&c->in);
     return c;
 }
 
+httpc_conn_t *httpc_conn_new(const httpc_url_t *u)
+{
+    return httpc_conn_new_tls(u, NULL);
+}
+
 static void conn_close(httpc_conn_t *c)
 {
+    if (c->ssl) {
+        /* best effort close_notify on a non-blocking socket; no waiting for the peer's */
+        if (c->fd >= 0)
+            SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+        ERR_clear_error();
+        c->ssl = NULL;
+    }
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -143,6 +381,53 @@ static int wait_fd(int fd, short ev, int64_t deadline)
     }
 }
 
+/* Waits for what OpenSSL asked for (SSL_ERROR_WANT_READ/WRITE). 0, or -1 on timeout / a
+ * genuine failure (ioerr then says why). */
+static int tls_wait(httpc_conn_t *c, int ret, int64_t deadline)
+{
+    int e = SSL_get_error(c->ssl, ret);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        ERR_clear_error();
+        if (wait_fd(c->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline) == 0)
+            return 0;
+        snprintf(c->ioerr, sizeof(c->ioerr), "timeout");
+        return -1;
+    }
+    tls_describe_error(c->ssl, e, c->ioerr, sizeof(c->ioerr));
+    return -1;
+}
+
+static int conn_handshake(httpc_conn_t *c, int64_t deadline, char *err, size_t errlen)
+{
+    httpc_tls_t *t = c->tls;
+    if (!t) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, default_tls_init);
+        t = default_tls;
+        if (!t) {
+            snprintf(err, errlen, "%s: %s", c->u.hostport, default_tls_err);
+            return -1;
+        }
+    }
+    c->ssl = tls_client_ssl_new(t->ctx, t->server_name ? t->server_name : c->u.host, t->verify, err, errlen);
+    if (!c->ssl)
+        return -1;
+    if (SSL_set_fd(c->ssl, c->fd) != 1) {
+        ERR_clear_error();
+        snprintf(err, errlen, "%s: cannot attach TLS to the socket", c->u.hostport);
+        return -1;
+    }
+    for (;;) {
+        int r = SSL_connect(c->ssl);
+        if (r == 1)
+            return 0;
+        if (tls_wait(c, r, deadline) != 0) {
+            snprintf(err, errlen, "%s: TLS handshake failed: %s", c->u.hostport, c->ioerr);
+            return -1;
+        }
+    }
+}
+
 static int conn_open(httpc_conn_t *c, int64_t deadline, char *err, size_t errlen)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
@@ -174,22 +459,39 @@ static int conn_open(httpc_conn_t *c, int64_t deadline, char *err, size_t errlen
     if (fd < 0)
         return -1;
     c->fd = fd;
+    if (c->u.tls && conn_handshake(c, deadline, err, errlen) != 0) {
+        conn_close(c);
+        return -1;
+    }
     return 0;
 }
 
-static int send_all(int fd, const char *p, size_t n, int64_t deadline)
+/* Sends all n bytes. 0, or -1 with c->ioerr set. */
+static int send_all(httpc_conn_t *c, const char *p, size_t n, int64_t deadline)
 {
     size_t off = 0;
     while (off < n) {
-        ssize_t w = send(fd, p + off, n - off, MSG_NOSIGNAL);
+        if (c->ssl) {
+            size_t chunk = n - off > (1u << 30) ? (1u << 30) : n - off;
+            int w = SSL_write(c->ssl, p + off, (int)chunk);
+            if (w > 0)
+                off += (size_t)w;
+            else if (tls_wait(c, w, deadline) != 0)
+                return -1;
+            continue;
+        }
+        ssize_t w = send(c->fd, p + off, n - off, MSG_NOSIGNAL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (wait_fd(fd, POLLOUT, deadline) != 0)
+                if (wait_fd(c->fd, POLLOUT, deadline) != 0) {
+                    snprintf(c->ioerr, sizeof(c->ioerr), "timeout");
                     return -1;
+                }
                 continue;
             }
+            snprintf(c->ioerr, sizeof(c->ioerr), "%s", strerror(errno));
             return -1;
         }
         off += (size_t)w;
@@ -197,11 +499,28 @@ static int send_all(int fd, const char *p, size_t n, int64_t deadline)
     return 0;
 }
 
-/* Reads more into c->in. 1 = got bytes, 0 = peer closed, -1 = error/timeout. */
+/* Reads more into c->in. 1 = got bytes, 0 = peer closed, -1 = error/timeout (c->ioerr says). */
 static int fill(httpc_conn_t *c, int64_t deadline)
 {
     buf_reserve(&c->in, 16384);
+    size_t room = c->in.cap - c->in.len - 1;
+    while (c->ssl) {
+        int r = SSL_read(c->ssl, c->in.data + c->in.len, room > (1u << 30) ? (1 << 30) : (int)room);
+        if (r > 0) {
+            c->in.len += (size_t)r;
+            c->in.data[c->in.len] = 0;
+            return 1;
+        }
+        int e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0)) {
+            ERR_clear_error();
+            return 0; /* close_notify, or a close without one (as many servers do) */
+        }
+        if (tls_wait(c, r, deadline) != 0)
+            return -1;
+    }
     for (;;) {
+        errno = 0;
         ssize_t r = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len - 1, 0);
         if (r > 0) {
             c->in.len += (size_t)r;
@@ -212,10 +531,14 @@ static int fill(httpc_conn_t *c, int64_t deadline)
             return 0;
         if (errno == EINTR)
             continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            snprintf(c->ioerr, sizeof(c->ioerr), "%s", strerror(errno));
             return -1;
-        if (wait_fd(c->fd, POLLIN, deadline) != 0)
+        }
+        if (wait_fd(c->fd, POLLIN, deadline) != 0) {
+            snprintf(c->ioerr, sizeof(c->ioerr), "timeout");
             return -1;
+        }
     }
 }
 
@@ -263,8 +586,8 @@ static int read_response(httpc_conn_t *c, int64_t deadline, size_t max_body, htt
         }
         int f = fill(c, deadline);
         if (f <= 0) {
-            snprintf(err, errlen, "%s from %s", f == 0 ? "connection closed" : (errno ? strerror(errno) : "timeout"),
-                     c->u.hostport);
+            snprintf(err, errlen, "%s: %s while waiting for the response", c->u.hostport,
+                     f == 0 ? "connection closed" : c->ioerr);
             return -1;
         }
         *started = true;
@@ -392,8 +715,8 @@ int httpc_post(httpc_conn_t *c, const char *headers, const void *body, size_t le
         resp->retry_after_ms = -1;
         resp->content_type[0] = 0;
         bool started = false, keep = false;
-        if (send_all(c->fd, req.data, req.len, deadline) != 0 || send_all(c->fd, body, len, deadline) != 0) {
-            snprintf(err, errlen, "send to %s: %s", c->u.hostport, errno ? strerror(errno) : "timeout");
+        if (send_all(c, req.data, req.len, deadline) != 0 || send_all(c, body, len, deadline) != 0) {
+            snprintf(err, errlen, "send to %s: %s", c->u.hostport, c->ioerr);
             conn_close(c);
             if (reused)
                 continue;

@@ -434,6 +434,20 @@ static bool has_name_dups(pq_ctx_t *c, const pq_seldata_t *sd)
     return false;
 }
 
+/* Keeps a set's warnings (a remote store that failed in warn mode) for the result, each once. */
+static void note_set_warnings(pq_ctx_t *c, querier_set_t *set)
+{
+    const char *const *w;
+    size_t n = querier_set_warnings(set, &w);
+    for (size_t i = 0; i < n; i++) {
+        bool dup = false;
+        for (size_t k = 0; k < c->nset_warnings && !dup; k++)
+            dup = strcmp(c->set_warnings[k], w[i]) == 0;
+        if (!dup && c->nset_warnings < PQ_MAX_SET_WARNINGS)
+            c->set_warnings[c->nset_warnings++] = arena_strdup(c->qa, w[i]);
+    }
+}
+
 static void load_selectors(pq_ctx_t *c, arena_t *da)
 {
     int n = c->ast->nselectors;
@@ -539,9 +553,17 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
         if (qerr) {
             char m[400];
             snprintf(m, sizeof(m), "%s", qerr);
+            /* A remote store's failure (fall-through, fail mode) is Prometheus' 422 / 503. */
+            querier_err_kind_t qk = querier_set_error_kind(set);
             querier_set_free(set);
+            if (qk == QUERIER_ERR_REMOTE)
+                pq_errorf(c, PROMQL_ERR_EXECUTION, "expanding series: %s", m);
+            if (qk == QUERIER_ERR_UNAVAILABLE)
+                pq_errorf(c, PROMQL_ERR_UNAVAILABLE, "expanding series: %s", m);
             pq_errorf(c, PROMQL_ERR_INTERNAL, "%s", m);
         }
+        if (!failed)
+            note_set_warnings(c, set);
         querier_set_free(set);
         if (failed)
             memory_refused(c, refused);
@@ -1477,6 +1499,8 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         qsort(out->series, out->nseries, sizeof(promql_series_t), cmp_series);
     }
     add_rollup_warnings(c, res);
+    for (size_t i = 0; i < c->nset_warnings && res->nwarnings < PROMQL_MAX_WARNINGS; i++)
+        res->warnings[res->nwarnings++] = c->set_warnings[i];
 done:
     res->peak_samples = c->peak_samples;
     res->peak_memory = atomic_load(&c->budget.peak);

@@ -43,7 +43,7 @@ typedef struct {
     bool rollup_step;
 } promql_opts_t;
 
-#define PROMQL_MAX_WARNINGS 2
+#define PROMQL_MAX_WARNINGS 6
 
 /* Error kinds; the HTTP layer maps them to Prometheus' errorType and status. */
 typedef enum {
@@ -66,7 +66,8 @@ typedef struct {
     int64_t peak_samples; /* statistic: the most samples held at once */
     size_t peak_memory;   /* statistic: the most bytes the evaluation held (its budget's peak) */
     /* Prometheus-style warnings (the API's "warnings" array), in the arena: set when part of the
-     * answer came from roll-ups and is approximate there (docs/storage-rollups.md). */
+     * answer came from roll-ups and is approximate there (docs/storage-rollups.md), or when a
+     * remote store of the fall-through failed (partial response, storage/querier_fallthrough.h). */
     const char *warnings[PROMQL_MAX_WARNINGS];
     size_t nwarnings;
 } promql_result_t;

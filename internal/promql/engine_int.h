@@ -65,6 +65,8 @@ typedef struct {
     bool name_dups;   /* two of its series have the same labels but for __name__ */
 } pq_seldata_t;
 
+#define PQ_MAX_SET_WARNINGS 4
+
 typedef struct pq_ctx {
     arena_t *qa; /* query lifetime: loaded series, result */
     arena_t *sa; /* step scratch, reset after every outer step */
@@ -86,6 +88,9 @@ typedef struct pq_ctx {
     bool rollups_used;   /* some step read roll-up samples */
     bool rollups_approx; /* ... in a way that is not exact (engine.c, note_rollups) */
     int64_t rollup_res;  /* the widest bucket width read */
+    /* warnings of the series sets (querier_set_warnings), in qa */
+    const char *set_warnings[PQ_MAX_SET_WARNINGS];
+    size_t nset_warnings;
     jmp_buf jb;
     promql_errkind_t err_kind;
     char err[512];

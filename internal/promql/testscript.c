@@ -151,7 +151,7 @@ static void mset_free(querier_set_t *s)
     free(ms);
 }
 
-static const querier_set_ops_t mset_ops = {mset_next, mset_error, mset_free};
+static const querier_set_ops_t mset_ops = {.next = mset_next, .error = mset_error, .free = mset_free};
 
 static int cmp_qseries(const void *a, const void *b)
 {

@@ -359,24 +359,13 @@ static hb_group_t *hb_group_new(heartbeat_t *hb, const char *key, uint64_t hash,
     hb_group_t *g = calloc(1, sizeof(*g));
     if (!g)
         return NULL;
-    size_t bytes = 1;
-    for (size_t i = 0; i < grouping->n; i++)
-        bytes += strlen(grouping->v[i].name) + strlen(grouping->v[i].value) + 2;
+    size_t bytes = 1 + labels_strings_size(grouping);
     g->key = strdup(key);
     g->labels.v = calloc(grouping->n ? grouping->n : 1, sizeof(label_t));
     g->strings = malloc(bytes);
     if (!g->key || !g->labels.v || !g->strings)
         goto fail;
-    char *p = g->strings;
-    for (size_t i = 0; i < grouping->n; i++) {
-        size_t nl = strlen(grouping->v[i].name) + 1, vl = strlen(grouping->v[i].value) + 1;
-        memcpy(p, grouping->v[i].name, nl);
-        g->labels.v[i].name = p;
-        p += nl;
-        memcpy(p, grouping->v[i].value, vl);
-        g->labels.v[i].value = p;
-        p += vl;
-    }
+    labels_pack(grouping, g->labels.v, g->strings);
     g->labels.n = grouping->n;
     labels_sort(&g->labels);
     g->labels_text = hb_labels_text(&g->labels);

@@ -272,10 +272,7 @@ static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, 
     push_group_t *g = calloc(1, sizeof(*g));
     if (!g)
         abort();
-    size_t slen = strlen(key) + 1;
-    for (size_t i = 0; i < grouping->n; i++)
-        slen += strlen(grouping->v[i].name) + strlen(grouping->v[i].value) + 2;
-    g->strings = malloc(slen);
+    g->strings = malloc(strlen(key) + 1 + labels_strings_size(grouping));
     g->grouping.v = calloc(grouping->n ? grouping->n : 1, sizeof(label_t));
     if (!g->strings || !g->grouping.v)
         abort();
@@ -283,15 +280,7 @@ static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, 
     g->key = p;
     memcpy(p, key, strlen(key) + 1);
     p += strlen(key) + 1;
-    for (size_t i = 0; i < grouping->n; i++) {
-        size_t nl = strlen(grouping->v[i].name) + 1, vl = strlen(grouping->v[i].value) + 1;
-        memcpy(p, grouping->v[i].name, nl);
-        g->grouping.v[i].name = p;
-        p += nl;
-        memcpy(p, grouping->v[i].value, vl);
-        g->grouping.v[i].value = p;
-        p += vl;
-    }
+    labels_pack(grouping, g->grouping.v, p);
     g->grouping.n = grouping->n;
     g->hash = h;
     g->next = r->gtab[h & (r->gcap - 1)];

@@ -86,7 +86,7 @@ static void rm_dir(const char *dir)
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.')
                 continue;
-            char p[512];
+            char p[1024];
             snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
             unlink(p);
         }

@@ -169,17 +169,25 @@ def test_wal_tail_damage(data_dir, damage):
 def test_corrupt_snapshot_falls_back_to_previous(data_dir):
     """A corrupt snapshot is set aside and logged; the previous snapshot (kept with the WAL
     segments it needs) and the WAL since it bring back everything acknowledged."""
-    ld = Loader(data_dir, "--snapshot-interval-ms", "1500")
-    ld.wait_acks(5)
-    deadline = time.time() + 60
-    while ld.log().count("snapshot written") < 2:
-        assert time.time() < deadline, ld.log()
-        time.sleep(0.1)
-    n = len(ld.acks)
-    ld.wait_acks(n + 20)
-    ld.kill9()
-    snap = os.path.join(data_dir, "head.snapshot")
-    assert os.path.exists(snap + ".prev")
+    for attempt in range(5):
+        d = os.path.join(data_dir, f"attempt{attempt}")
+        os.makedirs(d)
+        ld = Loader(d, "--snapshot-interval-ms", "1500")
+        ld.wait_acks(5)
+        deadline = time.time() + 60
+        while ld.log().count("snapshot written") < 2:
+            assert time.time() < deadline, ld.log()
+            time.sleep(0.1)
+        n = len(ld.acks)
+        ld.wait_acks(n + 20)
+        ld.kill9()
+        snap = os.path.join(d, "head.snapshot")
+        assert os.path.exists(snap + ".prev")
+        if os.path.exists(snap):
+            break
+        # killed between a snapshot's two renames (the gap snapshot.c documents, where recovery
+        # loads .prev): that case is test_faults_snapshot's; try again for a snapshot to damage
+    data_dir = d
     size = os.path.getsize(snap)
     with open(snap, "r+b") as f:
         f.seek(size // 2)

@@ -1,6 +1,7 @@
 /* Unit tests for storage/rollup.c: aggregates against a direct computation over the raw samples
  * (counter resets, NaN, staleness markers, bucket boundaries, close/reopen with partial buckets),
- * retention, the rollup_1h view, and the bytes-per-bucket figure. */
+ * retention (also the writer's, on the configured clock), the rollup_1h view, and the
+ * bytes-per-bucket figure. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -675,6 +677,86 @@ static void test_threaded(void **state)
     remove_dir(f.dir);
 }
 
+/* ---- the writer's retention clock ----------------------------------------------------------- */
+
+static _Atomic int64_t test_now;
+static int64_t test_clock(void)
+{
+    return atomic_load(&test_now);
+}
+
+static int64_t rows_on_disk(const char *dir, const char *table)
+{
+    char path[512], sql[128];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", table);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* Opens the roll-up with its writer thread on test_clock and waits until the writer has run
+ * three cycles: the first retention pass (one slice per resolution, one slice per cycle) is
+ * then complete. */
+static void writer_open_and_wait(fx_t *f)
+{
+    char err[256] = "";
+    f->cat = catalog_open(f->dir, err, sizeof(err));
+    assert_non_null(f->cat);
+    rollup_config_t cfg = {.resolutions = f->res, .flush_interval_ms = 10, .clock_ms = test_clock};
+    f->r = rollup_open(f->cat, &cfg, err, sizeof(err));
+    if (!f->r)
+        fail_msg("rollup_open: %s", err);
+    struct timespec t0, now, nap = {0, 5000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        rollup_stats_t stats;
+        rollup_get_stats(f->r, &stats);
+        if (stats.flushes >= 3)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 120) /* a guard against hanging, not a timing expectation */
+            fail_msg("the writer ran %llu cycles in 120 s", (unsigned long long)stats.flushes);
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* The writer judges age by the configured clock, not the wall clock: buckets from 2023 on a
+ * clock in 2023 stay (with the wall clock they were all deleted on the writer's first wake-up,
+ * which made every test on a fake clock lose its roll-ups once it ran longer than a second);
+ * the same buckets on a clock past both retentions go. */
+static void test_writer_retention_clock(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f); /* no thread: the data reaches disk before any writer runs */
+    for (int64_t t = T0; t < T0 + 3 * HOUR_MS; t += 10000)
+        add(f.r, 1, t, 1);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    fx_close(&f);
+    int64_t blobs = rows_on_disk(f.dir, "rollup_blob"), plain = rows_on_disk(f.dir, "rollup_plain");
+    assert_true(blobs > 0 && plain > 0);
+
+    atomic_store(&test_now, T0 + 3 * HOUR_MS);
+    writer_open_and_wait(&f);
+    fx_close(&f);
+    assert_int_equal(rows_on_disk(f.dir, "rollup_blob"), blobs);
+    assert_int_equal(rows_on_disk(f.dir, "rollup_plain"), plain);
+
+    atomic_store(&test_now, T0 + 3 * DAY_MS);
+    writer_open_and_wait(&f);
+    fx_close(&f);
+    assert_int_equal(rows_on_disk(f.dir, "rollup_blob"), 0);
+    assert_int_equal(rows_on_disk(f.dir, "rollup_plain"), 0);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -688,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_bytes_per_bucket),
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_same_second_replace),
+        cmocka_unit_test(test_writer_retention_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

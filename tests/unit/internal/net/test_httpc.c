@@ -223,11 +223,86 @@ static void test_url_parse(void **state)
     assert_string_equal(u.host, "::1");
     assert_string_equal(u.port, "80");
     assert_string_equal(u.path, "/api/v2/alerts");
-    assert_int_equal(httpc_url_parse("https://h/w", &u, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "https"));
+    assert_int_equal(httpc_url_parse("https://h/w", &u, err, sizeof(err)), 0);
+    assert_true(u.tls);
+    assert_string_equal(u.port, "443");
+    assert_int_equal(httpc_url_parse("https://[::1]:9443/w", &u, err, sizeof(err)), 0);
+    assert_true(u.tls);
+    assert_string_equal(u.port, "9443");
+    assert_int_equal(httpc_url_parse("http://h/w", &u, err, sizeof(err)), 0);
+    assert_false(u.tls);
+    /* TLS settings are checked when loaded: a missing CA file or a cert without its key */
+    httpc_tls_options_t to = {.ca_file = "/nonexistent/ca.crt"};
+    assert_null(httpc_tls_new(&to, err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/ca.crt"));
+    to = (httpc_tls_options_t){.cert_file = "/x.crt"};
+    assert_null(httpc_tls_new(&to, err, sizeof(err)));
+    assert_non_null(strstr(err, "key file"));
+    to = (httpc_tls_options_t){.insecure_skip_verify = true};
+    httpc_tls_t *t = httpc_tls_new(&to, err, sizeof(err));
+    assert_non_null(t);
+    httpc_tls_free(t);
     assert_int_equal(httpc_url_parse("ftp://h/w", &u, err, sizeof(err)), -1);
     assert_int_equal(httpc_url_parse("http://h:x/w", &u, err, sizeof(err)), -1);
     assert_int_equal(httpc_url_parse("http:///w", &u, err, sizeof(err)), -1);
+}
+
+/* The tls-* target options shared by the remote-write and remote-read specs. */
+static void test_tls_spec(void **state)
+{
+    (void)state;
+    char err[256];
+    httpc_tls_spec_t s = HTTPC_TLS_SPEC_INIT;
+#define PARSE(k, v) httpc_tls_spec_parse(&s, k, strlen(k), v, strlen(v), err, sizeof(err))
+    assert_int_equal(PARSE("name", "x"), 0); /* not a TLS key: left to the caller */
+    assert_int_equal(PARSE("tls-ca", "x"), 0);
+    assert_int_equal(PARSE("tls-ca-file", "/first"), 1);
+    assert_int_equal(PARSE("tls-ca-file", "/nonexistent/spec-ca.crt"), 1); /* the last one wins */
+    assert_string_equal(s.ca_file, "/nonexistent/spec-ca.crt");
+    assert_int_equal(PARSE("tls-cert-file", ""), 1);
+    assert_string_equal(s.cert_file, "");
+    assert_int_equal(PARSE("tls-server-name", "prom.example"), 1);
+    assert_int_equal(s.insecure_skip_verify, -1);
+    assert_int_equal(PARSE("tls-insecure-skip-verify", "1"), -1);
+    assert_non_null(strstr(err, "true or false"));
+    assert_int_equal(PARSE("tls-insecure-skip-verify", "true"), 1);
+    assert_int_equal(s.insecure_skip_verify, 1);
+
+    httpc_url_t plain, secure;
+    assert_int_equal(httpc_url_parse("http://h:9090/api/v1/read", &plain, err, sizeof(err)), 0);
+    assert_int_equal(httpc_url_parse("https://h:9090/api/v1/read", &secure, err, sizeof(err)), 0);
+    httpc_tls_t *t = (httpc_tls_t *)&s; /* overwritten with NULL on every path */
+    bool insecure = true;
+    /* a plain URL: no context, and tls-* keys are an error */
+    assert_int_equal(httpc_tls_spec_build(&s, NULL, &plain, &t, &insecure, err, sizeof(err)), -1);
+    assert_null(t);
+    assert_non_null(strstr(err, "need an https:// URL"));
+    /* https: the spec's CA file is loaded (and missing) */
+    assert_int_equal(httpc_tls_spec_build(&s, NULL, &secure, &t, &insecure, err, sizeof(err)), -1);
+    assert_null(t);
+    assert_non_null(strstr(err, "/nonexistent/spec-ca.crt"));
+    /* the spec's empty tls-cert-file= wins over a default certificate (without a key: an error) */
+    httpc_tls_options_t d = {.cert_file = "/nonexistent/default.crt", .insecure_skip_verify = false};
+    assert_int_equal(PARSE("tls-ca-file", ""), 1);
+    assert_int_equal(httpc_tls_spec_build(&s, &d, &secure, &t, &insecure, err, sizeof(err)), 0);
+    assert_non_null(t);
+    assert_true(insecure); /* the spec's tls-insecure-skip-verify=true over the default false */
+    httpc_tls_free(t);
+    httpc_tls_spec_free(&s);
+    assert_null(s.ca_file);
+    /* nothing in the spec: the defaults, and a plain URL ignores them */
+    assert_int_equal(httpc_tls_spec_build(&s, &d, &secure, &t, &insecure, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "key file"));
+    assert_int_equal(httpc_tls_spec_build(&s, &d, &plain, &t, &insecure, err, sizeof(err)), 0);
+    assert_null(t);
+    assert_false(insecure);
+    d = (httpc_tls_options_t){.insecure_skip_verify = true};
+    assert_int_equal(PARSE("tls-insecure-skip-verify", "false"), 1);
+    assert_int_equal(httpc_tls_spec_build(&s, &d, &secure, &t, &insecure, err, sizeof(err)), 0);
+    assert_false(insecure);
+    httpc_tls_free(t);
+    httpc_tls_spec_free(&s);
+#undef PARSE
 }
 
 static void test_base64(void **state)
@@ -382,10 +457,38 @@ static void test_timeout_and_refused(void **state)
     httpc_conn_free(c);
 }
 
+/* The auth options both remote-write and remote-read specs take. */
+static void test_auth_spec(void **state)
+{
+    char err[256];
+    httpc_auth_spec_t a = HTTPC_AUTH_SPEC_INIT;
+#define P(k, v) httpc_auth_spec_parse(&a, k, strlen(k), v, strlen(v), err, sizeof(err))
+    assert_int_equal(P("tls-ca-file", "x"), 0); /* not an auth key */
+    assert_int_equal(P("header", "X-Scope-OrgID:  t1"), 1);
+    assert_int_equal(P("header", ":nameless"), -1);
+    assert_int_equal(P("basic-auth-username", "u"), 1);
+    assert_int_equal(P("basic-auth-password", "p"), 1);
+    buf_t h = BUF_INIT;
+    buf_puts(&h, "");
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), 0);
+    assert_string_equal(h.data, "X-Scope-OrgID: t1\r\nAuthorization: Basic dTpw\r\n");
+    assert_int_equal(P("bearer-token-file", "/nonexistent"), 1);
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "exclusive"));
+    httpc_auth_spec_free(&a);
+    assert_int_equal(P("basic-auth-password", "p"), 1);
+    assert_int_equal(httpc_auth_spec_build(&a, &h, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "needs basic-auth-username"));
+    httpc_auth_spec_free(&a);
+#undef P
+    buf_free(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_url_parse),
+        cmocka_unit_test(test_tls_spec), cmocka_unit_test(test_auth_spec),
         cmocka_unit_test(test_base64),
         cmocka_unit_test(test_post_keeps_connection),
         cmocka_unit_test(test_chunked_and_max_body),
