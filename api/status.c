@@ -58,10 +58,10 @@ struct status_scrape {
     api_status_t *st;
     api_req_t *req; /* NULL once the client has gone; worker loop only */
     int worker;
-    atomic_bool gone;     /* the client left before the render began: skip it */
-    metrics_render_t *h;  /* NULL when the render could not begin */
-    buf_t out;            /* the piece being sent */
-    bool sending;         /* the stream has started: the worker owns the job */
+    atomic_bool gone;    /* the client left before the render began: skip it */
+    metrics_render_t *h; /* NULL when the render could not begin */
+    buf_t out;           /* the piece being sent */
+    bool sending;        /* the stream has started: the worker owns the job */
     bool in_pump, again;
     status_scrape_t *qnext, *live_prev, *live_next;
 };

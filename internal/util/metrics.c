@@ -67,9 +67,9 @@ void metrics_unregister_all(void)
 }
 
 struct metrics_render {
-    int n;       /* collectors when it began */
-    int at;      /* the collector the next piece starts in */
-    void **hs;   /* stream collectors' handles (NULL for the others, or when begin gave none) */
+    int n;     /* collectors when it began */
+    int at;    /* the collector the next piece starts in */
+    void **hs; /* stream collectors' handles (NULL for the others, or when begin gave none) */
 };
 
 metrics_render_t *metrics_render_begin(void)
