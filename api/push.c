@@ -549,10 +549,20 @@ static void push_api_wipe(api_req_t *req, void *ud)
     api_reply(req, 202, NULL, NULL, 0);
 }
 
-static void push_collect_text(void *ud, buf_t *out)
+/* The push groups on GET /metrics, as a stream collector (see metrics.h). */
+static void *push_collect_begin(void *ud)
 {
-    push_registry_write_text(((api_push_t *)ud)->reg, out);
+    return push_registry_render_begin(((api_push_t *)ud)->reg);
 }
+static bool push_collect_next(void *h, buf_t *out, size_t max_bytes)
+{
+    return push_registry_render_next(h, out, max_bytes);
+}
+static void push_collect_end(void *h)
+{
+    push_registry_render_end(h);
+}
+static const metrics_stream_ops_t push_collect_text = {push_collect_begin, push_collect_next, push_collect_end};
 static void push_collect_self(void *ud, buf_t *out)
 {
     push_registry_write_metrics(((api_push_t *)ud)->reg, out);
@@ -644,7 +654,7 @@ void api_push_register_routes(api_push_t *p, api_server_t *srv)
     api_route_add(srv, API_GET, "/api/v1/status", "push_status", push_api_status, p);
     if (p->opt.enable_admin_api)
         api_route_add(srv, API_PUT, "/api/v1/admin/wipe", "push_wipe", push_api_wipe, p);
-    metrics_register_pushed("push_groups", push_collect_text, p);
+    metrics_register_pushed_stream("push_groups", &push_collect_text, p);
     metrics_register("push_self", push_collect_self, p);
 }
 

@@ -1553,15 +1553,33 @@ static label_t *group_series_labels_copy(const push_group_t *g, arena_t *a, uint
     return ls;
 }
 
+struct push_render {
+    push_registry_t *r;
+    arena_t *a; /* the bookkeeping series' labels; above mark, one series' scratch */
+    arena_mark_t mark;
+    push_render_item_t *refs; /* every series, sorted */
+    size_t k;
+    push_family_t **pinned; /* families whose batch holds a pin */
+    size_t npinned;
+    size_t next;    /* first ref not yet rendered */
+    size_t fam_end; /* end of the family the refs from next on belong to; next when at a new one */
+};
+
 /* GET /metrics can be 100 MB for a few hundred Flink TaskManagers, so only the collection of
  * references happens under the lock: each family pins its batch (families are immutable once
  * committed and live in their batch), the bookkeeping series are copied, and sorting and
  * formatting run unlocked while pushes go on. */
-void push_registry_write_text(push_registry_t *r, buf_t *out)
+push_render_t *push_registry_render_begin(push_registry_t *r)
 {
-    arena_t *a = arena_create(0);
-    if (!a)
-        return;
+    push_render_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->r = r;
+    h->a = arena_create(0);
+    if (!h->a) {
+        free(h);
+        return NULL;
+    }
     pthread_mutex_lock(&r->mu);
     size_t nref = 0, nfam = 0;
     for (size_t i = 0; i < r->gcap; i++)
@@ -1571,77 +1589,106 @@ void push_registry_write_text(push_registry_t *r, buf_t *out)
                 nref += g->fams[f]->n;
         }
     size_t ng = r->ngroups;
-    push_render_item_t *refs = malloc((nref + ng * 2 + 1) * sizeof(*refs));
-    push_family_t **pinned = malloc((nfam + 1) * sizeof(*pinned));
-    push_metric_t *bookkeeping = arena_calloc(a, ng ? ng * 2 : 1, sizeof(push_metric_t));
+    h->refs = malloc((nref + ng * 2 + 1) * sizeof(*h->refs));
+    h->pinned = malloc((nfam + 1) * sizeof(*h->pinned));
+    push_metric_t *bookkeeping = arena_calloc(h->a, ng ? ng * 2 : 1, sizeof(push_metric_t));
     static const push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
     static const push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
-    size_t k = 0, npinned = 0;
-    if (!refs || !pinned || !bookkeeping) {
+    if (!h->refs || !h->pinned || !bookkeeping) {
         pthread_mutex_unlock(&r->mu);
-        goto out;
+        push_registry_render_end(h);
+        return NULL;
     }
-    size_t gi = 0;
+    size_t k = 0, gi = 0;
     for (size_t i = 0; i < r->gcap; i++)
         for (push_group_t *g = r->gtab[i]; g; g = g->next, gi++) {
             for (size_t f = 0; f < g->nfams; f++) {
                 push_family_t *fam = g->fams[f];
                 if (fam->batch)
                     fam->batch->refs++;
-                pinned[npinned++] = fam;
+                h->pinned[h->npinned++] = fam;
                 for (size_t m = 0; m < fam->n; m++)
-                    refs[k++] = (push_render_item_t){fam, &fam->metrics[m]};
+                    h->refs[k++] = (push_render_item_t){fam, &fam->metrics[m]};
             }
             push_metric_t *mt = &bookkeeping[gi * 2], *mf = &bookkeeping[gi * 2 + 1];
-            mt->labels = group_series_labels_copy(g, a, &mt->nlabels);
+            mt->labels = group_series_labels_copy(g, h->a, &mt->nlabels);
             mt->value = (double)g->push_ms / 1000.0;
             mf->labels = mt->labels;
             mf->nlabels = mt->nlabels;
             mf->value = (double)g->fail_ms / 1000.0;
             /* The bookkeeping families join the sort like any other. */
-            refs[k++] = (push_render_item_t){&ftime, mt};
-            refs[k++] = (push_render_item_t){&ffail, mf};
+            h->refs[k++] = (push_render_item_t){&ftime, mt};
+            h->refs[k++] = (push_render_item_t){&ffail, mf};
         }
     assert(gi == ng && k == nref + ng * 2);
     pthread_mutex_unlock(&r->mu);
 
-    qsort(refs, k, sizeof(*refs), ref_cmp);
+    qsort(h->refs, k, sizeof(*h->refs), ref_cmp);
+    h->k = k;
+    h->mark = arena_mark(h->a);
+    return h;
+}
+
+bool push_registry_render_next(push_render_t *h, buf_t *out, size_t max_bytes)
+{
+    size_t start = out->len;
     push_text_ctx_t ctx = {out};
-    for (size_t i = 0; i < k;) {
-        const push_family_t *f = refs[i].f;
-        const char *help = NULL;
-        size_t j = i;
-        for (; j < k && strcmp(refs[j].f->name, f->name) == 0; j++)
-            if (!help && refs[j].f->help)
-                help = refs[j].f->help;
-        if (help) {
-            buf_puts(out, "# HELP ");
+    while (h->next < h->k && out->len - start < max_bytes) {
+        const push_family_t *f = h->refs[h->next].f;
+        if (h->next == h->fam_end) { /* a new family: its header, HELP from the first ref that has one */
+            const char *help = NULL;
+            size_t j = h->next;
+            for (; j < h->k && strcmp(h->refs[j].f->name, f->name) == 0; j++)
+                if (!help && h->refs[j].f->help)
+                    help = h->refs[j].f->help;
+            h->fam_end = j;
+            if (help) {
+                buf_puts(out, "# HELP ");
+                buf_puts(out, f->name);
+                buf_putc(out, ' ');
+                put_help(out, help);
+                buf_putc(out, '\n');
+            }
+            buf_puts(out, "# TYPE ");
             buf_puts(out, f->name);
             buf_putc(out, ' ');
-            put_help(out, help);
+            buf_puts(out, expfmt_type_name(f->type));
             buf_putc(out, '\n');
         }
-        buf_puts(out, "# TYPE ");
-        buf_puts(out, f->name);
-        buf_putc(out, ' ');
-        buf_puts(out, expfmt_type_name(f->type));
-        buf_putc(out, '\n');
-        for (; i < j; i++) {
-            push_family_t one = *refs[i].f;
-            one.metrics = (push_metric_t *)refs[i].m;
-            one.n = 1;
-            family_each_series(&one, text_series, &ctx, a);
-        }
+        push_family_t one = *f;
+        one.metrics = (push_metric_t *)h->refs[h->next].m;
+        one.n = 1;
+        family_each_series(&one, text_series, &ctx, h->a);
+        arena_rewind(h->a, h->mark); /* the _sum/_count/_bucket names made for this series */
+        h->next++;
     }
+    return h->next < h->k;
+}
 
-    pthread_mutex_lock(&r->mu);
-    for (size_t i = 0; i < npinned; i++)
-        batch_unref(pinned[i]->batch);
-    pthread_mutex_unlock(&r->mu);
-out:
-    free(pinned);
-    free(refs);
-    arena_destroy(a);
+void push_registry_render_end(push_render_t *h)
+{
+    if (!h)
+        return;
+    if (h->npinned) {
+        pthread_mutex_lock(&h->r->mu);
+        for (size_t i = 0; i < h->npinned; i++)
+            batch_unref(h->pinned[i]->batch);
+        pthread_mutex_unlock(&h->r->mu);
+    }
+    free(h->pinned);
+    free(h->refs);
+    arena_destroy(h->a);
+    free(h);
+}
+
+void push_registry_write_text(push_registry_t *r, buf_t *out)
+{
+    push_render_t *h = push_registry_render_begin(r);
+    if (!h)
+        return;
+    while (push_registry_render_next(h, out, SIZE_MAX))
+        ;
+    push_registry_render_end(h);
 }
 
 static void json_time(buf_t *b, int64_t ms)

@@ -175,6 +175,21 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
 /* GET /metrics: every group's families in text format 0.0.4, Pushgateway order (families by
  * name, series by label values), with push_time_seconds / push_failure_time_seconds. */
 void push_registry_write_text(push_registry_t *r, buf_t *out);
+
+/* The same text in pieces, for a reply streamed to a possibly slow client (100s of MB):
+ *   begin   pins every family's batch under the lock (a short walk), copies the bookkeeping
+ *           series and sorts all series into Pushgateway order unlocked: the expensive part,
+ *           meant for a thread other than the HTTP worker's. NULL when out of memory.
+ *   next    appends whole series lines to out until it grew by max_bytes or more (or the end);
+ *           returns true while there is more. Any one thread at a time, no lock taken.
+ *   end     drops the pins (takes the lock briefly) and frees the handle; at any point.
+ * Pushes, deletes, expiry and wipes go on meanwhile: they replace families, and the pins keep
+ * the ones being rendered alive. The pieces concatenated are exactly push_registry_write_text's
+ * output at begin. The registry must outlive the handle. */
+typedef struct push_render push_render_t;
+push_render_t *push_registry_render_begin(push_registry_t *r);
+bool push_registry_render_next(push_render_t *h, buf_t *out, size_t max_bytes);
+void push_registry_render_end(push_render_t *h);
 /* GET /api/v1/metrics: the JSON array that goes in "data". */
 void push_registry_write_json(push_registry_t *r, buf_t *out);
 size_t push_registry_group_count(push_registry_t *r);

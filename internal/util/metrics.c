@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -12,12 +14,14 @@
 
 #define METRICS_MAX 64
 
-static struct {
+typedef struct {
     const char *name;
-    metrics_collector_fn fn;
+    metrics_collector_fn fn;         /* NULL for a stream collector */
+    const metrics_stream_ops_t *ops; /* a stream collector's */
     void *ud;
     bool pushed;
-} metrics_collectors[METRICS_MAX];
+} metrics_collector_t;
+static metrics_collector_t metrics_collectors[METRICS_MAX];
 static int metrics_n;
 static double metrics_start_time;
 
@@ -28,12 +32,14 @@ __attribute__((constructor)) static void metrics_note_start(void)
     metrics_start_time = (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
 }
 
-static int metrics_add(const char *name, metrics_collector_fn fn, void *ud, bool pushed)
+static int metrics_add(const char *name, metrics_collector_fn fn, const metrics_stream_ops_t *ops, void *ud,
+                       bool pushed)
 {
     if (metrics_n >= METRICS_MAX)
         return -1;
     metrics_collectors[metrics_n].name = name;
     metrics_collectors[metrics_n].fn = fn;
+    metrics_collectors[metrics_n].ops = ops;
     metrics_collectors[metrics_n].ud = ud;
     metrics_collectors[metrics_n].pushed = pushed;
     metrics_n++;
@@ -42,12 +48,17 @@ static int metrics_add(const char *name, metrics_collector_fn fn, void *ud, bool
 
 int metrics_register(const char *name, metrics_collector_fn fn, void *ud)
 {
-    return metrics_add(name, fn, ud, false);
+    return metrics_add(name, fn, NULL, ud, false);
 }
 
 int metrics_register_pushed(const char *name, metrics_collector_fn fn, void *ud)
 {
-    return metrics_add(name, fn, ud, true);
+    return metrics_add(name, fn, NULL, ud, true);
+}
+
+int metrics_register_pushed_stream(const char *name, const metrics_stream_ops_t *ops, void *ud)
+{
+    return metrics_add(name, NULL, ops, ud, true);
 }
 
 void metrics_unregister_all(void)
@@ -55,11 +66,77 @@ void metrics_unregister_all(void)
     metrics_n = 0;
 }
 
+struct metrics_render {
+    int n;     /* collectors when it began */
+    int at;    /* the collector the next piece starts in */
+    void **hs; /* stream collectors' handles (NULL for the others, or when begin gave none) */
+};
+
+metrics_render_t *metrics_render_begin(void)
+{
+    metrics_render_t *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->n = metrics_n;
+    h->hs = calloc((size_t)(h->n ? h->n : 1), sizeof(void *));
+    if (!h->hs) {
+        free(h);
+        return NULL;
+    }
+    for (int i = 0; i < h->n; i++)
+        if (metrics_collectors[i].ops)
+            h->hs[i] = metrics_collectors[i].ops->begin(metrics_collectors[i].ud);
+    return h;
+}
+
+bool metrics_render_next(metrics_render_t *h, buf_t *out, size_t max_bytes)
+{
+    size_t start = out->len;
+    while (h->at < h->n && out->len - start < max_bytes) {
+        const metrics_collector_t *c = &metrics_collectors[h->at];
+        if (c->fn) {
+            c->fn(c->ud, out);
+            h->at++;
+            continue;
+        }
+        size_t room = max_bytes - (out->len - start);
+        if (h->hs[h->at] && c->ops->next(h->hs[h->at], out, room))
+            continue; /* full */
+        if (h->hs[h->at])
+            c->ops->end(h->hs[h->at]);
+        h->hs[h->at++] = NULL;
+    }
+    return h->at < h->n;
+}
+
+void metrics_render_end(metrics_render_t *h)
+{
+    if (!h)
+        return;
+    for (int i = 0; i < h->n; i++)
+        if (h->hs[i])
+            metrics_collectors[i].ops->end(h->hs[i]);
+    free(h->hs);
+    free(h);
+}
+
 static void metrics_write(buf_t *out, bool include_pushed)
 {
-    for (int i = 0; i < metrics_n; i++)
-        if (include_pushed || !metrics_collectors[i].pushed)
+    for (int i = 0; i < metrics_n; i++) {
+        if (!include_pushed && metrics_collectors[i].pushed)
+            continue;
+        if (metrics_collectors[i].fn) {
             metrics_collectors[i].fn(metrics_collectors[i].ud, out);
+            continue;
+        }
+        const metrics_stream_ops_t *ops = metrics_collectors[i].ops;
+        void *h = ops->begin(metrics_collectors[i].ud);
+        if (!h)
+            continue;
+        while (ops->next(h, out, SIZE_MAX))
+            ;
+        ops->end(h);
+    }
 }
 
 void metrics_write_all(buf_t *out)
