@@ -51,11 +51,6 @@ int metrics_register(const char *name, metrics_collector_fn fn, void *ud)
     return metrics_add(name, fn, NULL, ud, false);
 }
 
-int metrics_register_pushed(const char *name, metrics_collector_fn fn, void *ud)
-{
-    return metrics_add(name, fn, NULL, ud, true);
-}
-
 int metrics_register_pushed_stream(const char *name, const metrics_stream_ops_t *ops, void *ud)
 {
     return metrics_add(name, NULL, ops, ud, true);

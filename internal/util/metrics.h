@@ -19,10 +19,9 @@ typedef void (*metrics_collector_fn)(void *ud, buf_t *out);
 
 /* Not thread-safe: register before the server starts. Returns 0 or -1 when full. */
 int metrics_register(const char *name, metrics_collector_fn fn, void *ud);
-/* The same for a collector that exposes pushed data rather than sluice's own state (the
- * Pushgateway part of GET /metrics, which can be 100s of MB); metrics_write_self skips it. */
-int metrics_register_pushed(const char *name, metrics_collector_fn fn, void *ud);
-/* A pushed-data collector that can be rendered in pieces (GET /metrics streams it): begin does
+/* A collector of pushed data rather than sluice's own state (the Pushgateway part of GET
+ * /metrics, which can be 100s of MB; metrics_write_self skips it), rendered in pieces (GET
+ * /metrics streams it): begin does
  * the expensive preparation and returns a handle (NULL: nothing to show, e.g. out of memory);
  * next appends about max_bytes or more of text and returns true while there is more; end frees
  * the handle, at any point. begin may run on any thread; next/end on one thread at a time. */
