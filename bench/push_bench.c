@@ -3,7 +3,7 @@
  *
  *   push_bench --target sluice|pushgateway|vm --port P [--host 127.0.0.1] [--tms 200]
  *              [--rounds 5] [--conns 8] [--seed 1] [--max-seconds 0] [--timeout 60]
- *              [--pid SERVER_PID] [--name LABEL] [--bodies FILE]
+ *              [--pid SERVER_PID] [--name LABEL] [--bodies FILE] [--interval SECONDS]
  *   push_bench --write-bodies FILE [--tms 200] [--rounds 5] [--seed 1]
  *
  * Load: TaskManager i (0..tms-1) pushes the body internal/expfmt/flinkgen.h makes for it
@@ -23,10 +23,17 @@
  * pushes after that long (in-flight ones finish, bounded by --timeout, after which the push
  * counts as a time-out): how the very slow Pushgateway-with-consistency-check run is capped.
  *
+ * Fixed rate (--interval S): instead of flat out, TaskManager t pushes round r at
+ * start + r*S + t*S/tms (the real cadence, phases spread evenly); a push's latency then counts
+ * from when it was due, so a push that waited for a free connection is charged for the wait (no
+ * coordinated omission). Use enough --conns that the client is not the bottleneck. The server's
+ * CPU time over the run (utime + stime of --pid) is reported as cpu_s and per million samples.
+ *
  * Output: human lines, then one machine-readable line for bench/push_bench.sh:
  *   RESULT name=.. pushes=.. ok=.. errors=.. timeouts=.. seconds=.. pushes_s=.. samples_s=..
  *          p50_ms=.. p99_ms=.. max_ms=.. rss_kb=.. hwm_kb=.. planned=.. series=..
  *          steady_samples_s=.. (rounds 2..N only: every series exists) first_round_s=..
+ *          cpu_s=.. cpu_s_per_1m=.. steady_p50_ms=.. steady_p99_ms=.. (rounds 2..N)
  * RSS / HWM are the server's VmRSS / VmHWM (/proc/<pid>/status) after the last push.
  *
  * Not part of the CMake build (bench/ is not globbed); bench/push_bench.sh compiles it with
@@ -68,7 +75,7 @@ typedef struct {
     bool busy;
     req_t *req;
     size_t sent; /* over head then body */
-    double t0;
+    double t0; /* when the push was due (fixed rate) or first written */
     char rbuf[8192];
     size_t rlen;
     size_t need;      /* total response bytes once headers are parsed, 0 = unknown yet */
@@ -170,7 +177,7 @@ typedef struct {
     const char *host, *name;
     int port, tms, rounds, conns, pid;
     uint64_t seed;
-    double max_seconds, timeout;
+    double max_seconds, timeout, interval; /* interval: fixed-rate seconds between a TM's pushes, 0 = flat out */
     const char *bodies, *write_bodies;
 } opts_t;
 
@@ -230,6 +237,24 @@ static long proc_status_kb(int pid, const char *key)
     return v;
 }
 
+/* utime + stime of pid in seconds, -1 when unknown. */
+static double proc_cpu_s(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold blanks */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: push_bench --target sluice|pushgateway|vm --port P [--host H] [--tms N] "
@@ -251,7 +276,8 @@ int main(int argc, char **argv)
                 .pid = 0,
                 .seed = 1,
                 .max_seconds = 0,
-                .timeout = 60};
+                .timeout = 60,
+                .interval = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc)
@@ -286,6 +312,8 @@ int main(int argc, char **argv)
             o.bodies = v;
         else if (!strcmp(a, "--write-bodies"))
             o.write_bodies = v;
+        else if (!strcmp(a, "--interval"))
+            o.interval = atof(v);
         else
             usage();
     }
@@ -385,6 +413,9 @@ int main(int argc, char **argv)
     unsigned char *tm_ok = calloc((size_t)o.tms, 1);
     size_t nlat = 0, next = 0, ok = 0, errors = 0, timeouts = 0, inflight = 0, ok_samples = 0;
     char first_err[512] = "";
+    double *lat_steady = calloc(nreq, sizeof(double));
+    size_t nsteady = 0;
+    double cpu0 = o.pid ? proc_cpu_s(o.pid) : -1;
     double t0 = now_s(), tend = t0;
     bool stop_issuing = false;
 
@@ -393,7 +424,10 @@ int main(int argc, char **argv)
         if (o.max_seconds > 0 && t - t0 >= o.max_seconds)
             stop_issuing = true;
         /* hand out work to idle connections */
-        for (int i = 0; i < o.conns && !stop_issuing && next < nreq; i++) {
+        double due = o.interval > 0 ? t0 + (double)(next / (size_t)o.tms) * o.interval +
+                                          (double)(next % (size_t)o.tms) * o.interval / (double)o.tms
+                                    : t;
+        for (int i = 0; i < o.conns && !stop_issuing && next < nreq && due <= t; i++) {
             conn_t *c = &cs[i];
             if (c->busy)
                 continue;
@@ -408,9 +442,12 @@ int main(int argc, char **argv)
             c->rlen = 0;
             c->need = 0;
             c->status = 0;
-            c->t0 = now_s();
+            c->t0 = o.interval > 0 ? due : now_s();
             inflight++;
             conn_events(c, EPOLLOUT | EPOLLIN);
+            if (o.interval > 0 && next < nreq)
+                due = t0 + (double)(next / (size_t)o.tms) * o.interval +
+                      (double)(next % (size_t)o.tms) * o.interval / (double)o.tms;
         }
         if (inflight == 0 && (stop_issuing || next >= nreq))
             break;
@@ -425,7 +462,10 @@ int main(int argc, char **argv)
             }
         }
         struct epoll_event evs[64];
-        int n = epoll_wait(g_ep, evs, 64, 100);
+        int wait_ms = 100;
+        if (o.interval > 0 && next < nreq && due > t)
+            wait_ms = (int)((due - t) * 1e3) + 1 < 100 ? (int)((due - t) * 1e3) + 1 : 100;
+        int n = epoll_wait(g_ep, evs, 64, wait_ms);
         if (n < 0 && errno != EINTR)
             die("epoll_wait");
         for (int k = 0; k < n; k++) {
@@ -509,6 +549,8 @@ int main(int argc, char **argv)
             double l = now_s() - c->t0;
             tend = now_s();
             lat[nlat++] = l;
+            if (c->req->round > 0)
+                lat_steady[nsteady++] = l;
             if (c->status >= 200 && c->status < 300) {
                 ok++;
                 ok_samples += c->req->series;
@@ -532,6 +574,10 @@ int main(int argc, char **argv)
                 conn_close(c);
         }
     }
+    double cpu = cpu0 >= 0 ? proc_cpu_s(o.pid) - cpu0 : -1;
+    qsort(lat_steady, nsteady, sizeof(double), cmp_double);
+    double sp50 = nsteady ? lat_steady[(size_t)(0.50 * (double)(nsteady - 1))] : 0;
+    double sp99 = nsteady ? lat_steady[(size_t)(0.99 * (double)(nsteady - 1) + 0.5)] : 0;
     double secs = tend - t0;
     if (secs <= 0)
         secs = 1e-9;
@@ -565,9 +611,11 @@ int main(int argc, char **argv)
         printf("%s: first error: %s\n", o.name, first_err);
     printf("RESULT name=%s pushes=%zu ok=%zu errors=%zu timeouts=%zu seconds=%.3f pushes_s=%.2f "
            "samples_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_kb=%ld hwm_kb=%ld planned=%zu "
-           "series=%zu steady_samples_s=%.0f first_round_s=%.3f\n",
+           "series=%zu steady_samples_s=%.0f first_round_s=%.3f cpu_s=%.2f cpu_s_per_1m=%.3f steady_p50_ms=%.2f "
+           "steady_p99_ms=%.2f\n",
            o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3,
-           p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0);
+           p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0, cpu,
+           cpu >= 0 && ok_samples ? cpu / ((double)ok_samples / 1e6) : -1.0, sp50 * 1e3, sp99 * 1e3);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

@@ -11,7 +11,10 @@
 # Environment (defaults): TMS=200 TaskManagers (~1,282 series, ~590 KiB each), ROUNDS=3 pushes
 # per TM (tick 1..ROUNDS, counters grow), CONNS=8, REPS=3, MAX_SECONDS=120 (cap per run),
 # PG_CHECK_SECONDS=30 (cap for the Pushgateway with its consistency check, which is very slow),
-# TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1.
+# TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1, INTERVAL= (seconds:
+# the fixed-rate run — every TaskManager pushes once per INTERVAL at its own phase, latency from
+# when the push was due, CPU-seconds of the server per 1M samples; e.g. INTERVAL=10 ROUNDS=6 is
+# the real cadence for 60 s).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -24,6 +27,7 @@ SEED=${SEED:-1}
 MAX_SECONDS=${MAX_SECONDS:-120}
 PG_CHECK_SECONDS=${PG_CHECK_SECONDS:-30}
 TARGETS=${TARGETS:-"sluice vm pushgateway-nocheck pushgateway"}
+INTERVAL=${INTERVAL:-0}
 
 bin=$build/sluice
 [ -x "$bin" ] || { echo "push_bench: no $bin (make build-release first)" >&2; exit 1; }
@@ -105,13 +109,14 @@ for rep in $(seq "$REPS"); do
         [ "$target" = pushgateway ] && cap=$PG_CHECK_SECONDS timeout=$PG_CHECK_SECONDS
         "$work/push_bench" --target "$kind" --name "$target" --port "$port" --tms "$TMS" --rounds "$ROUNDS" \
             --conns "$CONNS" --seed "$SEED" --bodies "$work/bodies.bin" --max-seconds "$cap" \
-            --timeout "$timeout" --pid "$pid" 2>"$dir/bench.err" | tee -a "$results" | grep -v '^RESULT'
+            --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" 2>"$dir/bench.err" | tee -a "$results" |
+            grep -v '^RESULT'
         stop_server
         rm -rf "$dir"
     done
 done
 
-/usr/bin/python3 - "$results" "$TMS" "$ROUNDS" <<'EOF'
+/usr/bin/python3 - "$results" "$TMS" "$ROUNDS" "$INTERVAL" <<'EOF'
 import sys, statistics
 rows = {}
 for line in open(sys.argv[1]):
@@ -149,7 +154,24 @@ for n in order:
     spread = [float(x["samples_s"]) for x in rows[n]]
     if len(spread) > 1:
         print(f"{'':<30} samples/s over runs: " + ", ".join(f"{x:.0f}" for x in spread))
-if "sluice" in m and vm:
+if float(sys.argv[4]) > 0:
+    # fixed rate: every run pushes the same samples; the median run by steady p99
+    print()
+    print(f"fixed rate: each TaskManager every {sys.argv[4]} s; latency from when a push was due; steady = rounds 2..N")
+    h2 = f"{'server':<30} {'steady p50 ms':>14} {'steady p99 ms':>14} {'max ms':>8} {'CPU s':>7} {'CPU s / 1M samples':>19}"
+    print(h2)
+    print("-" * len(h2))
+    for n in order:
+        if n not in rows:
+            continue
+        runs = sorted(rows[n], key=lambda r: float(r["steady_p99_ms"]))
+        r = runs[(len(runs) - 1) // 2]
+        print(f"{label[n]:<30} {float(r['steady_p50_ms']):>14.1f} {float(r['steady_p99_ms']):>14.1f} "
+              f"{float(r['max_ms']):>8.1f} {float(r['cpu_s']):>7.2f} {float(r['cpu_s_per_1m']):>19.3f}")
+        if len(runs) > 1:
+            print(f"{'':<30} steady p99 over runs: " + ", ".join(f"{float(x['steady_p99_ms']):.1f}" for x in rows[n]) +
+                  "; CPU s / 1M: " + ", ".join(f"{float(x['cpu_s_per_1m']):.3f}" for x in rows[n]))
+if "sluice" in m and vm and float(sys.argv[4]) <= 0:  # the flat-out goals
     s = m["sluice"]
     print()
     if float(vm.get("steady_samples_s", 0)) > 0 and float(s.get("steady_samples_s", 0)) > 0:
