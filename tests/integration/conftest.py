@@ -110,14 +110,21 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
 @contextlib.contextmanager
-def prometheus_beside_sluice(prefix, sluice_args=()):
+def prometheus_beside_sluice(prefix, sluice_args=(), rules=None):
     """A real Prometheus (remote-write receiver on) and a sluice, both ready, in a temporary
-    folder: yields (prometheus_url, sluice). Both are stopped on exit; sluice must exit 0."""
+    folder: yields (prometheus_url, sluice). rules: a rule file's text both load (Prometheus
+    evaluating every 2 s). Both are stopped on exit; sluice must exit 0."""
     d = tempfile.mkdtemp(prefix=prefix)
     port = free_port()
     cfg = os.path.join(d, "prometheus.yml")
     with open(cfg, "w") as f:
         f.write("global:\n  scrape_interval: 15s\n")
+        if rules is not None:
+            path = os.path.join(d, "rules.yml")
+            with open(path, "w") as r:
+                r.write(rules)
+            f.write(f"  evaluation_interval: 2s\nrule_files:\n- {path}\n")
+            sluice_args = [*sluice_args, f"--rules.file={path}"]
     plog = open(os.path.join(d, "prometheus.log"), "wb")
     prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
                              f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver"],

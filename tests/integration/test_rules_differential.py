@@ -18,22 +18,17 @@ own sluice_job_up, which Prometheus does not have: the run writes a sluice_job_u
 nobody pushes for (so sluice makes none of its own for it) to both, 0 for 40 s of the window.
 """
 # ctest-labels: peer slow
-import math
 import os
 import re
-import shutil
-import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 import requests
 
 import promproto
-from conftest import Sluice, free_port
+from conftest import prometheus_beside_sluice
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 BP = "flink_taskmanager_job_task_backPressuredTimeMsPerSecond"
 
 RULES = """groups:
@@ -74,17 +69,20 @@ def value_at(job, off):
     return 100.0  # "calm"
 
 
-def wait_ready(url, proc, what):
-    deadline = time.time() + 60
-    while True:
-        try:
-            if requests.get(url + "/-/ready", timeout=1).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        if time.time() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.1)
+def differences(prom_url, sluice_url, exprs, lo, hi):
+    """Every series or sample of exprs over [lo, hi] (Unix seconds) that the two servers hold
+    differently, as readable lines."""
+    diffs = []
+    for expr in exprs:
+        p = raw_samples(prom_url, expr, hi, hi - lo)
+        s = raw_samples(sluice_url, expr, hi, hi - lo)
+        if set(p) != set(s):
+            diffs.append(f"{expr}: series only in prometheus {set(p) - set(s)}, only in sluice {set(s) - set(p)}")
+            continue
+        for k in p:
+            if p[k] != s[k]:
+                diffs.append(f"{expr} {dict(k)}:\n  prometheus {p[k]}\n  sluice     {s[k]}")
+    return diffs
 
 
 def raw_samples(url, expr, at, window_s):
@@ -98,24 +96,7 @@ def raw_samples(url, expr, at, window_s):
 
 
 def test_rules_match_prometheus():
-    d = tempfile.mkdtemp(prefix="sluice-rules-diff-")
-    rules = os.path.join(d, "rules.yml")
-    with open(rules, "w") as f:
-        f.write(RULES)
-    pport = free_port()
-    cfg = os.path.join(d, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write(f"global:\n  evaluation_interval: 2s\n  scrape_interval: 15s\nrule_files:\n- {rules}\n")
-    plog = open(os.path.join(d, "prometheus.log"), "wb")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
-                             f"--web.listen-address=127.0.0.1:{pport}", "--web.enable-remote-write-receiver"],
-                            stdout=plog, stderr=subprocess.STDOUT)
-    prom_url = f"http://127.0.0.1:{pport}"
-    sl = Sluice(os.path.join(d, "sluice"), [f"--rules.file={rules}"])
-    rc = None
-    try:
-        wait_ready(prom_url, prom, "prometheus")
-        sl.wait_ready()
+    with prometheus_beside_sluice("sluice-rules-diff-", rules=RULES) as (prom_url, sl):
         t0 = int(time.time())
         series = []
         for job in ("steady", "flappy", "calm"):
@@ -128,16 +109,7 @@ def test_rules_match_prometheus():
         time.sleep(max(0.0, t0 + RUN - time.time()))
 
         lo, hi = t0 + START_DELAY - 2, t0 + RUN - 2  # both evaluated throughout, both restored
-        diffs = []
-        for expr in ("job_name:bp:ratio", "bp:count", "ALERTS", "ALERTS_FOR_STATE"):
-            p = raw_samples(prom_url, expr, hi, hi - lo)
-            s = raw_samples(sl.url, expr, hi, hi - lo)
-            if set(p) != set(s):
-                diffs.append(f"{expr}: series only in prometheus {set(p) - set(s)}, only in sluice {set(s) - set(p)}")
-                continue
-            for k in p:
-                if p[k] != s[k]:
-                    diffs.append(f"{expr} {dict(k)}:\n  prometheus {p[k]}\n  sluice     {s[k]}")
+        diffs = differences(prom_url, sl.url, ("job_name:bp:ratio", "bp:count", "ALERTS", "ALERTS_FOR_STATE"), lo, hi)
         assert not diffs, "\n".join(diffs)
         # something actually happened in the window
         alerts = raw_samples(sl.url, 'ALERTS{alertstate="firing"}', hi, hi - lo)
@@ -145,14 +117,6 @@ def test_rules_match_prometheus():
         assert names == {"Backpressured", "BackpressuredNow", "BackpressuredSticky"}, names
         pending = raw_samples(sl.url, 'ALERTS{alertstate="pending",job_name="flappy"}', hi, hi - lo)
         assert pending, "the flapping job should have been pending"
-    finally:
-        prom.send_signal(signal.SIGTERM)
-        prom.wait(timeout=30)
-        plog.close()
-        rc = sl.stop()
-        log = sl.read_log() if rc != 0 else ""
-        shutil.rmtree(d, ignore_errors=True)
-    assert rc == 0, log
 
 
 SOURCE = os.environ.get("SLUICE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -206,33 +170,15 @@ def counter_sum(url, name):
     return total
 
 
-def shortened_pack(path):
+def shortened_pack():
     """The shipped pack with a 2 s group interval and 4 s `for`s; expressions untouched."""
     text = open(os.path.join(SOURCE, "deploy", "rules", "flink.yml")).read()
     text = re.sub(r"^(\s+)interval: 15s$", r"\1interval: 2s", text, flags=re.M)
-    text = re.sub(r"^(\s+)for: \S+$", r"\1for: 4s", text, flags=re.M)
-    with open(path, "w") as f:
-        f.write(text)
+    return re.sub(r"^(\s+)for: \S+$", r"\1for: 4s", text, flags=re.M)
 
 
 def test_flink_pack_matches_prometheus():
-    d = tempfile.mkdtemp(prefix="sluice-pack-diff-")
-    rules = os.path.join(d, "flink.yml")
-    shortened_pack(rules)
-    pport = free_port()
-    cfg = os.path.join(d, "prometheus.yml")
-    with open(cfg, "w") as f:
-        f.write(f"global:\n  evaluation_interval: 2s\n  scrape_interval: 15s\nrule_files:\n- {rules}\n")
-    plog = open(os.path.join(d, "prometheus.log"), "wb")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={d}/prom",
-                             f"--web.listen-address=127.0.0.1:{pport}", "--web.enable-remote-write-receiver"],
-                            stdout=plog, stderr=subprocess.STDOUT)
-    prom_url = f"http://127.0.0.1:{pport}"
-    sl = Sluice(os.path.join(d, "sluice"), [f"--rules.file={rules}"])
-    rc = None
-    try:
-        wait_ready(prom_url, prom, "prometheus")
-        sl.wait_ready()
+    with prometheus_beside_sluice("sluice-pack-diff-", rules=shortened_pack()) as (prom_url, sl):
         t0 = int(time.time()) + 2
         series = pack_series(t0)
         # an expected job that goes missing 30 s into the run and is back 40 s later
@@ -246,16 +192,7 @@ def test_flink_pack_matches_prometheus():
         lo, hi = t0 + START_DELAY - 2, t0 + PACK_RUN - 2
         exprs = ["ALERTS", "ALERTS_FOR_STATE", "job_name:flink_backpressure:ratio_max", "job_name:flink_busy:ratio_max",
                  "job_name:flink_records_in:per_second", "job_name:flink_pending_records:sum"]
-        diffs = []
-        for expr in exprs:
-            p = raw_samples(prom_url, expr, hi, hi - lo)
-            s = raw_samples(sl.url, expr, hi, hi - lo)
-            if set(p) != set(s):
-                diffs.append(f"{expr}: series only in prometheus {set(p) - set(s)}, only in sluice {set(s) - set(p)}")
-                continue
-            for k in p:
-                if p[k] != s[k]:
-                    diffs.append(f"{expr} {dict(k)}:\n  prometheus {p[k]}\n  sluice     {s[k]}")
+        diffs = differences(prom_url, sl.url, exprs, lo, hi)
         # An evaluation skipped because the previous one ran late (a loaded machine) shifts that
         # server's `for` clocks by an interval: the run then compares nothing meaningful.
         missed = {"prometheus": counter_sum(prom_url, "prometheus_rule_group_iterations_missed_total"),
@@ -280,11 +217,3 @@ def test_flink_pack_matches_prometheus():
         stalled = {(dict(k)["job_name"], dict(k)["subtask_index"]) for k in firing
                    if dict(k)["alertname"] == "FlinkSourceStalledWithLag"}
         assert stalled == {("clicks", "0")}, stalled
-    finally:
-        prom.send_signal(signal.SIGTERM)
-        prom.wait(timeout=30)
-        plog.close()
-        rc = sl.stop()
-        log = sl.read_log() if rc != 0 else ""
-        shutil.rmtree(d, ignore_errors=True)
-    assert rc == 0, log
