@@ -389,16 +389,24 @@ typedef struct {
     int64_t t;
 } av_out_t;
 
+/* Room for one more sample; false on OOM (then that sample is skipped). */
+static bool av_out_room(av_out_t *o)
+{
+    if (o->n < o->cap)
+        return true;
+    size_t cap = o->cap ? o->cap * 2 : 64;
+    storage_sample_t *nv = realloc(o->v, cap * sizeof(*nv));
+    if (!nv)
+        return false;
+    o->v = nv;
+    o->cap = cap;
+    return true;
+}
+
 static void av_out_add(av_out_t *o, const char *name, const labels_t *base, const char *job, double v)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        storage_sample_t *nv = realloc(o->v, cap * sizeof(*nv));
-        if (!nv)
-            return;
-        o->v = nv;
-        o->cap = cap;
-    }
+    if (!av_out_room(o))
+        return;
     size_t nl = (base ? base->n : 0) + 2;
     label_t *ls = arena_alloc(o->a, nl * sizeof(label_t));
     size_t k = 0;
@@ -416,14 +424,8 @@ static void av_out_add(av_out_t *o, const char *name, const labels_t *base, cons
  * arena: last round's goes away). */
 static void av_out_add_copy(av_out_t *o, const labels_t *full, double v)
 {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        storage_sample_t *nv = realloc(o->v, cap * sizeof(*nv));
-        if (!nv)
-            return;
-        o->v = nv;
-        o->cap = cap;
-    }
+    if (!av_out_room(o))
+        return;
     label_t *ls = arena_alloc(o->a, (full->n ? full->n : 1) * sizeof(label_t));
     for (size_t i = 0; i < full->n; i++)
         ls[i] = (label_t){arena_strdup(o->a, full->v[i].name), arena_strdup(o->a, full->v[i].value)};
