@@ -347,43 +347,49 @@ static void race_put(push_registry_t *r, const char *job, int n, int64_t now)
     arena_destroy(a);
 }
 
+/* A render must show every group as one push left it: per job, a, b and c carry the same value. */
+static void check_render_consistent(buf_t *t)
+{
+    buf_putc(t, '\0');
+    long seen[4][3];
+    memset(seen, -1, sizeof(seen));
+    for (char *line = t->data; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (*line == '#')
+            continue;
+        char *job = strstr(line, "job=\"j");
+        char *sp = strchr(line, ' ');
+        if (!job || !sp || (line[0] != 'a' && line[0] != 'b' && line[0] != 'c') || line[1] != '{')
+            continue;
+        seen[job[6] - '0'][line[0] - 'a'] = strtol(sp + 1, NULL, 10);
+    }
+    for (int k = 0; k < 4; k++)
+        if (seen[k][0] >= 0 || seen[k][1] >= 0 || seen[k][2] >= 0) {
+            assert_int_equal(seen[k][0], seen[k][1]);
+            assert_int_equal(seen[k][1], seen[k][2]);
+        }
+}
+
 static void *race_render(void *ud)
 {
     race_t *rt = ud;
     while (!atomic_load(&rt->done)) {
         buf_t t = BUF_INIT;
         push_registry_write_text(rt->r, &t);
-        buf_putc(&t, '\0');
-        /* job -> the value its a, b and c show; all three come from the same PUT. */
-        long seen[4][3];
-        memset(seen, -1, sizeof(seen));
-        for (char *line = t.data; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-            if (*line == '#')
-                continue;
-            char *job = strstr(line, "job=\"j");
-            char *sp = strchr(line, ' ');
-            if (!job || !sp || (line[0] != 'a' && line[0] != 'b' && line[0] != 'c') || line[1] != '{')
-                continue;
-            int k = job[6] - '0';
-            seen[k][line[0] - 'a'] = strtol(sp + 1, NULL, 10);
-        }
-        for (int k = 0; k < 4; k++)
-            if (seen[k][0] >= 0 || seen[k][1] >= 0 || seen[k][2] >= 0) {
-                assert_int_equal(seen[k][0], seen[k][1]);
-                assert_int_equal(seen[k][1], seen[k][2]);
-            }
+        check_render_consistent(&t);
         buf_free(&t);
         rt->renders++;
     }
     return NULL;
 }
 
-static void test_render_races_pushes(void **state)
+/* Pushes and deletes groups j0..j3 while render runs on another thread: 3000 changes (more until
+ * min_renders renders are done when wait is set); the renderer must have done min_renders. */
+static void race_run(void *(*render)(void *), int min_renders, bool wait)
 {
     race_t rt = {.r = push_registry_new(NULL)};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, race_render, &rt), 0);
-    for (int i = 1; i <= 3000; i++) {
+    assert_int_equal(pthread_create(&th, NULL, render, &rt), 0);
+    for (int i = 1; i <= 3000 || (wait && rt.renders < min_renders); i++) {
         char job[8];
         snprintf(job, sizeof(job), "j%d", i % 4);
         if (i % 7 == 0) {
@@ -399,8 +405,13 @@ static void test_render_races_pushes(void **state)
     }
     atomic_store(&rt.done, 1);
     pthread_join(th, NULL);
-    assert_true(rt.renders > 0);
+    assert_true(rt.renders >= min_renders);
     push_registry_free(rt.r);
+}
+
+static void test_render_races_pushes(void **state)
+{
+    race_run(race_render, 1, false);
 }
 
 /* Pushes body and plays storage for the series reference cache: a sample without a ref gets a
@@ -809,23 +820,7 @@ static void *race_render_pieces(void *ud)
         while (push_registry_render_next(h, &t, 16))
             sched_yield();
         push_registry_render_end(h);
-        buf_putc(&t, '\0');
-        long seen[4][3];
-        memset(seen, -1, sizeof(seen));
-        for (char *line = t.data; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-            if (*line == '#')
-                continue;
-            char *job = strstr(line, "job=\"j");
-            char *sp = strchr(line, ' ');
-            if (!job || !sp || (line[0] != 'a' && line[0] != 'b' && line[0] != 'c') || line[1] != '{')
-                continue;
-            seen[job[6] - '0'][line[0] - 'a'] = strtol(sp + 1, NULL, 10);
-        }
-        for (int k = 0; k < 4; k++)
-            if (seen[k][0] >= 0 || seen[k][1] >= 0 || seen[k][2] >= 0) {
-                assert_int_equal(seen[k][0], seen[k][1]);
-                assert_int_equal(seen[k][1], seen[k][2]);
-            }
+        check_render_consistent(&t);
         buf_free(&t);
         rt->renders++;
     }
@@ -834,27 +829,7 @@ static void *race_render_pieces(void *ud)
 
 static void test_render_pieces_race_pushes(void **state)
 {
-    race_t rt = {.r = push_registry_new(NULL)};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, race_render_pieces, &rt), 0);
-    for (int i = 1; i <= 3000 || rt.renders < 3; i++) {
-        char job[8];
-        snprintf(job, sizeof(job), "j%d", i % 4);
-        if (i % 7 == 0) {
-            arena_t *a = arena_create(0);
-            label_t g[1] = {{"job", job}};
-            labels_t grouping = {g, 1};
-            push_effect_t effect;
-            push_registry_delete(rt.r, &grouping, i, a, &effect, NULL);
-            arena_destroy(a);
-        } else {
-            race_put(rt.r, job, i, i);
-        }
-    }
-    atomic_store(&rt.done, 1);
-    pthread_join(th, NULL);
-    assert_true(rt.renders >= 3);
-    push_registry_free(rt.r);
+    race_run(race_render_pieces, 3, true);
 }
 
 int main(void)
