@@ -83,11 +83,6 @@ size_t push_shape_nvalues(const push_shape_t *s)
     return s->npieces;
 }
 
-size_t push_shape_bytes(const push_shape_t *s)
-{
-    return sizeof(*s) + (s->npieces + 1) * sizeof(push_piece_t);
-}
-
 static bool piece_is(const push_piece_t *p, const char *at)
 {
     XXH128_hash_t h = XXH3_128bits(at, p->len);

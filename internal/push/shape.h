@@ -41,8 +41,6 @@ void push_shape_free(push_shape_t *s);
 
 /* Number of values a matching body yields (the parsed body's sample count). */
 size_t push_shape_nvalues(const push_shape_t *s);
-/* Bytes held, for accounting. */
-size_t push_shape_bytes(const push_shape_t *s);
 
 /* True when body[0:len], of format fmt, repeats the shape: then values[k] (nvalues of them) is
  * the value of sample k as the parser would give it (before any _count/bucket truncation), in
