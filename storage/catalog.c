@@ -47,13 +47,16 @@
 
 /* ---- types ------------------------------------------------------------------------------ */
 
-typedef enum { PENDING_ADD = 0, PENDING_TOUCH } pending_kind_t;
+typedef enum { PENDING_ADD = 0, PENDING_TOUCH, PENDING_REF } pending_kind_t;
 
 typedef struct {
     pending_kind_t kind;
     uint64_t id;
     int64_t t;
-    labels_t ls; /* PENDING_ADD: ls.v and the strings live in one malloc'd block at ls.v */
+    union {
+        labels_t ls;   /* PENDING_ADD: ls.v and the strings live in one malloc'd block at ls.v */
+        uint64_t hint; /* PENDING_REF: handed back to the label source */
+    };
 } pending_t;
 
 struct catalog {
@@ -63,6 +66,12 @@ struct catalog {
     pending_t *pending;
     size_t npending, cappending;
     _Atomic uint64_t next_id;
+    catalog_label_fn label_fn;
+    void *label_ud;
+    /* Smallest id of a PENDING_REF in `pending` / in the batch being written (UINT64_MAX: none).
+     * catalog_is_written reads pending_min first; the writer sets inflight_min before it resets
+     * pending_min, so a reader never sees both empty while a batch still needs its labels. */
+    _Atomic uint64_t pending_min, inflight_min;
 };
 
 #define CAT_SCHEMA                                                                                                     \
@@ -212,6 +221,8 @@ catalog_t *catalog_open(const char *dir, char *err, size_t errlen)
     pthread_mutex_init(&cat->write_mu, NULL);
     pthread_mutex_init(&cat->read_mu, NULL);
     pthread_mutex_init(&cat->pending_mu, NULL);
+    atomic_init(&cat->pending_min, UINT64_MAX);
+    atomic_init(&cat->inflight_min, UINT64_MAX);
     size_t n = strlen(dir) + sizeof("/sluice.db");
     cat->path = malloc(n);
     if (!cat->path) {
@@ -318,8 +329,35 @@ static int pending_push(catalog_t *cat, const pending_t *p)
         cat->cappending = cap;
     }
     cat->pending[cat->npending++] = *p;
+    if (p->kind == PENDING_REF && p->id < atomic_load(&cat->pending_min))
+        atomic_store(&cat->pending_min, p->id);
     pthread_mutex_unlock(&cat->pending_mu);
     return 0;
+}
+
+void catalog_set_label_source(catalog_t *cat, catalog_label_fn fn, void *ud)
+{
+    cat->label_fn = fn;
+    cat->label_ud = ud;
+}
+
+int catalog_add_series_ref(catalog_t *cat, uint64_t id, uint64_t hint, int64_t t)
+{
+    assert(cat->label_fn);
+    if (id == 0)
+        return -1;
+    uint64_t cur = atomic_load(&cat->next_id);
+    while (cur <= id && !atomic_compare_exchange_weak(&cat->next_id, &cur, id + 1))
+        ;
+    pending_t p = {.kind = PENDING_REF, .id = id, .t = t, .hint = hint};
+    return pending_push(cat, &p);
+}
+
+bool catalog_is_written(const catalog_t *cat, uint64_t id)
+{
+    uint64_t p = atomic_load(&cat->pending_min);
+    uint64_t f = atomic_load(&cat->inflight_min);
+    return id < p && id < f;
 }
 
 int catalog_add_series(catalog_t *cat, uint64_t id, const labels_t *ls, int64_t t)
@@ -375,7 +413,7 @@ void catalog__write_unlock(catalog_t *cat)
 }
 
 static int write_one(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlite3_stmt *touch, const pending_t *p,
-                     buf_t *enc, buf_t *text)
+                     buf_t *enc, buf_t *text, arena_t *scratch)
 {
     int rc = SQLITE_DONE;
     if (p->kind == PENDING_TOUCH) {
@@ -385,14 +423,24 @@ static int write_one(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlit
         sqlite3_reset(touch);
         return rc == SQLITE_DONE ? 0 : -1;
     }
+    labels_t ls = p->ls;
+    if (p->kind == PENDING_REF) {
+        arena_reset(scratch);
+        if (cat->label_fn(cat->label_ud, p->id, p->hint, scratch, &ls) != 0) {
+            /* The owner let it go before it was written: a broken promise, not the client's doing. */
+            log_error("catalog", "a queued series left memory before it was written; its row is lost",
+                      LF_I("id", p->id));
+            return 0;
+        }
+    }
     buf_reset(enc);
     buf_reset(text);
-    encode_labels(enc, &p->ls);
-    format_labels_text(text, &p->ls);
+    encode_labels(enc, &ls);
+    format_labels_text(text, &ls);
     const char *metric = NULL;
-    for (size_t i = 0; i < p->ls.n && !metric; i++)
-        if (strcmp(p->ls.v[i].name, LABEL_METRIC_NAME) == 0)
-            metric = p->ls.v[i].value;
+    for (size_t i = 0; i < ls.n && !metric; i++)
+        if (strcmp(ls.v[i].name, LABEL_METRIC_NAME) == 0)
+            metric = ls.v[i].value;
     sqlite3_bind_int64(ins, 1, (sqlite3_int64)p->id);
     sqlite3_bind_text(ins, 2, metric ? metric : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(ins, 3, text->data, (int)text->len, SQLITE_STATIC);
@@ -402,9 +450,9 @@ static int write_one(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlit
     sqlite3_reset(ins);
     if (rc != SQLITE_DONE)
         return -1;
-    for (size_t i = 0; i < p->ls.n; i++) {
-        sqlite3_bind_text(idx, 1, p->ls.v[i].name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(idx, 2, p->ls.v[i].value, -1, SQLITE_STATIC);
+    for (size_t i = 0; i < ls.n; i++) {
+        sqlite3_bind_text(idx, 1, ls.v[i].name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(idx, 2, ls.v[i].value, -1, SQLITE_STATIC);
         sqlite3_bind_int64(idx, 3, (sqlite3_int64)p->id);
         rc = sqlite3_step(idx);
         sqlite3_reset(idx);
@@ -419,6 +467,9 @@ int catalog__write_pending(catalog_t *cat)
     pthread_mutex_lock(&cat->pending_mu);
     pending_t *batch = cat->pending;
     size_t n = cat->npending;
+    uint64_t batch_min = atomic_load(&cat->pending_min);
+    atomic_store(&cat->inflight_min, batch_min);
+    atomic_store(&cat->pending_min, UINT64_MAX);
     cat->pending = NULL;
     cat->npending = cat->cappending = 0;
     pthread_mutex_unlock(&cat->pending_mu);
@@ -439,10 +490,13 @@ int catalog__write_pending(catalog_t *cat)
                            NULL) != SQLITE_OK)
         goto out;
     buf_t enc = BUF_INIT, text = BUF_INIT;
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (write_one(cat, ins, idx, touch, &batch[i], &enc, &text) != 0)
-            break;
+    arena_t *scratch = arena_create(0);
+    size_t i = 0;
+    if (scratch)
+        for (; i < n; i++)
+            if (write_one(cat, ins, idx, touch, &batch[i], &enc, &text, scratch) != 0)
+                break;
+    arena_destroy(scratch);
     buf_free(&enc);
     buf_free(&text);
     ret = i == n ? 0 : -1;
@@ -456,6 +510,7 @@ out:
         for (size_t k = 0; k < n; k++)
             pending_free(&batch[k]);
         free(batch);
+        atomic_store(&cat->inflight_min, UINT64_MAX);
         return 0;
     }
     /* The caller rolls back; keep every entry (writes are idempotent) for the next attempt. */
@@ -466,7 +521,11 @@ out:
         free(cat->pending);
         cat->pending = v;
         cat->npending = cat->cappending = n + cat->npending;
+        if (batch_min < atomic_load(&cat->pending_min))
+            atomic_store(&cat->pending_min, batch_min);
+        atomic_store(&cat->inflight_min, UINT64_MAX);
     } else {
+        atomic_store(&cat->inflight_min, UINT64_MAX);
         for (size_t k = 0; k < n; k++)
             pending_free(&batch[k]);
         free(batch);
@@ -707,14 +766,24 @@ static int copy_labels_to_arena(const labels_t *src, arena_t *a, labels_t *out)
 int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
 {
     int ret = 1;
+    bool by_ref = false;
+    uint64_t hint = 0;
     pthread_mutex_lock(&cat->pending_mu);
     for (size_t i = cat->npending; i-- > 0;) {
         if (cat->pending[i].kind == PENDING_ADD && cat->pending[i].id == id) {
             ret = copy_labels_to_arena(&cat->pending[i].ls, a, out);
             break;
         }
+        if (cat->pending[i].kind == PENDING_REF && cat->pending[i].id == id) {
+            by_ref = true;
+            hint = cat->pending[i].hint;
+            break;
+        }
     }
     pthread_mutex_unlock(&cat->pending_mu);
+    /* The label source takes its own locks: never call it under pending_mu. */
+    if (by_ref && cat->label_fn(cat->label_ud, id, hint, a, out) == 0)
+        return 0;
     if (ret != 1)
         return ret;
     pthread_mutex_lock(&cat->read_mu);

@@ -6,7 +6,10 @@
  * never reused) and what lets history queries find series that have left memory. Schema: see the
  * top of catalog.c and docs/storage-rollups.md.
  *
- * Writes are queued: catalog_add_series copies the labels into a pending list and returns at once.
+ * Writes are queued: catalog_add_series copies the labels into a pending list and returns at once;
+ * catalog_add_series_ref queues only the id and a hint, and the writer reads the labels back from
+ * their owner (the head's index, which interns them) through the label source, so a burst of new
+ * series costs ~40 bytes each in the queue instead of a copy of every label string.
  * The pending list is written by the roll-up writer thread at the start of each of its
  * transactions (so a series row is always durable no later than the first roll-up that names it),
  * or by catalog_flush when no roll-up writer runs. Lookups read committed rows only, through a
@@ -60,6 +63,19 @@ uint64_t catalog_next_id(catalog_t *cat);
  * t = first time the series was seen (ms). Returns 0, or -1 on OOM / bad labels.
  * Adding an id that already exists keeps the stored labels and widens first/last seen. */
 int catalog_add_series(catalog_t *cat, uint64_t id, const labels_t *ls, int64_t t);
+/* The owner of the labels of series queued by catalog_add_series_ref: fills *out (strings in a)
+ * with the labels of series id (hint as given to catalog_add_series_ref); returns 0, or 1 if the
+ * series is gone. Called without any catalog lock held. */
+typedef int (*catalog_label_fn)(void *ud, uint64_t id, uint64_t hint, arena_t *a, labels_t *out);
+/* Set once, before the first catalog_add_series_ref. */
+void catalog_set_label_source(catalog_t *cat, catalog_label_fn fn, void *ud);
+/* Queues series id without copying its labels: the writer asks the label source for them. The
+ * owner must keep the series until catalog_is_written(id) says it may let it go. Returns 0 or -1
+ * (OOM). */
+int catalog_add_series_ref(catalog_t *cat, uint64_t id, uint64_t hint, int64_t t);
+/* False while a catalog_add_series_ref of an id <= id may still need its labels (conservative:
+ * series are queued in about id order, so a series newer than the oldest unwritten one waits). */
+bool catalog_is_written(const catalog_t *cat, uint64_t id);
 /* Records that series id had a sample at t (widens last_seen). Queued like catalog_add_series.
  * The roll-up writer already widens last_seen of every series whose roll-ups it writes (to the
  * newest sample it has seen), so the head does not need to call this. */

@@ -115,6 +115,8 @@ typedef struct block {
 struct head {
     index_t *ix;
     int64_t retention_ms, block_ms;
+    bool (*may_remove)(void *ud, uint64_t id);
+    void *may_remove_ud;
     _Atomic int64_t min_valid;
     _Atomic uint64_t next_id;
     pthread_mutex_t stripes[NSTRIPES];
@@ -188,6 +190,10 @@ head_t *head_new(const head_options_t *o)
     if (!h)
         return NULL;
     h->retention_ms = o && o->retention_ms > 0 ? o->retention_ms : HEAD_DEFAULT_RETENTION_MS;
+    if (o) {
+        h->may_remove = o->may_remove;
+        h->may_remove_ud = o->may_remove_ud;
+    }
     h->block_ms = o && o->block_ms > 0 ? o->block_ms : HEAD_DEFAULT_BLOCK_MS;
     h->ix = index_new(sizeof(hseries_t), o ? o->max_series : 0);
     if (!h->ix) {
@@ -695,6 +701,8 @@ static bool sweep_series(void *ud, index_series_t *is)
         s->flags |= F_MARK;
         return false;
     }
+    if (h->may_remove && !h->may_remove(h->may_remove_ud, index_series_id(is)))
+        return false;
     series_release(h, s);
     atomic_fetch_add_explicit(&h->removed, 1, memory_order_relaxed);
     return true;

@@ -46,6 +46,11 @@ typedef struct {
     int64_t retention_ms; /* 0 = HEAD_DEFAULT_RETENTION_MS */
     int64_t block_ms;     /* 0 = HEAD_DEFAULT_BLOCK_MS; a divisor of a day works best */
     uint64_t max_series;  /* 0 = unlimited */
+    /* May the sweep remove the empty series `id` now? NULL = yes. The catalog says no while the
+     * series' labels are still to be read back from the index. Called under the series' shard
+     * WRITE lock: must not take index locks. */
+    bool (*may_remove)(void *ud, uint64_t id);
+    void *may_remove_ud;
 } head_options_t;
 
 /* o may be NULL (defaults). Returns NULL on OOM. */

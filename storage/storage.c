@@ -148,6 +148,34 @@ int64_t storage_min_valid_time(const storage_t *s)
     return head_min_valid_time(s->head);
 }
 
+/* New series are queued for the catalog by reference (catalog_add_series_ref): the writer reads
+ * their labels back from the index, where they are interned, instead of the queue holding a copy
+ * of every label string (~600 bytes per Flink series) until the writer gets to it. */
+static uint64_t ref_hint(const index_ref_t *ref)
+{
+    return (uint64_t)ref->shard << 32 | ref->slot;
+}
+
+static int catalog_labels_from_head(void *ud, uint64_t id, uint64_t hint, arena_t *a, labels_t *out)
+{
+    storage_t *s = ud;
+    index_t *ix = head_index(s->head);
+    index_ref_t ref = {.id = id, .shard = (uint32_t)(hint >> 32), .slot = (uint32_t)hint};
+    index_series_t *is = index_acquire_ref(ix, &ref);
+    if (!is)
+        return 1;
+    index_series_labels_copy(ix, is, a, out);
+    index_release(ix, is);
+    return 0;
+}
+
+/* The head keeps a series the catalog has yet to read back. */
+static bool head_may_remove(void *ud, uint64_t id)
+{
+    storage_t *s = ud;
+    return !s->cat || catalog_is_written(s->cat, id);
+}
+
 storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
 {
     storage_t *s = calloc(1, sizeof(*s));
@@ -164,7 +192,11 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
         snprintf(s->wal_dir, sizeof(s->wal_dir), "%s/wal", s->path);
         snprintf(s->snap_path, sizeof(s->snap_path), "%s/head.snapshot", s->path);
     }
-    head_options_t ho = {.retention_ms = o->retention_raw_ms, .block_ms = o->block_ms, .max_series = o->max_series};
+    head_options_t ho = {.retention_ms = o->retention_raw_ms,
+                         .block_ms = o->block_ms,
+                         .max_series = o->max_series,
+                         .may_remove = head_may_remove,
+                         .may_remove_ud = s};
     s->head = head_new(&ho);
     if (!s->head || (o->path && !s->path)) {
         snprintf(err, errlen, "out of memory");
@@ -614,6 +646,7 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     s->cat = catalog_open(s->path, err, errlen);
     if (!s->cat)
         return STORAGE_ERR_IO;
+    catalog_set_label_source(s->cat, catalog_labels_from_head, s);
     if (catalog_load(s->cat, catalog_cb, s) < 0) {
         snprintf(err, errlen, "cannot load the series catalog in %s", catalog_path(s->cat));
         return STORAGE_ERR_IO;
@@ -1120,7 +1153,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         if (!known) {
             known_put(s, hash, ap->refs[i].id);
             if (s->cat)
-                catalog_add_series(s->cat, ap->refs[i].id, &ls, ap->smp[i].t);
+                catalog_add_series_ref(s->cat, ap->refs[i].id, ref_hint(&ap->refs[i]), ap->smp[i].t);
         }
         if (s->wal && append_note_series(ap, ap->refs[i].id, &ls) != STORAGE_OK)
             return STORAGE_ERR_NOMEM;

@@ -1,5 +1,5 @@
 /* Unit tests for storage/catalog.c: ids survive a reopen, label lookups (with time bounds),
- * pending rows visible to catalog_get_labels, catalog_load. */
+ * pending rows visible to catalog_get_labels, catalog_load, series queued by reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,11 +190,99 @@ static void test_reopen(void **state)
     remove_dir(dir);
 }
 
+/* A label source standing in for the head's index: series i has labels {__name__="m", i="<i>"}
+ * while present[i]; calls are counted. */
+typedef struct {
+    bool present[8];
+    int calls;
+} source_t;
+
+static int source_labels(void *ud, uint64_t id, uint64_t hint, arena_t *a, labels_t *out)
+{
+    source_t *src = ud;
+    src->calls++;
+    assert_int_equal(hint, id * 100); /* handed back as given */
+    if (id >= 8 || !src->present[id])
+        return 1;
+    label_t *v = arena_alloc(a, 2 * sizeof(*v));
+    char *num = arena_alloc(a, 8);
+    snprintf(num, 8, "%u", (unsigned)id);
+    v[0] = (label_t){"__name__", "m"};
+    v[1] = (label_t){"i", num};
+    *out = (labels_t){v, 2};
+    return 0;
+}
+
+static void test_add_by_reference(void **state)
+{
+    char *dir = make_dir();
+    catalog_t *cat = open_cat(dir);
+    source_t src = {0};
+    catalog_set_label_source(cat, source_labels, &src);
+    assert_true(catalog_is_written(cat, 1));
+    for (uint64_t id = 1; id <= 3; id++) {
+        assert_int_equal(catalog_next_id(cat), id);
+        src.present[id] = true;
+        assert_int_equal(catalog_add_series_ref(cat, id, id * 100, 1000 * (int64_t)id), 0);
+    }
+    /* Nothing written yet: the owner must keep series 1 and everything newer. */
+    assert_false(catalog_is_written(cat, 1));
+    assert_false(catalog_is_written(cat, 3));
+    arena_t *a = arena_create(0);
+    labels_t back;
+    /* A pending reference is answered by the source. */
+    assert_int_equal(catalog_get_labels(cat, 2, a, &back), 0);
+    assert_int_equal(back.n, 2);
+    assert_string_equal(back.v[1].value, "2");
+    assert_int_equal(catalog_flush(cat), 0);
+    assert_true(catalog_is_written(cat, 3));
+    int calls = src.calls;
+    /* Written rows are read from the database, not the source. */
+    src.present[2] = false;
+    arena_reset(a);
+    assert_int_equal(catalog_get_labels(cat, 2, a, &back), 0);
+    assert_string_equal(back.v[1].value, "2");
+    assert_int_equal(src.calls, calls);
+    label_t eq[] = {{"i", "3"}};
+    catalog_ids_t ids = {0};
+    assert_int_equal(catalog_series_by_labels(cat, eq, 1, INT64_MIN, INT64_MAX, &ids), 0);
+    assert_int_equal(ids.n, 1);
+    assert_int_equal(ids.v[0], 3);
+    catalog_ids_free(&ids);
+
+    /* A series its owner let go before the writer read it is skipped, not written empty. */
+    assert_int_equal(catalog_add_series_ref(cat, 4, 400, 4000), 0);
+    src.present[5] = true;
+    assert_int_equal(catalog_add_series_ref(cat, 5, 500, 5000), 0);
+    assert_false(catalog_is_written(cat, 4));
+    assert_true(catalog_is_written(cat, 3));
+    assert_int_equal(catalog_flush(cat), 0);
+    arena_reset(a);
+    assert_int_equal(catalog_get_labels(cat, 4, a, &back), 1);
+    assert_int_equal(catalog_get_labels(cat, 5, a, &back), 0);
+    assert_string_equal(back.v[1].value, "5");
+    arena_destroy(a);
+    catalog_close(cat);
+
+    /* The rows survive a reopen with their first_seen. */
+    cat = open_cat(dir);
+    loaded_t got = {0};
+    assert_int_equal(catalog_load(cat, on_load, &got), 0);
+    assert_int_equal(got.n, 4);
+    assert_int_equal(got.ids[3], 5);
+    assert_int_equal(got.last_seen[0], 1000);
+    assert_string_equal(got.first_label[1], "__name__=m");
+    assert_true(catalog_next_id(cat) > 5);
+    catalog_close(cat);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_and_lookups),
         cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_add_by_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

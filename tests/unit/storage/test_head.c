@@ -225,6 +225,40 @@ static void test_expiry(void **state)
     head_free(h);
 }
 
+/* The owner's veto (the catalog has not read the series back yet): an empty series the owner
+ * still needs stays in memory until the owner lets it go. */
+static bool keep_from(void *ud, uint64_t id)
+{
+    return id < *(uint64_t *)ud;
+}
+
+static void test_removal_veto(void **state)
+{
+    uint64_t written_below = 6;
+    head_options_t o = {.retention_ms = 120 * 1000, .block_ms = 60 * 1000, .may_remove = keep_from,
+                        .may_remove_ud = &written_below};
+    head_t *h = head_new(&o);
+    label_t v[2];
+    char job[32];
+    for (int i = 0; i < 10; i++) { /* ids 1..10 in creation order */
+        snprintf(job, sizeof(job), "j%d", i);
+        labels_t ls = lbl(v, "m", job);
+        assert_int_equal(head_append(h, &ls, 0, 1), HEAD_OK);
+    }
+    int passes = 0;
+    for (int i = 0; i < 1000 && passes < 3; i++)
+        passes += head_expire(h, 3600 * 1000, 1000);
+    head_stats_t st;
+    head_get_stats(h, &st);
+    assert_int_equal(st.series, 5); /* ids 6..10 are kept, empty */
+    written_below = UINT64_MAX;
+    for (int i = 0; i < 1000 && passes < 6; i++)
+        passes += head_expire(h, 3600 * 1000, 1000);
+    head_get_stats(h, &st);
+    assert_int_equal(st.series, 0);
+    head_free(h);
+}
+
 static void test_querier_select(void **state)
 {
     head_t *h = head_new(NULL);
@@ -441,6 +475,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_second_and_ooo),     cmocka_unit_test(test_stale_and_special_values),
         cmocka_unit_test(test_chunk_cutting),           cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_removal_veto),
         cmocka_unit_test(test_querier_select),          cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_hard_samples_round_trip), cmocka_unit_test(test_many_series_chains),
     };
