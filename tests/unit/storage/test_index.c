@@ -322,6 +322,65 @@ static void test_shared_names(void **state)
     arena_destroy(a);
 }
 
+/* Flink-shaped label sets: long values (job_name, task_name, tm_id) shared by every series of a
+ * TaskManager are stored once, so a series costs its own few symbols and a fixed record, not
+ * its label bytes; the strings read back are the index's single copies. */
+static void test_interned_values(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    char job_name[1024], task_name[512];
+    memset(job_name, 'j', sizeof(job_name) - 1);
+    job_name[sizeof(job_name) - 1] = 0;
+    memset(task_name, 't', sizeof(task_name) - 1);
+    task_name[sizeof(task_name) - 1] = 0;
+    char *spec = arena_alloc(a, 4096);
+    snprintf(spec, 4096, "__name__=first,job_name=%s,task_name=%s,subtask_index=0", job_name, task_name);
+    add(ix, a, spec, 1);
+    uint64_t one = index_memory_bytes(ix);
+    for (int i = 1; i < 1000; i++) {
+        snprintf(spec, 4096, "__name__=m%d,job_name=%s,task_name=%s,subtask_index=%d", i % 50, job_name, task_name,
+                 i % 8);
+        add(ix, a, spec, 1 + (uint64_t)i);
+    }
+    uint64_t per_series = (index_memory_bytes(ix) - one) / 999;
+    /* 1.5 KB of label values per series if they were copied; interned, a few dozen bytes of
+     * symbol ids and postings, plus hash-table growth. */
+    assert_true(per_series < 256);
+    /* Two series' job_name values are the same pointer: one copy. */
+    labels_t l1 = mk(a, "__name__=m1,subtask_index=1");
+    labels_t l2 = mk(a, "__name__=m2,subtask_index=2");
+    label_t extra1[2] = {{"job_name", job_name}, {"task_name", task_name}};
+    labels_t ls1 = {arena_alloc(a, 4 * sizeof(label_t)), 0}, ls2 = {arena_alloc(a, 4 * sizeof(label_t)), 0};
+    for (size_t k = 0; k < 2; k++) {
+        ls1.v[ls1.n++] = l1.v[k];
+        ls2.v[ls2.n++] = l2.v[k];
+        ls1.v[ls1.n++] = extra1[k];
+        ls2.v[ls2.n++] = extra1[k];
+    }
+    labels_sort(&ls1);
+    labels_sort(&ls2);
+    index_series_t *s1 = index_acquire(ix, &ls1, labels_hash(&ls1));
+    assert_non_null(s1);
+    label_t out1[4], out2[4];
+    index_series_labels(ix, s1, out1);
+    index_release(ix, s1);
+    index_series_t *s2 = index_acquire(ix, &ls2, labels_hash(&ls2));
+    assert_non_null(s2);
+    index_series_labels(ix, s2, out2);
+    index_release(ix, s2);
+    bool seen = false;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(out1[k].name, "job_name") == 0) {
+            assert_ptr_equal(out1[k].value, out2[k].value);
+            assert_string_equal(out1[k].value, job_name);
+            seen = true;
+        }
+    assert_true(seen);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
 static void test_limit(void **state)
 {
     arena_t *a = arena_create(0);
@@ -344,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_create_lookup), cmocka_unit_test(test_select_semantics),
         cmocka_unit_test(test_names_values),  cmocka_unit_test(test_sweep_and_reuse),
         cmocka_unit_test(test_limit),         cmocka_unit_test(test_shared_names),
+        cmocka_unit_test(test_interned_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
