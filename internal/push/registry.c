@@ -448,14 +448,14 @@ static int label_cmp_name(const void *a, const void *b)
 }
 
 /* The labels a sample is exposed with (without quantile/le): body labels overridden by grouping
- * labels, plus instance="" when absent. Sorted; strings interned into the batch. */
-static label_t *push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st, arena_t *a,
-                                   uint32_t *out_n)
+ * labels, plus instance="" when absent. Sorted, in ls (room for s->nlabels + grouping->n + 1);
+ * strings interned into the batch. */
+static void push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st, label_t *ls,
+                               uint32_t *out_n)
 {
     uint32_t nbody = s->nlabels;
     if (s->kind == EXPFMT_KIND_QUANTILE || s->kind == EXPFMT_KIND_BUCKET)
         nbody--; /* the parser puts quantile/le last */
-    label_t *ls = arena_alloc(a, (nbody + grouping->n + 1) * sizeof(label_t));
     uint32_t n = 0;
     bool has_instance = false;
     for (size_t i = 0; i < grouping->n; i++) {
@@ -479,7 +479,6 @@ static label_t *push_metric_labels(const expfmt_sample_t *s, const labels_t *gro
     }
     qsort(ls, n, sizeof(label_t), label_cmp_name);
     *out_n = n;
-    return ls;
 }
 
 static bool labels_same(const label_t *a, uint32_t na, const label_t *b, uint32_t nb)
@@ -560,7 +559,16 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     f->type = bf->type;
     f->push_ms = now_ms;
     f->batch = batch;
-    push_metric_t *ms = arena_calloc(a, bf->nsamples ? bf->nsamples : 1, sizeof(*ms));
+    /* Metrics are gathered in temporary memory and copied to the batch at their exact size once
+     * sorted: a metric's label set is stored once, not once per quantile/bucket sample, and its
+     * quantiles/buckets grow in place instead of being copied into the arena at every step. */
+    size_t ns1 = bf->nsamples ? bf->nsamples : 1;
+    push_metric_t *ms = calloc(ns1, sizeof(*ms));
+    uint32_t *qcap = calloc(ns1, sizeof(*qcap));
+    size_t lcap = grouping->n + 17;
+    label_t *scratch = malloc(lcap * sizeof(*scratch));
+    if (!ms || !qcap || !scratch)
+        abort();
     size_t n = 0;
     bool complex = bf->type == EXPFMT_SUMMARY || bf->type == EXPFMT_HISTOGRAM || bf->type == EXPFMT_GAUGE_HISTOGRAM;
     size_t mcap = 16;
@@ -572,7 +580,15 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     for (size_t i = 0; i < bf->nsamples; i++) {
         const expfmt_sample_t *s = &bf->samples[i];
         uint32_t nl;
-        label_t *ls = push_metric_labels(s, grouping, st, a, &nl);
+        if (s->nlabels + grouping->n + 1 > lcap) {
+            lcap = s->nlabels + grouping->n + 1;
+            label_t *g = realloc(scratch, lcap * sizeof(*scratch));
+            if (!g)
+                abort();
+            scratch = g;
+        }
+        push_metric_labels(s, grouping, st, scratch, &nl);
+        label_t *ls = scratch;
         push_metric_t *m = NULL;
         if (complex) {
             /* Component samples of one metric share its (interned) label set. Bodies usually keep
@@ -589,7 +605,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
                     }
                 if (!m) {
                     m = &ms[n++];
-                    m->labels = ls;
+                    m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
                     m->nlabels = nl;
                     mtab[j] = m;
                 }
@@ -597,7 +613,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         }
         if (!m) {
             m = &ms[n++];
-            m->labels = ls;
+            m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
             m->nlabels = nl;
         }
         dest[i] = (push_dest_t){0, (uint32_t)(m - ms), PART_NONE};
@@ -610,20 +626,18 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
             dest[i].part = (int32_t)m->nq;
             const char *bs = s->labels[s->nlabels - 1].value;
             double bound = strtod(bs, NULL);
-            double *qb = arena_alloc(a, (m->nq + 1) * sizeof(double));
-            double *qv = arena_alloc(a, (m->nq + 1) * sizeof(double));
-            const char **qs = arena_alloc(a, (m->nq + 1) * sizeof(char *));
-            if (m->nq) {
-                memcpy(qb, m->qb, m->nq * sizeof(double));
-                memcpy(qv, m->qv, m->nq * sizeof(double));
-                memcpy(qs, m->qs, m->nq * sizeof(char *));
+            uint32_t *cap = &qcap[m - ms];
+            if (m->nq == *cap) {
+                *cap = *cap ? *cap * 2 : 8;
+                m->qb = realloc(m->qb, *cap * sizeof(double));
+                m->qv = realloc(m->qv, *cap * sizeof(double));
+                m->qs = realloc(m->qs, *cap * sizeof(char *));
+                if (!m->qb || !m->qv || !m->qs)
+                    abort();
             }
-            qb[m->nq] = bound;
-            qv[m->nq] = s->value;
-            qs[m->nq] = strtab_intern(st, bs);
-            m->qb = qb;
-            m->qv = qv;
-            m->qs = qs;
+            m->qb[m->nq] = bound;
+            m->qv[m->nq] = s->value;
+            m->qs[m->nq] = strtab_intern(st, bs);
             m->nq++;
             break;
         }
@@ -640,12 +654,26 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         perm[i] = (uint32_t)i;
     qsort_r(perm, n, sizeof(*perm), metric_idx_cmp, ms);
     for (size_t i = 0; i < n; i++) {
-        sorted[i] = ms[perm[i]];
+        push_metric_t *m = &sorted[i];
+        *m = ms[perm[i]];
         inv[perm[i]] = (uint32_t)i;
+        if (m->nq) {
+            m->qb = arena_memdup(a, m->qb, m->nq * sizeof(double));
+            m->qv = arena_memdup(a, m->qv, m->nq * sizeof(double));
+            m->qs = arena_memdup(a, m->qs, m->nq * sizeof(char *));
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        free(ms[i].qb);
+        free(ms[i].qv);
+        free(ms[i].qs);
     }
     for (size_t i = 0; i < bf->nsamples; i++)
         dest[i].metric = inv[dest[i].metric];
     free(perm);
+    free(ms);
+    free(qcap);
+    free(scratch);
     ms = sorted;
     f->metrics = ms;
     f->n = n;

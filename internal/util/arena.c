@@ -221,6 +221,14 @@ char *arena_strndup(arena_t *a, const char *s, size_t n)
     return p;
 }
 
+void *arena_memdup(arena_t *a, const void *p, size_t n)
+{
+    void *d = arena_alloc(a, n ? n : 1);
+    if (n)
+        memcpy(d, p, n);
+    return d;
+}
+
 char *arena_strdup(arena_t *a, const char *s)
 {
     return arena_strndup(a, s, strlen(s));

@@ -53,6 +53,8 @@ void *arena_alloc(arena_t *a, size_t n);
 __attribute__((warn_unused_result)) void *arena_try_alloc(arena_t *a, size_t n);
 void *arena_calloc(arena_t *a, size_t n, size_t size);
 char *arena_strdup(arena_t *a, const char *s);
+/* A copy of n bytes at p (n may be 0: then a valid, empty allocation). */
+void *arena_memdup(arena_t *a, const void *p, size_t n);
 char *arena_strndup(arena_t *a, const char *s, size_t n);
 char *arena_sprintf(arena_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A position in an arena; rewinding to it frees everything allocated after it (blocks taken
