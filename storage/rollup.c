@@ -31,23 +31,26 @@
  *
  * ---- Tables ----------------------------------------------------------------------------------
  *   rollup_blob(id, res, series_id, start, n, data)  unique index (res, series_id, start), index
- *       (res, start). Buckets of resolutions other than 1h: one row per series per span of
- *       BLOB_SPAN buckets (1m: 4 h), data encoded as below. A rowid table, not WITHOUT ROWID: its
- *       leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over ~1 KB
- *       to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
+ *       (res, start). Every resolution: one row per series per span of buckets, BLOB_SPAN (240;
+ *       1m: 4 h) or, for 1h, HOUR_BLOB_SPAN (720: 30 days, so a month of one series is one or two
+ *       blobs, one seek and one decode), data encoded as below. A rowid table, not WITHOUT ROWID:
+ *       its leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over
+ *       ~1 KB to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
- *       the 1h resolution, one plain row per bucket, so the rollup_1h view needs no decoder.
- *       SQLite stores NaN as NULL: sum/min/max/last NULL = NaN.
+ *       the 1h resolution again, one plain row per bucket, written in the same transaction as
+ *       its blob, so the rollup_1h view needs no decoder; reads use the blobs. SQLite stores NaN
+ *       as NULL: sum/min/max/last NULL = NaN. A database from before 1h blobs has 1h buckets in
+ *       rows only; those before meta 'rollup_1h_blob_from' are read from here (setup_blob_from).
  *   rollup_state(series_id PRIMARY KEY, last_t, prev, prev_ok, open)
  *       open = for each open bucket, 64 bytes little-endian: res_ms i64, ts i64, count u64, sum,
  *       min, max, last, increase f64.
  *   VIEW rollup_1h(series_id, metric, labels, ts, count, sum, min, max, last, increase)
  *
  * ---- Blob format (rollup_blob.data) ------------------------------------------------------------
- *   | 1 byte  | format: 1 = payload follows raw, 2 = zlib (deflate) stream of the payload |
+ *   | 1 byte  | format: 1 = payload follows raw (always for 1h), 2 = zlib stream of it   |
  *   | uvarint | format 2 only: payload length (<= MAX_PAYLOAD)                            |
  *   payload:
- *   | uvarint      | n, number of buckets (1..BLOB_SPAN)                                  |
+ *   | uvarint      | n, number of buckets (1..span)                                       |
  *   | n uvarints   | bucket slot: first = (ts - start) / res, then gap to previous - 1    |
  *   | n uvarints   | count, zigzag delta from the previous count (first from 0)           |
  *   | 5 columns    | sum, min, max, last, increase, each:                                 |
