@@ -90,7 +90,6 @@
 #define SHARDS 64
 #define BLOB_SPAN 240      /* buckets per blob, every resolution but 1h (1m: 4 h) */
 #define HOUR_BLOB_SPAN 720 /* 1h: 30 days per blob, so a month of one series is one or two blobs */
-#define MAX_SPAN HOUR_BLOB_SPAN
 #define PLAIN_RES_MS 3600000
 #define META_BLOB_FROM "rollup_1h_blob_from"
 #define MAX_PAYLOAD (1u << 20)
@@ -451,6 +450,7 @@ static size_t codec_deflate(codec_t *cx, const buf_t *p, buf_t *out)
         return 0;
     size_t zlen = bound - cx->def.avail_out;
     out->len += zlen;
+    out->data[out->len] = 0; /* buf_t's terminator (buf_reserve left room for it) */
     return zlen;
 }
 
