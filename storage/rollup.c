@@ -12,6 +12,8 @@
  *       -> push old bucket on the shard's     blobs / plain rows, state rows, last_seen
  *          closed list                     4. COMMIT and forget `inflight` in one step w.r.t.
  *                                             readers (view lock held exclusively)
+ *                                          5. a database from before 1h blobs: copy a few
+ *                                             series' old 1h rows into blobs (migrate_step)
  *
  * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
  * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
@@ -168,9 +170,11 @@ struct rollup {
     pthread_mutex_t read_mu; /* rdb, rd_blob, rd_plain, rcodec */
     sqlite3_stmt *rd_blob, *rd_plain;
     codec_t rcodec, wcodec; /* readers (read_mu), the writer cycle and retention (cycle_mu) */
-    /* 1h buckets with ts < blob_from are in rollup_plain only (written before 1h blobs existed,
-     * see rollup_open); from blob_from on, in both. INT64_MIN for a database made with blobs. */
-    int64_t blob_from;
+    /* 1h buckets with ts < blob_from are read from rollup_plain (written before 1h blobs existed,
+     * see setup_blob_from) until the migration (migrate_step) has copied them into blobs; from
+     * blob_from on, both hold them. INT64_MIN for a database made with blobs, or migrated. */
+    _Atomic int64_t blob_from;
+    uint64_t mig_cursor; /* migrate_step: next series id (writer, cycle_mu) */
     /* Per resolution, the cutoff of the latest retention pass: reads skip older buckets. */
     _Atomic int64_t ret_cutoff[ROLLUP_MAX_RESOLUTIONS];
     pthread_mutex_t cycle_mu; /* one writer cycle at a time */
@@ -245,6 +249,19 @@ static void bucket_merge(rollup_bucket_t *a, const rollup_bucket_t *b)
     a->max = nan_max(a->max, b->max);
     a->last = b->last;
     a->increase += b->increase;
+}
+
+static int buckets_reserve(rollup_buckets_t *b, size_t extra)
+{
+    if (b->cap - b->n >= extra)
+        return 0;
+    size_t cap = b->n + extra + b->cap / 2;
+    rollup_bucket_t *v = realloc(b->v, cap * sizeof(*v));
+    if (!v)
+        return -1;
+    b->v = v;
+    b->cap = cap;
+    return 0;
 }
 
 static int closed_push(closed_vec_t *cv, const closed_t *c)
@@ -1097,16 +1114,13 @@ static int write_batch(rollup_t *r, sqlite3 *db)
         size_t k = i + 1;
         while (k < n && c[k].id == c[i].id && c[k].res_idx == c[i].res_idx && c[k].b.ts < start + span)
             k++;
-        size_t j = i;
-        if (has_plain(r, c[i].res_idx)) {
+        /* 1h: rows and blob alike. (Before blob_from, the blob may hold only the late part of
+         * an hour until migrate_step copies the row over it; readers use the row until then.) */
+        if (has_plain(r, c[i].res_idx))
             for (size_t x = i; x < k; x++)
                 if (write_plain(r, plain, &c[x]) != 0)
                     goto out;
-            /* Hours before blob_from are read from the rows alone: keep them out of blobs. */
-            while (j < k && c[j].b.ts < r->blob_from)
-                j++;
-        }
-        if (j < k && write_blob_group(r, bsel, bup, &c[j], k - j, start, &enc) != 0)
+        if (write_blob_group(r, bsel, bup, &c[i], k - i, start, &enc) != 0)
             goto out;
         i = k;
     }
@@ -1148,6 +1162,156 @@ out:
     sqlite3_finalize(seen);
     sqlite3_finalize(bsel);
     sqlite3_finalize(bup);
+    buf_free(&enc);
+    return ret;
+}
+
+/* ---- migrating 1h rows into blobs ------------------------------------------------------------ */
+
+#define MIGRATE_BUDGET 16 /* series per writer cycle */
+
+/* One slice of copying the 1h rows older than blob_from into blobs (a database from before 1h
+ * blobs): up to `budget` series in one transaction. For each, every 30-day blob gets the rows'
+ * buckets before blob_from (there the rows are authoritative: what the writer merged into a blob
+ * meanwhile, a late part of an old hour, is in the row too) and keeps its own from blob_from on.
+ * After the last series, blob_from becomes INT64_MIN in meta and, after the COMMIT, for readers,
+ * who until then read those hours from the rows. A crash only loses the cursor: copying a series
+ * again gives the same blobs. cycle_mu held. Returns 0 or -1. */
+static int migrate_step(rollup_t *r, int budget)
+{
+    int64_t from = atomic_load(&r->blob_from);
+    if (from == INT64_MIN)
+        return 0;
+    const int64_t res = PLAIN_RES_MS, span = res * span_of(res);
+    catalog_t *cat = r->cat;
+    sqlite3 *db = catalog__write_db(cat);
+    sqlite3_stmt *next = NULL, *rows = NULL, *sel = NULL, *up = NULL, *done = NULL;
+    rollup_buckets_t rw = {0}, m = {0};
+    buf_t enc = BUF_INIT;
+    uint64_t cursor = r->mig_cursor;
+    bool finished = false;
+    int ret = -1;
+    catalog__write_lock(cat);
+    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &next,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?1"
+                           " AND series_id = ?2 AND ts < ?3 ORDER BY ts",
+                           -1, &rows, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ?1 AND series_id = ?2 AND start = ?3", -1,
+                           &sel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?1, ?2, ?3, ?4, ?5)"
+                           " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
+                           -1, &up, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('" META_BLOB_FROM "', ?1)", -1, &done,
+                           NULL) != SQLITE_OK ||
+        exec_sql(db, "BEGIN IMMEDIATE") != 0)
+        goto out;
+    int rc = SQLITE_DONE;
+    for (int visited = 0; visited < budget && rc == SQLITE_DONE; visited++) {
+        sqlite3_bind_int64(next, 1, res);
+        sqlite3_bind_int64(next, 2, (sqlite3_int64)cursor);
+        rc = sqlite3_step(next);
+        bool none = rc != SQLITE_ROW || sqlite3_column_type(next, 0) == SQLITE_NULL;
+        if (!none)
+            cursor = (uint64_t)sqlite3_column_int64(next, 0);
+        sqlite3_reset(next);
+        if (rc != SQLITE_ROW)
+            break;
+        rc = SQLITE_DONE;
+        if (none) {
+            finished = true;
+            break;
+        }
+        sqlite3_bind_int64(rows, 1, res);
+        sqlite3_bind_int64(rows, 2, (sqlite3_int64)cursor);
+        sqlite3_bind_int64(rows, 3, from);
+        rw.n = 0;
+        while ((rc = sqlite3_step(rows)) == SQLITE_ROW) {
+            if (buckets_reserve(&rw, 1) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            rw.v[rw.n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(rows, 0),
+                                             .count = (uint64_t)sqlite3_column_int64(rows, 1),
+                                             .sum = col_double(rows, 2),
+                                             .min = col_double(rows, 3),
+                                             .max = col_double(rows, 4),
+                                             .last = col_double(rows, 5),
+                                             .increase = col_double(rows, 6)};
+        }
+        sqlite3_reset(rows);
+        for (size_t i = 0; rc == SQLITE_DONE && i < rw.n;) {
+            int64_t start = floor_to(rw.v[i].ts, span);
+            size_t k = i;
+            while (k < rw.n && rw.v[k].ts < start + span)
+                k++;
+            m.n = 0;
+            if (buckets_reserve(&m, k - i) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            memcpy(m.v, rw.v + i, (k - i) * sizeof(*m.v));
+            m.n = k - i;
+            sqlite3_bind_int64(sel, 1, res);
+            sqlite3_bind_int64(sel, 2, (sqlite3_int64)cursor);
+            sqlite3_bind_int64(sel, 3, start);
+            if ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+                size_t n0 = m.n;
+                if (blob_decode(&r->wcodec, sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start,
+                                res, span_of(res), &m) != 0) {
+                    m.n = n0;
+                } else { /* keep the blob's hours from blob_from on (they follow the rows') */
+                    size_t w = n0;
+                    for (size_t x = n0; x < m.n; x++)
+                        if (m.v[x].ts >= from)
+                            m.v[w++] = m.v[x];
+                    m.n = w;
+                }
+                rc = SQLITE_DONE;
+            }
+            sqlite3_reset(sel);
+            if (rc != SQLITE_DONE)
+                break;
+            blob_encode(&r->wcodec, &enc, m.v, m.n, start, res, span_of(res));
+            sqlite3_bind_int64(up, 1, res);
+            sqlite3_bind_int64(up, 2, (sqlite3_int64)cursor);
+            sqlite3_bind_int64(up, 3, start);
+            sqlite3_bind_int64(up, 4, (sqlite3_int64)m.n);
+            sqlite3_bind_blob(up, 5, enc.data, (int)enc.len, SQLITE_STATIC);
+            rc = sqlite3_step(up);
+            sqlite3_reset(up);
+            i = k;
+        }
+    }
+    if (rc == SQLITE_DONE && finished) {
+        sqlite3_bind_int64(done, 1, INT64_MIN);
+        rc = sqlite3_step(done);
+    }
+    if (rc != SQLITE_DONE || exec_sql(db, "COMMIT") != 0) {
+        log_warn("rollup", "copying old 1h rows into blobs failed; will retry", LF_S("err", sqlite3_errmsg(db)));
+        exec_sql(db, "ROLLBACK");
+        goto out;
+    }
+    r->mig_cursor = cursor;
+    if (finished) {
+        pthread_rwlock_wrlock(&r->view_rw);
+        atomic_store(&r->blob_from, INT64_MIN);
+        pthread_rwlock_unlock(&r->view_rw);
+        r->mig_cursor = 0;
+        log_info("rollup", "old 1h rows copied into blobs");
+    }
+    ret = 0;
+out:
+    catalog__write_unlock(cat);
+    sqlite3_finalize(next);
+    sqlite3_finalize(rows);
+    sqlite3_finalize(sel);
+    sqlite3_finalize(up);
+    sqlite3_finalize(done);
+    rollup_buckets_free(&rw);
+    rollup_buckets_free(&m);
     buf_free(&enc);
     return ret;
 }
@@ -1221,6 +1385,9 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
     snaps_clear(r);
+    /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */
+    if (rc == 0)
+        migrate_step(r, MIGRATE_BUDGET);
     atomic_fetch_add(&r->st_flushes, 1);
     pthread_mutex_unlock(&r->cycle_mu);
     return rc;
@@ -1457,19 +1624,6 @@ static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, u
     return 0;
 }
 
-static int buckets_reserve(rollup_buckets_t *b, size_t extra)
-{
-    if (b->cap - b->n >= extra)
-        return 0;
-    size_t cap = b->n + extra + b->cap / 2;
-    rollup_bucket_t *v = realloc(b->v, cap * sizeof(*v));
-    if (!v)
-        return -1;
-    b->v = v;
-    b->cap = cap;
-    return 0;
-}
-
 /* Appends the stored buckets with ts in [mint, maxt] to out, in time order (read_mu held). A
  * series' month of 1h buckets is one or two blobs: one index seek and one inflate, where plain
  * rows cost a b-tree step and seven column fetches per hour. */
@@ -1477,13 +1631,14 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
 {
     int64_t res = r->rs.v[ri].res_ms;
     int rc = SQLITE_DONE;
-    if (has_plain(r, ri) && mint < r->blob_from) {
+    int64_t from = atomic_load(&r->blob_from);
+    if (has_plain(r, ri) && mint < from) {
         /* Hours written before this database had 1h blobs: only in rows. */
         sqlite3_stmt *st = r->rd_plain;
         sqlite3_bind_int64(st, 1, res);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
         sqlite3_bind_int64(st, 3, mint);
-        sqlite3_bind_int64(st, 4, maxt < r->blob_from ? maxt : r->blob_from - 1);
+        sqlite3_bind_int64(st, 4, maxt < from ? maxt : from - 1);
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
             if (buckets_reserve(out, 1) != 0) {
                 rc = SQLITE_NOMEM;
@@ -1500,7 +1655,7 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
         sqlite3_reset(st);
         if (rc != SQLITE_DONE)
             return -1;
-        mint = r->blob_from;
+        mint = from;
     }
     if (mint > maxt)
         return 0;
@@ -1637,11 +1792,11 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
 /* ---- open / close / thread ---------------------------------------------------------------- */
 
 /* Where 1h blobs begin (r->blob_from). A database written before 1h blobs existed holds its 1h
- * buckets in rollup_plain only; they stay there (the first open of such a database does not
- * rewrite a year of rows) and are read from there: every 1h bucket before the first hour after
- * the newest stored row. Buckets from that hour on are written to both tables. Kept in the
- * catalog's meta table, so the boundary is fixed once; a database that starts with blobs gets
- * INT64_MIN. Called with the write lock held. Returns 0 or -1. */
+ * buckets in rollup_plain only. Opening it does not rewrite a year of rows: every 1h bucket
+ * before the first hour after the newest stored row is read from the rows, and the writer copies
+ * them into blobs a few series per cycle (migrate_step), then moves the boundary to INT64_MIN.
+ * Buckets written from now on go to both tables. Kept in the catalog's meta table; a database
+ * that starts with blobs gets INT64_MIN. Called with the write lock held. Returns 0 or -1. */
 static int setup_blob_from(rollup_t *r, sqlite3 *db)
 {
     sqlite3_stmt *get = NULL, *next = NULL, *last = NULL, *put = NULL;
@@ -1649,7 +1804,7 @@ static int setup_blob_from(rollup_t *r, sqlite3 *db)
     if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = '" META_BLOB_FROM "'", -1, &get, NULL) != SQLITE_OK)
         goto out;
     if (sqlite3_step(get) == SQLITE_ROW) {
-        r->blob_from = sqlite3_column_int64(get, 0);
+        atomic_store(&r->blob_from, sqlite3_column_int64(get, 0));
         ret = 0;
         goto out;
     }
@@ -1681,7 +1836,7 @@ static int setup_blob_from(rollup_t *r, sqlite3 *db)
     if (from != INT64_MIN)
         log_info("rollup", "1h roll-ups before this hour stay in rows; later ones are blobs too",
                  LF_I("blob_from", from));
-    r->blob_from = from;
+    atomic_store(&r->blob_from, from);
     ret = 0;
 out:
     sqlite3_finalize(get);

@@ -897,10 +897,11 @@ static void test_hour_blobs(void **state)
 }
 
 /* A database from before 1h blobs (1h buckets in rollup_plain only, no boundary in meta) opens
- * and reads correctly: old hours from the rows, new hours from blobs (written to both), an hour
- * straddling the upgrade merged right; the boundary survives reopening; retention works on
- * both. The old layout is made by removing what the old code did not write (the 1h blobs and
- * the meta key): the schema is otherwise the same. */
+ * and reads correctly: old hours from the rows until the writer's first cycle copies them into
+ * blobs (then the boundary is gone, in meta too), an old hour re-opened by late samples merged
+ * right in both tables, the view unchanged, retention on both. The old layout is made by removing
+ * what the old code did not write (the 1h blobs and the meta key): the schema is otherwise the
+ * same. */
 static void test_old_layout(void **state)
 {
     fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:10d"};
@@ -917,7 +918,10 @@ static void test_old_layout(void **state)
         if ((t - T0) % (2 * HOUR_MS) == 0)
             assert_int_equal(rollup_flush(f.r, false), 0);
     }
-    fx_close(&f); /* the hour of `mid` is open: checkpointed in rollup_state */
+    /* The hour of `mid` is written although the series goes on in it (as for a series that was
+     * quiet for a while): the next samples re-open it. */
+    rollup_close_buckets_before(f.r, floor_to_hour(mid) + HOUR_MS);
+    fx_close(&f);
     sqlite3 *db = db_open_rw(f.dir);
     assert_true(query_i64(db, "SELECT count(*) FROM rollup_blob WHERE res = 3600000") > 0);
     assert_int_equal(sqlite3_exec(db,
@@ -925,60 +929,59 @@ static void test_old_layout(void **state)
                                   " DELETE FROM meta WHERE key = 'rollup_1h_blob_from';",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
-    int64_t newest_row = query_i64(db, "SELECT max(ts) FROM rollup_plain WHERE res = 3600000");
+    assert_int_equal(query_i64(db, "SELECT max(ts) FROM rollup_plain WHERE res = 3600000"), floor_to_hour(mid));
     sqlite3_close(db);
 
-    rollup_buckets_t got = {0};
-    for (int pass = 0; pass < 2; pass++) {
-        fx_open(&f);
-        read1(f.r, 1, 1, &got);
-        if (pass == 0) {
-            rollup_buckets_t upto = ref.b;
-            upto.n = 0;
-            while (upto.n < ref.b.n && upto.v[upto.n].ts <= floor_to_hour(mid)) /* + the open hour */
-                upto.n++;
-            assert_same(&got, &upto, "old layout, reopened");
-            /* More data: the open hour closes (it is after the newest row: rows and blob), and
-             * days follow. */
-            for (; t < end; t += 30000) {
-                c += 3;
-                add(f.r, 1, t, c);
-                ref_add(&ref, HOUR_MS, t, c);
-                if ((t - T0) % (2 * HOUR_MS) == 0)
-                    assert_int_equal(rollup_flush(f.r, false), 0);
-            }
-            rollup_close_buckets_before(f.r, end + HOUR_MS);
-            assert_int_equal(rollup_flush(f.r, true), 0);
-            read1(f.r, 1, 1, &got);
-        }
-        assert_same(&got, &ref.b, pass == 0 ? "old + new layout" : "old + new layout, reopened");
-        /* A range on each side of the boundary and one across it. */
-        int64_t from = newest_row + HOUR_MS;
-        got.n = 0;
-        assert_int_equal(rollup_read(f.r, 1, 1, from - 5 * HOUR_MS, from + 5 * HOUR_MS - 1, &got), 0);
-        assert_int_equal(got.n, 10);
-        for (size_t i = 0; i < got.n; i++)
-            assert_int_equal(got.v[i].ts, from - 5 * HOUR_MS + (int64_t)i * HOUR_MS);
-        fx_close(&f);
-    }
-    db = db_open_rw(f.dir);
-    assert_int_equal(query_i64(db, "SELECT value FROM meta WHERE key = 'rollup_1h_blob_from'"), newest_row + HOUR_MS);
-    /* Only hours from the boundary on are in 1h blobs. */
-    assert_true(query_i64(db, "SELECT min(start) FROM rollup_blob WHERE res = 3600000") >=
-                newest_row + HOUR_MS - 30 * DAY_MS);
-    sqlite3_close(db);
-    view_buckets(f.dir, 1, &got);
-    assert_same(&got, &ref.b, "view over old + new rows");
-
-    /* Retention cutting into the old rows: reads and the view agree after reopening. */
     fx_open(&f);
+    db = db_open_rw(f.dir);
+    assert_int_equal(query_i64(db, "SELECT value FROM meta WHERE key = 'rollup_1h_blob_from'"),
+                     floor_to_hour(mid) + HOUR_MS);
+    sqlite3_close(db);
+    rollup_buckets_t got = {0}, view = {0};
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old layout, reopened (rows)");
+    /* Samples up to the first writer cycle: the re-opened hour closes and goes to its row and to
+     * a new blob (holding only its late part); then the cycle copies the rows into blobs. */
+    bool flushed = false;
+    for (; t < end; t += 30000) {
+        c += 3;
+        add(f.r, 1, t, c);
+        ref_add(&ref, HOUR_MS, t, c);
+        if ((t - T0) % (2 * HOUR_MS) == 0) {
+            if (!flushed) {
+                read1(f.r, 1, 1, &got);
+                assert_same(&got, &ref.b, "old layout + the re-opened hour, before the first cycle");
+            }
+            assert_int_equal(rollup_flush(f.r, false), 0);
+            if (!flushed) {
+                db = db_open_rw(f.dir);
+                assert_int_equal(query_i64(db, "SELECT value FROM meta WHERE key = 'rollup_1h_blob_from'"), INT64_MIN);
+                sqlite3_close(db);
+                read1(f.r, 1, 1, &got); /* from blobs only now */
+                assert_same(&got, &ref.b, "after the copy into blobs");
+            }
+            flushed = true;
+        }
+    }
+    assert_true(flushed);
+    rollup_close_buckets_before(f.r, end + HOUR_MS);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old + new hours from blobs");
+    fx_close(&f);
+    view_buckets(f.dir, 1, &view);
+    assert_same(&view, &ref.b, "view over old + new rows");
+    fx_open(&f);
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old + new hours, reopened");
+
+    /* Retention cutting into the old hours: reads and the view agree after reopening. */
     int64_t now = T0 + 13 * DAY_MS;
     while (rollup_enforce_retention(f.r, now, 1) == 1)
         ;
     fx_close(&f);
     fx_open(&f);
     read1(f.r, 1, 1, &got);
-    rollup_buckets_t view = {0};
     view_buckets(f.dir, 1, &view);
     assert_true(view.n > 0 && view.v[0].ts >= now - 10 * DAY_MS);
     assert_same(&got, &view, "old + new layout after retention");
