@@ -42,7 +42,8 @@
  *       the 1h resolution again, one plain row per bucket, written in the same transaction as
  *       its blob, so the rollup_1h view needs no decoder; reads use the blobs. SQLite stores NaN
  *       as NULL: sum/min/max/last NULL = NaN. A database from before 1h blobs has 1h buckets in
- *       rows only; those before meta 'rollup_1h_blob_from' are read from here (setup_blob_from).
+ *       rows only; those before meta 'rollup_1h_blob_from' are read from here (setup_blob_from)
+ *       until the writer has copied them into blobs (migrate_step).
  *   rollup_state(series_id PRIMARY KEY, last_t, prev, prev_ok, open)
  *       open = for each open bucket, 64 bytes little-endian: res_ms i64, ts i64, count u64, sum,
  *       min, max, last, increase f64.
