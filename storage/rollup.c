@@ -1978,9 +1978,9 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         goto err;
     }
     sqlite3_busy_timeout(r->rdb, 10000);
-    /* Reads map the file instead of copying pages into the connection's cache: a long-range
-     * query after the writer ran (the read cache is then stale) costs half as much. */
-    exec_sql(r->rdb, "PRAGMA mmap_size=1073741824");
+    /* No mmap_size: mapping halved a read right after a bulk write, but every commit that grows
+     * the file makes SQLite remap it (munmap with TLB shootdowns, then page faults again), and
+     * reads after the writer's small per-second commits, the usual case, were slower with it. */
     if (sqlite3_prepare_v3(r->rdb,
                            "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
                            " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
