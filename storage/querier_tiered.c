@@ -67,6 +67,26 @@ typedef struct {
     querier_agg_t agg;
 } plan_t;
 
+/* Is every window the engine evaluates this selector over whole buckets of width res, for an
+ * aggregate that whole buckets answer exactly (min/max/sum/count_over_time)? Then res answers
+ * exactly what any finer resolution would, from a fraction of the buckets. The windows are
+ * [te - range, te] for te = mint + range, + step, ... up to maxt (the engine selects
+ * [start - offset - range, end - offset]); when [mint, maxt] is wider than that (a subquery, a
+ * selector used twice with different offsets) or the steps do not land on maxt, the windows are
+ * not known here and the answer is no. */
+static bool windows_whole(int64_t mint, int64_t maxt, const querier_hints_t *h, querier_agg_t agg, int64_t res)
+{
+    if (agg != QUERIER_AGG_MIN && agg != QUERIER_AGG_MAX && agg != QUERIER_AGG_SUM && agg != QUERIER_AGG_COUNT)
+        return false;
+    if (!h || h->range_ms <= 0 || h->range_ms % res != 0 || mint % res != 0)
+        return false;
+    int64_t te0 = mint + h->range_ms;
+    if (maxt == te0)
+        return true; /* one window: an instant query, or @ */
+    return h->step_ms > 0 && h->step_ms % res == 0 && maxt > te0 && (maxt - te0) % h->step_ms == 0 &&
+           maxt - te0 == h->end_ms - h->start_ms;
+}
+
 /* Does a window of `range` over buckets of width res still see enough of them? */
 static bool range_fits(int64_t range, int64_t res, querier_agg_t agg)
 {
@@ -103,6 +123,12 @@ static void make_plan(tq_t *q, int64_t mint, int64_t maxt, const querier_hints_t
         for (size_t k = 0; k < rs->n && pick == rs->n; k++)
             if (now - rs->v[k].retention_ms <= mint)
                 pick = k;
+        /* Coarser still where that changes nothing: whole windows of an exact aggregate. */
+        for (size_t k = rs->n; pick < rs->n && k-- > pick + 1;)
+            if (now - rs->v[k].retention_ms <= mint && windows_whole(mint, maxt, h, p->agg, rs->v[k].res_ms)) {
+                pick = k;
+                break;
+            }
         p->rollups = true;
         p->res_idx = pick == rs->n ? rs->n - 1 : pick;
     }
@@ -356,6 +382,26 @@ static int build(tset_t *s, const querier_series_t *h, const labels_t *ls, bool 
             snprintf(s->err, sizeof(s->err), "reading roll-ups of series %llu failed", (unsigned long long)id);
             return -1;
         }
+        /* The tail: a coarse bucket that B cuts is left out whole, and the raw samples start
+         * only at B: the finest buckets fill [floor(B), B), or up to a coarse bucket of data
+         * (45 minutes of a 1h bucket) would be missing at the stitch. */
+        size_t ncoarse = s->bk.n;
+        int64_t fres = 0;
+        const rollup_resolutions_t *rs = rollup_resolutions(s->q->o.rollup);
+        int64_t Bc = B != INT64_MAX ? floor_to(B, res) : B;
+        if (have_id && Bc != B && s->plan.res_idx > 0 && s->q->o.now_ms(s->q->o.ud) - rs->v[0].retention_ms <= Bc) {
+            fres = rs->v[0].res_ms;
+            int64_t flo = s->mint <= INT64_MIN + fres ? INT64_MIN : s->mint - fres + 1;
+            int64_t fhi = s->maxt >= INT64_MAX - fres ? INT64_MAX : s->maxt - fres + 1;
+            if (flo < Bc)
+                flo = Bc;
+            if (B - fres < fhi)
+                fhi = B - fres;
+            if (flo <= fhi && rollup_read(s->q->o.rollup, id, 0, flo, fhi, &s->bk) != 0) {
+                snprintf(s->err, sizeof(s->err), "reading roll-ups of series %llu failed", (unsigned long long)id);
+                return -1;
+            }
+        }
         if (have_id && s->bk.n) {
             const rollup_bucket_t *b = s->bk.v;
             size_t n = s->bk.n;
@@ -375,10 +421,10 @@ static int build(tset_t *s, const querier_series_t *h, const labels_t *ls, bool 
                 if (s->plan.agg == QUERIER_AGG_COUNTER && k > 0)
                     c += b[k].increase;
                 double v = s->plan.agg == QUERIER_AGG_COUNTER ? c : agg_value(&b[k], s->plan.agg);
-                if (enc_append(s, false, b[k].ts + res - 1, v) < 0)
+                if (enc_append(s, false, b[k].ts + (k < ncoarse ? res : fres) - 1, v) < 0)
                     goto oom;
             }
-            s->out.rollup_until = b[n - 1].ts + res;
+            s->out.rollup_until = b[n - 1].ts + (n - 1 < ncoarse ? res : fres);
             s->out.rollup_res_ms = res;
         }
     }

@@ -8,7 +8,10 @@
  * Prometheus does, at any step. Let raw_start = head_min_valid_time (oldest time the raw tier
  * keeps), res_i the roll-up widths:
  *   - history mode: when mint < raw_start: each series reads roll-ups (the finest resolution
- *     covering mint whose width fits the range) up to where its raw data starts, raw after;
+ *     covering mint whose width fits the range; a coarser one covering mint when every window
+ *     of the query is whole buckets of it and the function is min/max/sum/count_over_time, where
+ *     the coarse buckets give the same exact answer from far fewer buckets: windows_whole in
+ *     the .c file) up to where its raw data starts, raw after;
  *     series that are no longer in memory are found in the catalog and read from roll-ups only.
  *     Only this mode touches roll-ups unasked; querier_series_t.rollup_until tells the engine
  *     which samples are synthetic, so it can warn where the answer is approximate
@@ -24,7 +27,11 @@
  * Stitching: for a series whose raw data starts at B (B = first raw chunk's mint; in step mode
  * at least the boundary above), only buckets with ts + res <= B are used and only raw samples
  * with t >= B, so nothing is counted twice; a raw chunk straddling B is re-encoded from B on,
- * chunks after B are passed through byte for byte.
+ * chunks after B are passed through byte for byte. When B cuts a bucket of a coarser
+ * resolution than the finest, buckets of the finest resolution fill [floor(B, res), B) (a
+ * "tail" of synthetic samples at their own last milliseconds), so the samples of the cut bucket
+ * before B are not lost; rollup_res_ms stays the coarse width, the one whose window alignment
+ * decides exactness (a window ending on a coarse boundary never ends inside the tail).
  *
  * Synthetic samples: one per bucket at ts + res - 1 ms, the bucket's last millisecond. The END
  * and not the start, because a sample stands for data up to its timestamp: at the start it would

@@ -12,6 +12,8 @@
  *       -> push old bucket on the shard's     blobs / plain rows, state rows, last_seen
  *          closed list                     4. COMMIT and forget `inflight` in one step w.r.t.
  *                                             readers (view lock held exclusively)
+ *                                          5. a database from before 1h blobs: copy a few
+ *                                             series' old 1h rows into blobs (migrate_step)
  *
  * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
  * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
@@ -31,23 +33,27 @@
  *
  * ---- Tables ----------------------------------------------------------------------------------
  *   rollup_blob(id, res, series_id, start, n, data)  unique index (res, series_id, start), index
- *       (res, start). Buckets of resolutions other than 1h: one row per series per span of
- *       BLOB_SPAN buckets (1m: 4 h), data encoded as below. A rowid table, not WITHOUT ROWID: its
- *       leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over ~1 KB
- *       to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
+ *       (res, start). Every resolution: one row per series per span of buckets, BLOB_SPAN (240;
+ *       1m: 4 h) or, for 1h, HOUR_BLOB_SPAN (720: 30 days, so a month of one series is one or two
+ *       blobs, one seek and one decode), data encoded as below. A rowid table, not WITHOUT ROWID:
+ *       its leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over
+ *       ~1 KB to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
- *       the 1h resolution, one plain row per bucket, so the rollup_1h view needs no decoder.
- *       SQLite stores NaN as NULL: sum/min/max/last NULL = NaN.
+ *       the 1h resolution again, one plain row per bucket, written in the same transaction as
+ *       its blob, so the rollup_1h view needs no decoder; reads use the blobs. SQLite stores NaN
+ *       as NULL: sum/min/max/last NULL = NaN. A database from before 1h blobs has 1h buckets in
+ *       rows only; those before meta 'rollup_1h_blob_from' are read from here (setup_blob_from)
+ *       until the writer has copied them into blobs (migrate_step).
  *   rollup_state(series_id PRIMARY KEY, last_t, prev, prev_ok, open)
  *       open = for each open bucket, 64 bytes little-endian: res_ms i64, ts i64, count u64, sum,
  *       min, max, last, increase f64.
  *   VIEW rollup_1h(series_id, metric, labels, ts, count, sum, min, max, last, increase)
  *
  * ---- Blob format (rollup_blob.data) ------------------------------------------------------------
- *   | 1 byte  | format: 1 = payload follows raw, 2 = zlib (deflate) stream of the payload |
+ *   | 1 byte  | format: 1 = payload follows raw (always for 1h), 2 = zlib stream of it   |
  *   | uvarint | format 2 only: payload length (<= MAX_PAYLOAD)                            |
  *   payload:
- *   | uvarint      | n, number of buckets (1..BLOB_SPAN)                                  |
+ *   | uvarint      | n, number of buckets (1..span)                                       |
  *   | n uvarints   | bucket slot: first = (ts - start) / res, then gap to previous - 1    |
  *   | n uvarints   | count, zigzag delta from the previous count (first from 0)           |
  *   | 5 columns    | sum, min, max, last, increase, each:                                 |
@@ -85,8 +91,10 @@
 #include "internal/util/parse.h"
 
 #define SHARDS 64
-#define BLOB_SPAN 240
+#define BLOB_SPAN 240      /* buckets per blob, every resolution but 1h (1m: 4 h) */
+#define HOUR_BLOB_SPAN 720 /* 1h: 30 days per blob, so a month of one series is one or two blobs */
 #define PLAIN_RES_MS 3600000
+#define META_BLOB_FROM "rollup_1h_blob_from"
 #define MAX_PAYLOAD (1u << 20)
 #define STATE_ENTRY_BYTES 64
 #define PENDING_RES_MS 0 /* a rollup_state.open entry holding the pending sample (ts, last) */
@@ -96,6 +104,18 @@
 #define RETENTION_BUDGET 256
 
 /* ---- types ------------------------------------------------------------------------------ */
+
+/* zlib streams and scratch buffers kept from one blob to the next. deflateInit allocates ~270 KB
+ * (and inflateInit ~40 KB) every time, and glibc hands such blocks back to the kernel on free
+ * (a brk shrink and a TLB shootdown on every core): with a fresh stream per blob, that was most of
+ * the writer's time. One codec per thread role, used under the lock that role holds. */
+typedef struct {
+    z_stream def, inf;
+    bool def_ok, inf_ok;
+    buf_t payload, cand, best; /* encoder scratch */
+    uint8_t *raw;              /* decoder scratch: the inflated payload */
+    size_t rawcap;
+} codec_t;
 
 typedef struct sstate {
     struct sstate *next; /* hash chain */
@@ -148,7 +168,16 @@ struct rollup {
     int64_t flush_ms, ckpt_ms;
     int64_t (*clock_ms)(void); /* retention `now`; NULL = wall clock */
     sqlite3 *rdb;
-    pthread_mutex_t read_mu;  /* rdb */
+    pthread_mutex_t read_mu; /* rdb, rd_blob, rd_plain, rcodec */
+    sqlite3_stmt *rd_blob, *rd_plain;
+    codec_t rcodec, wcodec; /* readers (read_mu), the writer cycle and retention (cycle_mu) */
+    /* 1h buckets with ts < blob_from are read from rollup_plain (written before 1h blobs existed,
+     * see setup_blob_from) until the migration (migrate_step) has copied them into blobs; from
+     * blob_from on, both hold them. INT64_MIN for a database made with blobs, or migrated. */
+    _Atomic int64_t blob_from;
+    uint64_t mig_cursor; /* migrate_step: next series id (writer, cycle_mu) */
+    /* Per resolution, the cutoff of the latest retention pass: reads skip older buckets. */
+    _Atomic int64_t ret_cutoff[ROLLUP_MAX_RESOLUTIONS];
     pthread_mutex_t cycle_mu; /* one writer cycle at a time */
     pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
     shard_t shards[SHARDS];
@@ -162,7 +191,8 @@ struct rollup {
     bool force_checkpoint;
     int64_t last_ckpt_wall, last_retention_wall;
     size_t ret_res;      /* retention pass: resolution being cleaned */
-    uint64_t ret_cursor; /* and series id cursor for plain rows */
+    int ret_phase;       /* 0: whole blobs, 1: 1h rows and straddling 1h blobs per series */
+    uint64_t ret_cursor; /* and series id cursor for phase 1 */
     bool ret_active;
     pthread_t thread;
     bool thread_started;
@@ -222,6 +252,19 @@ static void bucket_merge(rollup_bucket_t *a, const rollup_bucket_t *b)
     a->increase += b->increase;
 }
 
+static int buckets_reserve(rollup_buckets_t *b, size_t extra)
+{
+    if (b->cap - b->n >= extra)
+        return 0;
+    size_t cap = b->n + extra + b->cap / 2;
+    rollup_bucket_t *v = realloc(b->v, cap * sizeof(*v));
+    if (!v)
+        return -1;
+    b->v = v;
+    b->cap = cap;
+    return 0;
+}
+
 static int closed_push(closed_vec_t *cv, const closed_t *c)
 {
     if (cv->n == cv->cap) {
@@ -248,9 +291,16 @@ static int closed_cmp(const void *pa, const void *pb)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
-static bool is_plain(const rollup_t *r, size_t i)
+/* The 1h resolution keeps plain rows (for the rollup_1h view) besides its blobs. */
+static bool has_plain(const rollup_t *r, size_t i)
 {
     return r->rs.v[i].res_ms == PLAIN_RES_MS;
+}
+
+/* Buckets per blob of resolution res (fixed per resolution: it decides blob starts on disk). */
+static int64_t span_of(int64_t res)
+{
+    return res == PLAIN_RES_MS ? HOUR_BLOB_SPAN : BLOB_SPAN;
 }
 
 /* ---- resolutions -------------------------------------------------------------------------- */
@@ -383,95 +433,161 @@ static const size_t col_off[5] = {offsetof(rollup_bucket_t, sum), offsetof(rollu
                                   offsetof(rollup_bucket_t, max), offsetof(rollup_bucket_t, last),
                                   offsetof(rollup_bucket_t, increase)};
 
-/* Encodes sorted, distinct-ts buckets b[0..n) of span [start, ...) into out. */
-static void blob_encode(buf_t *out, const rollup_bucket_t *b, size_t n, int64_t start, int64_t res)
+static void codec_free(codec_t *cx)
 {
-    buf_t p = BUF_INIT;
-    varint_put(&p, n);
+    if (cx->def_ok)
+        deflateEnd(&cx->def);
+    if (cx->inf_ok)
+        inflateEnd(&cx->inf);
+    buf_free(&cx->payload);
+    buf_free(&cx->cand);
+    buf_free(&cx->best);
+    free(cx->raw);
+    memset(cx, 0, sizeof(*cx));
+}
+
+/* Appends the zlib stream of p to out (the same bytes compress2(level 6) gives). Returns the
+ * compressed length, or 0 on failure. */
+static size_t codec_deflate(codec_t *cx, const buf_t *p, buf_t *out)
+{
+    if (!cx->def_ok) {
+        memset(&cx->def, 0, sizeof(cx->def));
+        if (deflateInit(&cx->def, 6) != Z_OK)
+            return 0;
+        cx->def_ok = true;
+    } else if (deflateReset(&cx->def) != Z_OK) {
+        return 0;
+    }
+    uLong bound = deflateBound(&cx->def, (uLong)p->len);
+    buf_reserve(out, bound);
+    cx->def.next_in = (Bytef *)p->data;
+    cx->def.avail_in = (uInt)p->len;
+    cx->def.next_out = (Bytef *)out->data + out->len;
+    cx->def.avail_out = (uInt)bound;
+    if (deflate(&cx->def, Z_FINISH) != Z_STREAM_END)
+        return 0;
+    size_t zlen = bound - cx->def.avail_out;
+    out->len += zlen;
+    out->data[out->len] = 0; /* buf_t's terminator (buf_reserve left room for it) */
+    return zlen;
+}
+
+/* Inflates in[0..inlen) into the codec's scratch, which must come out exactly plen bytes. */
+static const uint8_t *codec_inflate(codec_t *cx, const uint8_t *in, size_t inlen, size_t plen)
+{
+    if (cx->rawcap < plen) {
+        uint8_t *v = realloc(cx->raw, plen);
+        if (!v)
+            return NULL;
+        cx->raw = v;
+        cx->rawcap = plen;
+    }
+    if (!cx->inf_ok) {
+        memset(&cx->inf, 0, sizeof(cx->inf));
+        if (inflateInit(&cx->inf) != Z_OK)
+            return NULL;
+        cx->inf_ok = true;
+    } else if (inflateReset(&cx->inf) != Z_OK) {
+        return NULL;
+    }
+    cx->inf.next_in = (Bytef *)in;
+    cx->inf.avail_in = (uInt)inlen;
+    cx->inf.next_out = cx->raw;
+    cx->inf.avail_out = (uInt)plen;
+    if (inflate(&cx->inf, Z_FINISH) != Z_STREAM_END || cx->inf.avail_out != 0)
+        return NULL;
+    return cx->raw;
+}
+
+/* Encodes sorted, distinct-ts buckets b[0..n) of the blob starting at `start` (span buckets of
+ * width res) into out. 1h blobs are not deflated: long-range queries read them far more often
+ * per byte than the writer stores them (inflate was a third of a 30-day read), and they are a
+ * 60th of the buckets (13 instead of ~7.5 bytes each). */
+static void blob_encode(codec_t *cx, buf_t *out, const rollup_bucket_t *b, size_t n, int64_t start, int64_t res,
+                        int64_t span)
+{
+    buf_t *p = &cx->payload;
+    buf_reset(p);
+    varint_put(p, n);
     int64_t prev_slot = -1;
     for (size_t i = 0; i < n; i++) {
         int64_t slot = (b[i].ts - start) / res;
-        assert(slot > prev_slot && slot < BLOB_SPAN);
-        varint_put(&p, (uint64_t)(slot - prev_slot - 1));
+        assert(slot > prev_slot && slot < span);
+        varint_put(p, (uint64_t)(slot - prev_slot - 1));
         prev_slot = slot;
     }
     uint64_t pc = 0;
     for (size_t i = 0; i < n; i++) {
-        varint_put_signed(&p, (int64_t)(b[i].count - pc));
+        varint_put_signed(p, (int64_t)(b[i].count - pc));
         pc = b[i].count;
     }
-    buf_t a = BUF_INIT, x = BUF_INIT;
+    buf_t *a = &cx->cand, *x = &cx->best;
     for (int c = 0; c < 5; c++) {
         /* Both candidates, keep the shorter. */
-        buf_reset(&a);
-        buf_reset(&x);
+        buf_reset(a);
+        buf_reset(x);
         int d = col_decimals(b, n, col_off[c]);
-        col_encode(&x, b, n, col_off[c], 1, 0);
+        col_encode(x, b, n, col_off[c], 1, 0);
         if (d >= 0) {
-            col_encode(&a, b, n, col_off[c], 0, d);
-            if (a.len < x.len) {
-                buf_t t = x;
+            col_encode(a, b, n, col_off[c], 0, d);
+            if (a->len < x->len) {
+                buf_t *t = x;
                 x = a;
                 a = t;
             }
         } else {
             for (int k = 0; k <= 6; k++) {
-                buf_reset(&a);
-                if (col_encode(&a, b, n, col_off[c], 2, k) == 0 && a.len < x.len) {
-                    buf_t t = x;
+                buf_reset(a);
+                if (col_encode(a, b, n, col_off[c], 2, k) == 0 && a->len < x->len) {
+                    buf_t *t = x;
                     x = a;
                     a = t;
                 }
             }
         }
-        buf_append(&p, x.data, x.len);
+        buf_append(p, x->data, x->len);
     }
-    buf_free(&a);
-    buf_free(&x);
-    uLongf zlen = compressBound(p.len);
-    uint8_t *z = malloc(zlen);
     buf_reset(out);
-    if (z && compress2(z, &zlen, (const Bytef *)p.data, p.len, 6) == Z_OK && zlen + 4 < p.len) {
+    size_t zlen = 0;
+    if (span == BLOB_SPAN) {
         buf_putc(out, 2);
-        varint_put(out, p.len);
-        buf_append(out, z, zlen);
-    } else {
-        buf_putc(out, 1);
-        buf_append(out, p.data, p.len);
+        varint_put(out, p->len);
+        zlen = codec_deflate(cx, p, out);
     }
-    free(z);
-    buf_free(&p);
+    if (zlen == 0 || zlen + 4 >= p->len) {
+        buf_reset(out);
+        buf_putc(out, 1);
+        buf_append(out, p->data, p->len);
+    }
 }
 
-/* Decodes a blob into out (appending). Never reads past len. Returns 0 or -1. */
-static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t res, rollup_buckets_t *out)
+/* Decodes a blob of `span` slots into out (appending). Never reads past len. Returns 0 or -1. */
+static int blob_decode(codec_t *cx, const uint8_t *data, size_t len, int64_t start, int64_t res, int64_t span,
+                       rollup_buckets_t *out)
 {
     if (len < 1)
         return -1;
     const uint8_t *p = data + 1, *end = data + len;
-    uint8_t *raw = NULL;
-    int ret = -1;
     if (data[0] == 2) {
         uint64_t plen;
         if (varint_get(&p, end, &plen) != 0 || plen == 0 || plen > MAX_PAYLOAD)
             return -1;
-        raw = malloc(plen);
-        uLongf dlen = plen;
-        if (!raw || uncompress(raw, &dlen, p, (uLong)(end - p)) != Z_OK || dlen != plen)
-            goto out;
+        const uint8_t *raw = codec_inflate(cx, p, (size_t)(end - p), plen);
+        if (!raw)
+            return -1;
         p = raw;
         end = raw + plen;
     } else if (data[0] != 1) {
         return -1;
     }
     uint64_t n;
-    if (varint_get(&p, end, &n) != 0 || n == 0 || n > BLOB_SPAN)
-        goto out;
+    if (varint_get(&p, end, &n) != 0 || n == 0 || n > (uint64_t)span)
+        return -1;
     if (out->cap - out->n < n) {
         size_t cap = out->n + n + out->cap;
         rollup_bucket_t *v = realloc(out->v, cap * sizeof(*v));
         if (!v)
-            goto out;
+            return -1;
         out->v = v;
         out->cap = cap;
     }
@@ -479,37 +595,38 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
     int64_t slot = -1;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t gap;
-        if (varint_get(&p, end, &gap) != 0 || gap >= BLOB_SPAN)
-            goto out;
+        if (varint_get(&p, end, &gap) != 0 || gap >= (uint64_t)span)
+            return -1;
         slot += (int64_t)gap + 1;
-        if (slot >= BLOB_SPAN)
-            goto out;
+        if (slot >= span)
+            return -1;
         b[i] = (rollup_bucket_t){.ts = start + slot * res};
     }
     uint64_t pc = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t z;
         if (varint_get(&p, end, &z) != 0)
-            goto out;
+            return -1;
         pc += (uint64_t)varint_unzigzag(z);
         b[i].count = pc;
     }
     for (int c = 0; c < 5; c++) {
         if (p >= end || *p > 2)
-            goto out;
+            return -1;
         int mode = *p++;
         int decimals = 0;
         if (mode != 1) {
             if (p >= end || *p > 6)
-                goto out;
+                return -1;
             decimals = *p++;
         }
         int64_t pi = 0;
         uint64_t pb = 0;
+        size_t off = col_off[c];
         for (uint64_t i = 0; i < n; i++) {
             uint64_t u;
             if (varint_get(&p, end, &u) != 0)
-                goto out;
+                return -1;
             double v;
             if (mode != 1) {
                 pi = (int64_t)((uint64_t)pi + (uint64_t)varint_unzigzag(u));
@@ -517,23 +634,20 @@ static int blob_decode(const uint8_t *data, size_t len, int64_t start, int64_t r
                 if (mode == 2) {
                     uint64_t resid;
                     if (varint_get(&p, end, &resid) != 0)
-                        goto out;
+                        return -1;
                     v = bitsd(dbits(v) ^ resid);
                 }
             } else {
                 pb ^= __builtin_bswap64(u);
                 v = bitsd(pb);
             }
-            memcpy((char *)&b[i] + col_off[c], &v, sizeof(v));
+            memcpy((char *)&b[i] + off, &v, sizeof(v));
         }
     }
     if (p != end)
-        goto out;
+        return -1;
     out->n += n;
-    ret = 0;
-out:
-    free(raw);
-    return ret;
+    return 0;
 }
 
 /* ---- shards and states -------------------------------------------------------------------- */
@@ -901,7 +1015,8 @@ static int write_blob_group(rollup_t *r, sqlite3_stmt *sel, sqlite3_stmt *up, co
     sqlite3_bind_int64(sel, 3, start);
     int rc = sqlite3_step(sel);
     if (rc == SQLITE_ROW) {
-        if (blob_decode(sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start, res, &have) != 0) {
+        if (blob_decode(&r->wcodec, sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start, res,
+                        span_of(res), &have) != 0) {
             log_error("rollup", "corrupt blob replaced", LF_I("series", c[0].id), LF_I("start", start));
             have.n = 0;
         }
@@ -927,7 +1042,7 @@ static int write_blob_group(rollup_t *r, sqlite3_stmt *sel, sqlite3_stmt *up, co
         else
             m.v[m.n++] = *next;
     }
-    blob_encode(enc, m.v, m.n, start, res);
+    blob_encode(&r->wcodec, enc, m.v, m.n, start, res, span_of(res));
     sqlite3_bind_int64(up, 1, res);
     sqlite3_bind_int64(up, 2, (sqlite3_int64)c[0].id);
     sqlite3_bind_int64(up, 3, start);
@@ -995,17 +1110,17 @@ static int write_batch(rollup_t *r, sqlite3 *db)
     const closed_t *c = r->inflight.v;
     size_t n = r->inflight.n;
     for (size_t i = 0; i < n;) {
-        if (is_plain(r, c[i].res_idx)) {
-            if (write_plain(r, plain, &c[i]) != 0)
-                goto out;
-            i++;
-            continue;
-        }
-        int64_t span = r->rs.v[c[i].res_idx].res_ms * BLOB_SPAN;
+        int64_t res = r->rs.v[c[i].res_idx].res_ms, span = res * span_of(res);
         int64_t start = floor_to(c[i].b.ts, span);
         size_t k = i + 1;
         while (k < n && c[k].id == c[i].id && c[k].res_idx == c[i].res_idx && c[k].b.ts < start + span)
             k++;
+        /* 1h: rows and blob alike. (Before blob_from, the blob may hold only the late part of
+         * an hour until migrate_step copies the row over it; readers use the row until then.) */
+        if (has_plain(r, c[i].res_idx))
+            for (size_t x = i; x < k; x++)
+                if (write_plain(r, plain, &c[x]) != 0)
+                    goto out;
         if (write_blob_group(r, bsel, bup, &c[i], k - i, start, &enc) != 0)
             goto out;
         i = k;
@@ -1048,6 +1163,156 @@ out:
     sqlite3_finalize(seen);
     sqlite3_finalize(bsel);
     sqlite3_finalize(bup);
+    buf_free(&enc);
+    return ret;
+}
+
+/* ---- migrating 1h rows into blobs ------------------------------------------------------------ */
+
+#define MIGRATE_BUDGET 16 /* series per writer cycle */
+
+/* One slice of copying the 1h rows older than blob_from into blobs (a database from before 1h
+ * blobs): up to `budget` series in one transaction. For each, every 30-day blob gets the rows'
+ * buckets before blob_from (there the rows are authoritative: what the writer merged into a blob
+ * meanwhile, a late part of an old hour, is in the row too) and keeps its own from blob_from on.
+ * After the last series, blob_from becomes INT64_MIN in meta and, after the COMMIT, for readers,
+ * who until then read those hours from the rows. A crash only loses the cursor: copying a series
+ * again gives the same blobs. cycle_mu held. Returns 0 or -1. */
+static int migrate_step(rollup_t *r, int budget)
+{
+    int64_t from = atomic_load(&r->blob_from);
+    if (from == INT64_MIN)
+        return 0;
+    const int64_t res = PLAIN_RES_MS, span = res * span_of(res);
+    catalog_t *cat = r->cat;
+    sqlite3 *db = catalog__write_db(cat);
+    sqlite3_stmt *next = NULL, *rows = NULL, *sel = NULL, *up = NULL, *done = NULL;
+    rollup_buckets_t rw = {0}, m = {0};
+    buf_t enc = BUF_INIT;
+    uint64_t cursor = r->mig_cursor;
+    bool finished = false;
+    int ret = -1;
+    catalog__write_lock(cat);
+    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &next,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?1"
+                           " AND series_id = ?2 AND ts < ?3 ORDER BY ts",
+                           -1, &rows, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ?1 AND series_id = ?2 AND start = ?3", -1,
+                           &sel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?1, ?2, ?3, ?4, ?5)"
+                           " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
+                           -1, &up, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('" META_BLOB_FROM "', ?1)", -1, &done,
+                           NULL) != SQLITE_OK ||
+        exec_sql(db, "BEGIN IMMEDIATE") != 0)
+        goto out;
+    int rc = SQLITE_DONE;
+    for (int visited = 0; visited < budget && rc == SQLITE_DONE; visited++) {
+        sqlite3_bind_int64(next, 1, res);
+        sqlite3_bind_int64(next, 2, (sqlite3_int64)cursor);
+        rc = sqlite3_step(next);
+        bool none = rc != SQLITE_ROW || sqlite3_column_type(next, 0) == SQLITE_NULL;
+        if (!none)
+            cursor = (uint64_t)sqlite3_column_int64(next, 0);
+        sqlite3_reset(next);
+        if (rc != SQLITE_ROW)
+            break;
+        rc = SQLITE_DONE;
+        if (none) {
+            finished = true;
+            break;
+        }
+        sqlite3_bind_int64(rows, 1, res);
+        sqlite3_bind_int64(rows, 2, (sqlite3_int64)cursor);
+        sqlite3_bind_int64(rows, 3, from);
+        rw.n = 0;
+        while ((rc = sqlite3_step(rows)) == SQLITE_ROW) {
+            if (buckets_reserve(&rw, 1) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            rw.v[rw.n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(rows, 0),
+                                             .count = (uint64_t)sqlite3_column_int64(rows, 1),
+                                             .sum = col_double(rows, 2),
+                                             .min = col_double(rows, 3),
+                                             .max = col_double(rows, 4),
+                                             .last = col_double(rows, 5),
+                                             .increase = col_double(rows, 6)};
+        }
+        sqlite3_reset(rows);
+        for (size_t i = 0; rc == SQLITE_DONE && i < rw.n;) {
+            int64_t start = floor_to(rw.v[i].ts, span);
+            size_t k = i;
+            while (k < rw.n && rw.v[k].ts < start + span)
+                k++;
+            m.n = 0;
+            if (buckets_reserve(&m, k - i) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            memcpy(m.v, rw.v + i, (k - i) * sizeof(*m.v));
+            m.n = k - i;
+            sqlite3_bind_int64(sel, 1, res);
+            sqlite3_bind_int64(sel, 2, (sqlite3_int64)cursor);
+            sqlite3_bind_int64(sel, 3, start);
+            if ((rc = sqlite3_step(sel)) == SQLITE_ROW) {
+                size_t n0 = m.n;
+                if (blob_decode(&r->wcodec, sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start,
+                                res, span_of(res), &m) != 0) {
+                    m.n = n0;
+                } else { /* keep the blob's hours from blob_from on (they follow the rows') */
+                    size_t w = n0;
+                    for (size_t x = n0; x < m.n; x++)
+                        if (m.v[x].ts >= from)
+                            m.v[w++] = m.v[x];
+                    m.n = w;
+                }
+                rc = SQLITE_DONE;
+            }
+            sqlite3_reset(sel);
+            if (rc != SQLITE_DONE)
+                break;
+            blob_encode(&r->wcodec, &enc, m.v, m.n, start, res, span_of(res));
+            sqlite3_bind_int64(up, 1, res);
+            sqlite3_bind_int64(up, 2, (sqlite3_int64)cursor);
+            sqlite3_bind_int64(up, 3, start);
+            sqlite3_bind_int64(up, 4, (sqlite3_int64)m.n);
+            sqlite3_bind_blob(up, 5, enc.data, (int)enc.len, SQLITE_STATIC);
+            rc = sqlite3_step(up);
+            sqlite3_reset(up);
+            i = k;
+        }
+    }
+    if (rc == SQLITE_DONE && finished) {
+        sqlite3_bind_int64(done, 1, INT64_MIN);
+        rc = sqlite3_step(done);
+    }
+    if (rc != SQLITE_DONE || exec_sql(db, "COMMIT") != 0) {
+        log_warn("rollup", "copying old 1h rows into blobs failed; will retry", LF_S("err", sqlite3_errmsg(db)));
+        exec_sql(db, "ROLLBACK");
+        goto out;
+    }
+    r->mig_cursor = cursor;
+    if (finished) {
+        pthread_rwlock_wrlock(&r->view_rw);
+        atomic_store(&r->blob_from, INT64_MIN);
+        pthread_rwlock_unlock(&r->view_rw);
+        r->mig_cursor = 0;
+        log_info("rollup", "old 1h rows copied into blobs");
+    }
+    ret = 0;
+out:
+    catalog__write_unlock(cat);
+    sqlite3_finalize(next);
+    sqlite3_finalize(rows);
+    sqlite3_finalize(sel);
+    sqlite3_finalize(up);
+    sqlite3_finalize(done);
+    rollup_buckets_free(&rw);
+    rollup_buckets_free(&m);
     buf_free(&enc);
     return ret;
 }
@@ -1121,12 +1386,92 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
     snaps_clear(r);
+    /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */
+    if (rc == 0)
+        migrate_step(r, MIGRATE_BUDGET);
     atomic_fetch_add(&r->st_flushes, 1);
     pthread_mutex_unlock(&r->cycle_mu);
     return rc;
 }
 
 /* ---- retention -------------------------------------------------------------------------- */
+
+/* Statements of a 1h retention slice (phase 1). */
+typedef struct {
+    sqlite3_stmt *next, *rows, *whole, *sel, *up, *del;
+} retst_t;
+
+/* Phase 1 for one series of the 1h resolution: rows older than cutoff, blobs wholly older, and
+ * the blob straddling the cutoff rewritten without its expired hours (deleted once all are), so
+ * 1h reads agree with the rows and the view, as before 1h blobs. That rewrite is one blob of at
+ * most 720 buckets per series per pass: about the page the row delete dirties anyway. */
+static int retain_series(rollup_t *r, retst_t *q, uint64_t id, int64_t res, int64_t cutoff, buf_t *enc)
+{
+    int64_t span = res * span_of(res);
+    sqlite3_bind_int64(q->rows, 1, res);
+    sqlite3_bind_int64(q->rows, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(q->rows, 3, cutoff);
+    int rc = sqlite3_step(q->rows);
+    sqlite3_reset(q->rows);
+    if (rc != SQLITE_DONE)
+        return -1;
+    sqlite3_bind_int64(q->whole, 1, res);
+    sqlite3_bind_int64(q->whole, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(q->whole, 3, cutoff - span);
+    rc = sqlite3_step(q->whole);
+    sqlite3_reset(q->whole);
+    if (rc != SQLITE_DONE)
+        return -1;
+    sqlite3_bind_int64(q->sel, 1, res);
+    sqlite3_bind_int64(q->sel, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(q->sel, 3, cutoff - span);
+    sqlite3_bind_int64(q->sel, 4, cutoff);
+    rollup_buckets_t b = {0};
+    int64_t start = 0;
+    bool found = false;
+    rc = sqlite3_step(q->sel);
+    if (rc == SQLITE_ROW) {
+        found = true;
+        start = sqlite3_column_int64(q->sel, 0);
+        if (blob_decode(&r->wcodec, sqlite3_column_blob(q->sel, 1), (size_t)sqlite3_column_bytes(q->sel, 1), start, res,
+                        span_of(res), &b) != 0)
+            b.n = 0; /* corrupt: deleted below like an expired one */
+        rc = SQLITE_DONE;
+    }
+    sqlite3_reset(q->sel);
+    if (rc != SQLITE_DONE) {
+        rollup_buckets_free(&b);
+        return -1;
+    }
+    size_t e = 0;
+    while (e < b.n && b.v[e].ts < cutoff)
+        e++;
+    int ret = 0;
+    if (found) {
+        sqlite3_stmt *st = NULL;
+        if (e == b.n) {
+            st = q->del;
+            sqlite3_bind_int64(st, 1, res);
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+            sqlite3_bind_int64(st, 3, start);
+        } else if (e > 0) {
+            blob_encode(&r->wcodec, enc, b.v + e, b.n - e, start, res, span_of(res));
+            st = q->up;
+            sqlite3_bind_int64(st, 1, (sqlite3_int64)(b.n - e));
+            sqlite3_bind_blob(st, 2, enc->data, (int)enc->len, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 3, res);
+            sqlite3_bind_int64(st, 4, (sqlite3_int64)id);
+            sqlite3_bind_int64(st, 5, start);
+        }
+        if (st) {
+            if (sqlite3_step(st) != SQLITE_DONE)
+                ret = -1;
+            sqlite3_reset(st);
+        }
+    }
+    rollup_buckets_free(&b);
+    return ret;
+}
 
 int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
 {
@@ -1137,16 +1482,23 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
     catalog__write_lock(cat);
     if (r->ret_res >= r->rs.n) {
         r->ret_res = 0;
+        r->ret_phase = 0;
         r->ret_cursor = 0;
     }
     size_t i = r->ret_res;
     int64_t res = r->rs.v[i].res_ms;
     int64_t cutoff = now_ms - r->rs.v[i].retention_ms; /* buckets with ts < cutoff go */
-    sqlite3_stmt *st = NULL, *nx = NULL;
-    if (!is_plain(r, i)) {
+    int64_t span = res * span_of(res);
+    /* From now on, readers skip what this pass deletes (whole blobs can only go later). */
+    int64_t seen = atomic_load(&r->ret_cutoff[i]);
+    while (cutoff > seen && !atomic_compare_exchange_weak(&r->ret_cutoff[i], &seen, cutoff))
+        ;
+    sqlite3_stmt *st = NULL;
+    retst_t q = {0};
+    buf_t enc = BUF_INIT;
+    if (r->ret_phase == 0) {
         /* Whole blobs only: a blob goes once its last slot is past retention. The (res, start)
          * index makes this a bounded range delete. */
-        int64_t span = res * BLOB_SPAN;
         if (sqlite3_prepare_v2(db,
                                "DELETE FROM rollup_blob WHERE id IN (SELECT id FROM rollup_blob"
                                " WHERE res = ?1 AND start <= ?2 LIMIT ?3)",
@@ -1161,19 +1513,33 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
             ret = -1;
             goto out;
         }
-        int changed = sqlite3_changes(db);
-        if (changed < budget) {
-            r->ret_res++;
+        if (sqlite3_changes(db) < budget) {
             r->ret_cursor = 0;
+            if (has_plain(r, i))
+                r->ret_phase = 1;
+            else
+                r->ret_res++;
         }
         ret = r->ret_res < r->rs.n ? 1 : 0;
         goto out;
     }
-    /* Plain rows have no time index (it would double their size): walk series ids from a
-     * cursor, `budget` series per call, each a primary-key range delete. */
-    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &nx,
+    /* Phase 1, the 1h resolution: rows have no time index (it would double their size), so walk
+     * series ids from a cursor, `budget` series per call, each a few primary-key range
+     * operations. */
+    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &q.next,
                            NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "DELETE FROM rollup_plain WHERE res = ?1 AND series_id = ?2 AND ts < ?3", -1, &st,
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_plain WHERE res = ?1 AND series_id = ?2 AND ts < ?3", -1, &q.rows,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_blob WHERE res = ?1 AND series_id = ?2 AND start <= ?3", -1,
+                           &q.whole, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "SELECT start, data FROM rollup_blob WHERE res = ?1 AND series_id = ?2 AND start > ?3"
+                           " AND start < ?4",
+                           -1, &q.sel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "UPDATE rollup_blob SET n = ?1, data = ?2 WHERE res = ?3 AND series_id = ?4 AND start = ?5",
+                           -1, &q.up, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_blob WHERE res = ?1 AND series_id = ?2 AND start = ?3", -1, &q.del,
                            NULL) != SQLITE_OK) {
         ret = -1;
         goto out;
@@ -1181,20 +1547,15 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
     exec_sql(db, "BEGIN IMMEDIATE");
     int visited = 0;
     for (; visited < budget; visited++) {
-        sqlite3_bind_int64(nx, 1, res);
-        sqlite3_bind_int64(nx, 2, (sqlite3_int64)r->ret_cursor);
-        if (sqlite3_step(nx) != SQLITE_ROW || sqlite3_column_type(nx, 0) == SQLITE_NULL) {
-            sqlite3_reset(nx);
+        sqlite3_bind_int64(q.next, 1, res);
+        sqlite3_bind_int64(q.next, 2, (sqlite3_int64)r->ret_cursor);
+        if (sqlite3_step(q.next) != SQLITE_ROW || sqlite3_column_type(q.next, 0) == SQLITE_NULL) {
+            sqlite3_reset(q.next);
             break;
         }
-        r->ret_cursor = (uint64_t)sqlite3_column_int64(nx, 0);
-        sqlite3_reset(nx);
-        sqlite3_bind_int64(st, 1, res);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)r->ret_cursor);
-        sqlite3_bind_int64(st, 3, cutoff);
-        int rc = sqlite3_step(st);
-        sqlite3_reset(st);
-        if (rc != SQLITE_DONE) {
+        r->ret_cursor = (uint64_t)sqlite3_column_int64(q.next, 0);
+        sqlite3_reset(q.next);
+        if (retain_series(r, &q, r->ret_cursor, res, cutoff, &enc) != 0) {
             ret = -1;
             break;
         }
@@ -1207,15 +1568,24 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
     }
     if (visited < budget) { /* this resolution is done */
         r->ret_res++;
+        r->ret_phase = 0;
         r->ret_cursor = 0;
     }
     ret = r->ret_res < r->rs.n ? 1 : 0;
 out:
     sqlite3_finalize(st);
-    sqlite3_finalize(nx);
+    sqlite3_finalize(q.next);
+    sqlite3_finalize(q.rows);
+    sqlite3_finalize(q.whole);
+    sqlite3_finalize(q.sel);
+    sqlite3_finalize(q.up);
+    sqlite3_finalize(q.del);
+    buf_free(&enc);
     catalog__write_unlock(cat);
-    if (ret == 0)
+    if (ret == 0) {
         r->ret_res = 0; /* the next call starts a new pass */
+        r->ret_phase = 0;
+    }
     pthread_mutex_unlock(&r->cycle_mu);
     return ret;
 }
@@ -1244,7 +1614,7 @@ static int rd_cmp(const void *pa, const void *pb)
 static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, uint32_t seq)
 {
     if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
+        size_t nc = *cap ? *cap * 2 : 16;
         rd_t *nv = realloc(*v, nc * sizeof(*nv));
         if (!nv)
             return -1;
@@ -1255,32 +1625,27 @@ static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, u
     return 0;
 }
 
-static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *tmp)
+/* Appends the stored buckets with ts in [mint, maxt] to out, in time order (read_mu held). A
+ * series' month of 1h buckets is one or two blobs: one index seek and one inflate, where plain
+ * rows cost a b-tree step and seven column fetches per hour. */
+static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *out)
 {
     int64_t res = r->rs.v[ri].res_ms;
-    sqlite3_stmt *st = NULL;
-    int ret = -1, rc;
-    pthread_mutex_lock(&r->read_mu);
-    if (is_plain(r, ri)) {
-        if (sqlite3_prepare_v2(r->rdb,
-                               "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
-                               " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
-                               -1, &st, NULL) != SQLITE_OK)
-            goto out;
+    int rc = SQLITE_DONE;
+    int64_t from = atomic_load(&r->blob_from);
+    if (has_plain(r, ri) && mint < from) {
+        /* Hours written before this database had 1h blobs: only in rows. */
+        sqlite3_stmt *st = r->rd_plain;
         sqlite3_bind_int64(st, 1, res);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
         sqlite3_bind_int64(st, 3, mint);
-        sqlite3_bind_int64(st, 4, maxt);
+        sqlite3_bind_int64(st, 4, maxt < from ? maxt : from - 1);
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            if (tmp->n == tmp->cap) {
-                size_t cap = tmp->cap ? tmp->cap * 2 : 64;
-                rollup_bucket_t *v = realloc(tmp->v, cap * sizeof(*v));
-                if (!v)
-                    goto out;
-                tmp->v = v;
-                tmp->cap = cap;
+            if (buckets_reserve(out, 1) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
             }
-            tmp->v[tmp->n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(st, 0),
+            out->v[out->n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(st, 0),
                                                  .count = (uint64_t)sqlite3_column_int64(st, 1),
                                                  .sum = col_double(st, 2),
                                                  .min = col_double(st, 3),
@@ -1288,45 +1653,59 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
                                                  .last = col_double(st, 5),
                                                  .increase = col_double(st, 6)};
         }
-    } else {
-        int64_t span = res * BLOB_SPAN;
-        if (sqlite3_prepare_v2(r->rdb,
-                               "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
-                               " AND start <= ? ORDER BY start",
-                               -1, &st, NULL) != SQLITE_OK)
-            goto out;
-        sqlite3_bind_int64(st, 1, res);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
-        sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
-        sqlite3_bind_int64(st, 4, maxt);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            if (blob_decode(sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-                            sqlite3_column_int64(st, 0), res, tmp) != 0)
-                log_warn("rollup", "corrupt blob skipped", LF_I("series", id),
-                         LF_I("start", sqlite3_column_int64(st, 0)));
-        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return -1;
+        mint = from;
     }
-    ret = rc == SQLITE_DONE ? 0 : -1;
-out:
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&r->read_mu);
-    return ret;
+    if (mint > maxt)
+        return 0;
+    int64_t span = res * span_of(res);
+    sqlite3_stmt *st = r->rd_blob;
+    sqlite3_bind_int64(st, 1, res);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
+    sqlite3_bind_int64(st, 4, maxt);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t n0 = out->n;
+        int64_t start = sqlite3_column_int64(st, 0);
+        if (blob_decode(&r->rcodec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), start, res,
+                        span_of(res), out) != 0) {
+            log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", start));
+            continue;
+        }
+        if (start >= mint && start + span - 1 <= maxt)
+            continue; /* the whole blob is in range */
+        size_t w = n0;
+        for (size_t k = n0; k < out->n; k++)
+            if (out->v[k].ts >= mint && out->v[k].ts <= maxt)
+                out->v[w++] = out->v[k];
+        out->n = w;
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out)
 {
-    if (res_idx >= r->rs.n || mint > maxt)
-        return res_idx >= r->rs.n ? -1 : 0;
+    if (res_idx >= r->rs.n)
+        return -1;
+    /* What the last retention pass deleted (or will, once its whole blob expires) is gone. */
+    int64_t cut = atomic_load(&r->ret_cutoff[res_idx]);
+    if (mint < cut)
+        mint = cut;
+    if (mint > maxt)
+        return 0;
+    /* Stored buckets go straight to out (sorted, distinct ts); the few others (waiting for the
+     * writer, open, pending) are collected, sorted and merged in after. */
     rd_t *v = NULL;
-    size_t n = 0, cap = 0;
-    rollup_buckets_t disk = {0};
+    size_t n = 0, cap = 0, n0 = out->n;
     int ret = 0;
     pthread_rwlock_rdlock(&r->view_rw);
-    if (read_disk(r, series_id, res_idx, mint, maxt, &disk) != 0)
+    pthread_mutex_lock(&r->read_mu);
+    if (read_disk(r, series_id, res_idx, mint, maxt, out) != 0)
         ret = -1;
-    for (size_t i = 0; ret == 0 && i < disk.n; i++)
-        if (disk.v[i].ts >= mint && disk.v[i].ts <= maxt && rd_push(&v, &n, &cap, &disk.v[i], 0) != 0)
-            ret = -1;
+    pthread_mutex_unlock(&r->read_mu);
     /* inflight is sorted by (id, res_idx, ts): binary search for the first entry of the series. */
     size_t lo = 0, hi = r->inflight.n;
     while (lo < hi) {
@@ -1373,32 +1752,100 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
         ret = -1;
     pthread_mutex_unlock(&sh->mu);
     pthread_rwlock_unlock(&r->view_rw);
-    rollup_buckets_free(&disk);
     if (ret == 0 && n > 0) {
-        qsort(v, n, sizeof(*v), rd_cmp);
-        for (size_t i = 0; ret == 0 && i < n; i++) {
-            if (out->n > 0 && out->v[out->n - 1].ts == v[i].b.ts && i > 0 && v[i - 1].b.ts == v[i].b.ts) {
-                bucket_merge(&out->v[out->n - 1], &v[i].b);
+        /* Merge: disk buckets first at equal ts (they are the oldest part of a re-opened bucket),
+         * then the others in arrival order. Usually all of them are newer than the disk ones
+         * and this only appends. */
+        if (n > 1)
+            qsort(v, n, sizeof(*v), rd_cmp);
+        size_t nd = out->n - n0, j = 0;
+        rollup_bucket_t *d = NULL;
+        if (nd && v[0].b.ts <= out->v[out->n - 1].ts) {
+            d = malloc(nd * sizeof(*d));
+            if (!d)
+                ret = -1;
+            else
+                memcpy(d, out->v + n0, nd * sizeof(*d));
+        } else {
+            j = nd; /* disk part stays in place */
+        }
+        size_t i = 0;
+        if (d)
+            out->n = n0;
+        while (ret == 0 && (j < nd || i < n)) {
+            const rollup_bucket_t *next = i >= n || (j < nd && d[j].ts <= v[i].b.ts) ? &d[j++] : &v[i++].b;
+            if (out->n > n0 && out->v[out->n - 1].ts == next->ts) {
+                bucket_merge(&out->v[out->n - 1], next);
                 continue;
             }
-            if (out->n == out->cap) {
-                size_t nc = out->cap ? out->cap * 2 : 64;
-                rollup_bucket_t *nv = realloc(out->v, nc * sizeof(*nv));
-                if (!nv) {
-                    ret = -1;
-                    break;
-                }
-                out->v = nv;
-                out->cap = nc;
+            if (buckets_reserve(out, 1) != 0) {
+                ret = -1;
+                break;
             }
-            out->v[out->n++] = v[i].b;
+            out->v[out->n++] = *next;
         }
+        free(d);
     }
     free(v);
     return ret;
 }
 
 /* ---- open / close / thread ---------------------------------------------------------------- */
+
+/* Where 1h blobs begin (r->blob_from). A database written before 1h blobs existed holds its 1h
+ * buckets in rollup_plain only. Opening it does not rewrite a year of rows: every 1h bucket
+ * before the first hour after the newest stored row is read from the rows, and the writer copies
+ * them into blobs a few series per cycle (migrate_step), then moves the boundary to INT64_MIN.
+ * Buckets written from now on go to both tables. Kept in the catalog's meta table; a database
+ * that starts with blobs gets INT64_MIN. Called with the write lock held. Returns 0 or -1. */
+static int setup_blob_from(rollup_t *r, sqlite3 *db)
+{
+    sqlite3_stmt *get = NULL, *next = NULL, *last = NULL, *put = NULL;
+    int ret = -1;
+    if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = '" META_BLOB_FROM "'", -1, &get, NULL) != SQLITE_OK)
+        goto out;
+    if (sqlite3_step(get) == SQLITE_ROW) {
+        atomic_store(&r->blob_from, sqlite3_column_int64(get, 0));
+        ret = 0;
+        goto out;
+    }
+    /* Newest row per series: two index seeks per series, not a scan of every row. */
+    if (sqlite3_prepare_v2(db, "SELECT min(series_id) FROM rollup_plain WHERE res = ?1 AND series_id > ?2", -1, &next,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT max(ts) FROM rollup_plain WHERE res = ?1 AND series_id = ?2", -1, &last, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO meta(key, value) VALUES('" META_BLOB_FROM "', ?1)", -1, &put, NULL) !=
+            SQLITE_OK)
+        goto out;
+    int64_t from = INT64_MIN, cursor = -1;
+    for (;;) {
+        sqlite3_bind_int64(next, 1, PLAIN_RES_MS);
+        sqlite3_bind_int64(next, 2, cursor);
+        if (sqlite3_step(next) != SQLITE_ROW || sqlite3_column_type(next, 0) == SQLITE_NULL)
+            break;
+        cursor = sqlite3_column_int64(next, 0);
+        sqlite3_reset(next);
+        sqlite3_bind_int64(last, 1, PLAIN_RES_MS);
+        sqlite3_bind_int64(last, 2, cursor);
+        if (sqlite3_step(last) == SQLITE_ROW && sqlite3_column_int64(last, 0) + PLAIN_RES_MS > from)
+            from = sqlite3_column_int64(last, 0) + PLAIN_RES_MS;
+        sqlite3_reset(last);
+    }
+    sqlite3_bind_int64(put, 1, from);
+    if (sqlite3_step(put) != SQLITE_DONE)
+        goto out;
+    if (from != INT64_MIN)
+        log_info("rollup", "1h roll-ups before this hour stay in rows; later ones are blobs too",
+                 LF_I("blob_from", from));
+    atomic_store(&r->blob_from, from);
+    ret = 0;
+out:
+    sqlite3_finalize(get);
+    sqlite3_finalize(next);
+    sqlite3_finalize(last);
+    sqlite3_finalize(put);
+    return ret;
+}
 
 static int load_states(rollup_t *r)
 {
@@ -1498,6 +1945,8 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     r->ckpt_ms = cfg->checkpoint_interval_ms > 0 ? cfg->checkpoint_interval_ms : 60000;
     r->clock_ms = cfg->clock_ms;
     atomic_store(&r->high_water, INT64_MIN);
+    for (size_t i = 0; i < ROLLUP_MAX_RESOLUTIONS; i++)
+        atomic_store(&r->ret_cutoff[i], INT64_MIN);
     pthread_mutex_init(&r->read_mu, NULL);
     pthread_mutex_init(&r->cycle_mu, NULL);
     pthread_rwlock_init(&r->view_rw, NULL);
@@ -1517,6 +1966,8 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         goto err;
     catalog__write_lock(cat);
     int rc = exec_sql(catalog__write_db(cat), ROLLUP_SCHEMA);
+    if (rc == 0)
+        rc = setup_blob_from(r, catalog__write_db(cat));
     catalog__write_unlock(cat);
     if (rc != 0) {
         snprintf(err, errlen, "creating roll-up tables in %s failed", catalog_path(cat));
@@ -1527,6 +1978,20 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         goto err;
     }
     sqlite3_busy_timeout(r->rdb, 10000);
+    /* No mmap_size: mapping halved a read right after a bulk write, but every commit that grows
+     * the file makes SQLite remap it (munmap with TLB shootdowns, then page faults again), and
+     * reads after the writer's small per-second commits, the usual case, were slower with it. */
+    if (sqlite3_prepare_v3(r->rdb,
+                           "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
+                           " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
+                           -1, SQLITE_PREPARE_PERSISTENT, &r->rd_plain, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(r->rdb,
+                           "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
+                           " AND start <= ? ORDER BY start",
+                           -1, SQLITE_PREPARE_PERSISTENT, &r->rd_blob, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "preparing roll-up reads: %s", sqlite3_errmsg(r->rdb));
+        goto err;
+    }
     if (load_states(r) != 0) {
         snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(r->rdb));
         goto err;
@@ -1552,7 +2017,11 @@ err:
         free(r->shards[k].tab);
         pthread_mutex_destroy(&r->shards[k].mu);
     }
+    sqlite3_finalize(r->rd_plain);
+    sqlite3_finalize(r->rd_blob);
     sqlite3_close(r->rdb);
+    codec_free(&r->rcodec);
+    codec_free(&r->wcodec);
     pthread_mutex_destroy(&r->read_mu);
     pthread_mutex_destroy(&r->cycle_mu);
     pthread_rwlock_destroy(&r->view_rw);
@@ -1592,7 +2061,11 @@ void rollup_close(rollup_t *r)
     snaps_clear(r);
     free(r->snaps);
     free(r->evicted);
+    sqlite3_finalize(r->rd_plain);
+    sqlite3_finalize(r->rd_blob);
     sqlite3_close(r->rdb);
+    codec_free(&r->rcodec);
+    codec_free(&r->wcodec);
     pthread_mutex_destroy(&r->read_mu);
     pthread_mutex_destroy(&r->cycle_mu);
     pthread_rwlock_destroy(&r->view_rw);

@@ -197,18 +197,28 @@ static dagg_t direct(int k, int64_t ts, int64_t res)
 }
 
 /* Checks that g is: synthetic samples (one per bucket, at its last ms, value from `pick`) before
- * g->rollup_until, then exactly the reference raw samples from the first raw t on. Returns the
- * number of synthetic samples. */
+ * g->rollup_until, then exactly the reference raw samples from the first raw t on, with no
+ * sample left out between. Buckets of width res, except a tail of 1m buckets that fills a coarse
+ * bucket cut by the start of the raw data. Returns the number of synthetic samples. */
 static size_t check_stitched(int k, const got_t *g, int64_t res, double (*pick)(const dagg_t *))
 {
     size_t i = 0;
+    bool tail = false;
     for (; i < g->n && g->t[i] < g->rollup_until; i++) {
-        int64_t ts = g->t[i] + 1 - res;
-        assert_int_equal(ts % res, 0);
+        int64_t w = res;
+        if ((g->t[i] + 1) % res != 0) {
+            assert_true(res > MIN_MS); /* the 1m tail after coarse buckets */
+            w = MIN_MS;
+            tail = true;
+        } else {
+            assert_false(tail);
+        }
+        int64_t ts = g->t[i] + 1 - w;
+        assert_int_equal(ts % w, 0);
         if (i > 0)
             assert_true(g->t[i] > g->t[i - 1]);
         if (pick) {
-            dagg_t d = direct(k, ts, res);
+            dagg_t d = direct(k, ts, w);
             assert_true(d.count > 0);
             double want = pick(&d);
             if (fabs(g->v[i] - want) > 1e-9 * fmax(1, fabs(want)))
@@ -218,6 +228,10 @@ static size_t check_stitched(int k, const got_t *g, int64_t res, double (*pick)(
     size_t nsynth = i;
     if (i == g->n)
         return nsynth;
+    if (nsynth > 0) /* nothing between the last bucket's end and the first raw sample */
+        for (size_t j = 0; j < ref[k].n; j++)
+            if (ref[k].t[j] >= g->rollup_until && ref[k].t[j] < g->t[i])
+                fail_msg("series %d: sample at %lld is in neither tier", k, (long long)ref[k].t[j]);
     /* raw: every reference sample from the first raw t on, exactly */
     size_t j = 0;
     while (j < ref[k].n && ref[k].t[j] < g->t[i])
@@ -421,6 +435,73 @@ static void test_history_counter(void **state)
     assert_true(fabs(got_inc - want_inc) < 1e-6);
 }
 
+/* History queries whose every window is whole hours, for an aggregate whole buckets answer
+ * exactly, read the 1h roll-ups (60x fewer buckets than 1m, the same answer); anything else
+ * keeps the finest resolution that fits. Through the engine: no warning, and the values of the
+ * raw samples. */
+static void test_history_coarse_when_exact(void **state)
+{
+    struct {
+        const char *func;
+        int64_t mint, maxt, range, step, start, end;
+        int64_t want_res;
+    } cases[] = {
+        /* range query 1h..2h step 1h over [1h]: windows [0h,1h], [1h,2h] */
+        {"max_over_time", T0, T0 + 2 * HOUR_MS, HOUR_MS, HOUR_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS, HOUR_MS},
+        {"count_over_time", T0, T0 + 2 * HOUR_MS, HOUR_MS, HOUR_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS, HOUR_MS},
+        /* instant query (one window) */
+        {"sum_over_time", T0, T0 + 2 * HOUR_MS, 2 * HOUR_MS, 0, T0 + 2 * HOUR_MS, T0 + 2 * HOUR_MS, HOUR_MS},
+        /* not an exact aggregate */
+        {"avg_over_time", T0, T0 + 2 * HOUR_MS, HOUR_MS, HOUR_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS, MIN_MS},
+        {"rate", T0, T0 + 2 * HOUR_MS, HOUR_MS, HOUR_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS, MIN_MS},
+        /* windows not whole hours: range, start, step */
+        {"max_over_time", T0, T0 + 2 * HOUR_MS, 30 * MIN_MS, HOUR_MS, T0 + 30 * MIN_MS, T0 + 90 * MIN_MS, MIN_MS},
+        {"max_over_time", T0 + MIN_MS, T0 + 2 * HOUR_MS + MIN_MS, HOUR_MS, HOUR_MS, T0 + HOUR_MS + MIN_MS,
+         T0 + 2 * HOUR_MS + MIN_MS, MIN_MS},
+        {"max_over_time", T0, T0 + 2 * HOUR_MS, HOUR_MS, 30 * MIN_MS, T0 + HOUR_MS, T0 + 2 * HOUR_MS, MIN_MS},
+        /* [mint, maxt] wider than the windows (a subquery, two offsets): unknown windows */
+        {"max_over_time", T0, T0 + 2 * HOUR_MS, HOUR_MS, HOUR_MS, T0 + 2 * HOUR_MS, T0 + 2 * HOUR_MS, MIN_MS},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        querier_hints_t h = {.start_ms = cases[c].start,
+                             .end_ms = cases[c].end,
+                             .step_ms = cases[c].step,
+                             .range_ms = cases[c].range,
+                             .func = cases[c].func};
+        got_t g;
+        query_name(S_GAUGE, cases[c].mint, cases[c].maxt, &h, &g);
+        assert_int_equal(g.nseries, 1);
+        if (g.res != cases[c].want_res)
+            fail_msg("case %zu (%s): resolution %lld, want %lld", c, cases[c].func, (long long)g.res,
+                     (long long)cases[c].want_res);
+        check_stitched(S_GAUGE, &g, g.res, NULL);
+    }
+    /* Through the engine: max_over_time(flink_ratio[1h]) at T0+1h, T0+2h is exact from 1h
+     * buckets (the raw data starts at ~T0+2h30m). */
+    char err[256];
+    promql_ast_t *ast = promql_parse("max_over_time(flink_ratio[1h])", err, sizeof(err));
+    assert_non_null(ast);
+    querier_t *q = storage_querier(st);
+    promql_result_t *res = promql_exec_range(q, ast, T0 + HOUR_MS, T0 + 2 * HOUR_MS, HOUR_MS, NULL);
+    assert_int_equal(res->err_kind, PROMQL_ERR_NONE);
+    assert_int_equal(res->nwarnings, 0);
+    assert_int_equal(res->value.nseries, 1);
+    assert_int_equal(res->value.series[0].npoints, 2);
+    for (size_t i = 0; i < 2; i++) {
+        int64_t te = res->value.series[0].points[i].t;
+        double want = -INFINITY;
+        for (size_t k = 0; k < ref[S_GAUGE].n; k++) {
+            assert_true(ref[S_GAUGE].t[k] != te); /* else [te-1h, te] and the buckets differ */
+            if (ref[S_GAUGE].t[k] >= te - HOUR_MS && ref[S_GAUGE].t[k] < te)
+                want = fmax(want, ref[S_GAUGE].v[k]);
+        }
+        assert_true(res->value.series[0].points[i].v == want);
+    }
+    promql_result_free(res);
+    promql_ast_free(ast);
+    querier_close(q);
+}
+
 /* Step >= 1m inside raw retention: raw samples, exactly what Prometheus would read, unless the
  * caller opts in to step mode (rollup_step): then complete 1m buckets up to the last minute
  * boundary, raw after it. A step of 1h with a 5m range cannot use the 1h buckets (range too
@@ -560,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_promql_count_over_roll_ups),
         cmocka_unit_test(test_promql_rollup_warnings),
         cmocka_unit_test(test_history_counter),
+        cmocka_unit_test(test_history_coarse_when_exact),
         cmocka_unit_test(test_step_mode),
         cmocka_unit_test(test_catalog_only_series),
         cmocka_unit_test(test_label_names_values_time_range),

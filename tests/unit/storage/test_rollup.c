@@ -134,6 +134,11 @@ static void ref_add(ref_t *ref, int64_t res, int64_t t, double v)
     x->increase += inc;
 }
 
+static int64_t floor_to_hour(int64_t t)
+{
+    return t - (((t % HOUR_MS) + HOUR_MS) % HOUR_MS);
+}
+
 static bool close_enough(double a, double b)
 {
     if (isnan(a) || isnan(b))
@@ -146,7 +151,9 @@ static bool close_enough(double a, double b)
 static void assert_same(const rollup_buckets_t *got, const rollup_buckets_t *want, const char *what)
 {
     if (got->n != want->n)
-        fail_msg("%s: %zu buckets, want %zu", what, got->n, want->n);
+        fail_msg("%s: %zu buckets (%lld..%lld), want %zu (%lld..%lld)", what, got->n,
+                 got->n ? (long long)got->v[0].ts : 0, got->n ? (long long)got->v[got->n - 1].ts : 0, want->n,
+                 want->n ? (long long)want->v[0].ts : 0, want->n ? (long long)want->v[want->n - 1].ts : 0);
     for (size_t i = 0; i < want->n; i++) {
         const rollup_bucket_t *g = &got->v[i], *w = &want->v[i];
         if (g->ts != w->ts || g->count != w->count || !close_enough(g->sum, w->sum) || !close_enough(g->min, w->min) ||
@@ -547,14 +554,17 @@ static int64_t db_bytes(const char *dir, const char *table)
     return bytes;
 }
 
-/* Blob payload bytes per bucket for series ids == k mod 5. */
-static double payload_per_bucket(const char *dir, int k)
+/* Blob payload bytes per bucket of resolution res for series ids == k mod 5 (k < 0: all). */
+static double payload_per_bucket(const char *dir, int64_t res, int k)
 {
     char path[512], sql[200];
     snprintf(path, sizeof(path), "%s/sluice.db", dir);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    snprintf(sql, sizeof(sql), "SELECT sum(length(data)) * 1.0 / sum(n) FROM rollup_blob WHERE series_id %% 5 = %d", k);
+    snprintf(
+        sql, sizeof(sql),
+        "SELECT sum(length(data)) * 1.0 / sum(n) FROM rollup_blob WHERE res = %lld AND (%d < 0 OR series_id %% 5 = %d)",
+        (long long)res, k, k);
     sqlite3_stmt *st;
     assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
@@ -596,17 +606,22 @@ static void test_bytes_per_bucket(void **state)
     int64_t blob_bytes =
         db_bytes(f.dir, "rollup_blob") + db_bytes(f.dir, "rollup_blob_key") + db_bytes(f.dir, "rollup_blob_start");
     int64_t plain_bytes = db_bytes(f.dir, "rollup_plain");
-    /* Every 1m bucket but the open last one is in blobs; every 1h one but the open last one in rows. */
+    /* Every 1m bucket but the open last one is in blobs; every 1h one but the open last one in
+     * rows and in blobs. */
     double nb1m = (double)NSERIES * (1440 - 1), nb1h = (double)NSERIES * (24 - 1);
     if (blob_bytes < 0 || plain_bytes < 0) {
         print_message("dbstat not available; bytes per bucket not measured\n");
     } else {
-        print_message("roll-up disk bytes per bucket: 1m blobs %.2f (incl. index, page slack), 1h plain rows %.2f\n",
-                      blob_bytes / nb1m, plain_bytes / nb1h);
+        print_message("roll-up disk bytes per bucket: blobs (1m and 1h) %.2f (incl. index, page slack), 1h plain"
+                      " rows %.2f\n",
+                      blob_bytes / (nb1m + nb1h), plain_bytes / nb1h);
         static const char *kind[5] = {"counter", "counter", "ratio gauge", "constant", "noisy float"};
         for (int k = 0; k < 5; k++)
-            print_message("  payload bytes per bucket, %-11s %.2f\n", kind[k], payload_per_bucket(f.dir, (k + 1) % 5));
-        assert_true(blob_bytes / nb1m <= 8.0);
+            print_message("  1m payload bytes per bucket, %-11s %.2f\n", kind[k],
+                          payload_per_bucket(f.dir, MIN_MS, (k + 1) % 5));
+        print_message("  1h payload bytes per bucket (not deflated), all series %.2f\n",
+                      payload_per_bucket(f.dir, HOUR_MS, -1));
+        assert_true(blob_bytes / (nb1m + nb1h) <= 8.0);
     }
     remove_dir(f.dir);
 }
@@ -757,6 +772,226 @@ static void test_writer_retention_clock(void **state)
     remove_dir(f.dir);
 }
 
+/* ---- 1h blobs and databases from before them -------------------------------------------------- */
+
+static sqlite3 *db_open_rw(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    return db;
+}
+
+static int64_t query_i64(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_type(st, 0) == SQLITE_NULL ? INT64_MIN : sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The 1h buckets as the rollup_1h view shows them (the rows), for comparison with rollup_read. */
+static void view_buckets(const char *dir, uint64_t id, rollup_buckets_t *out)
+{
+    sqlite3 *db = db_open_rw(dir);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT ts, count, sum, min, max, last, increase FROM rollup_1h"
+                                        " WHERE series_id = ? ORDER BY ts",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    out->n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (out->n == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 64;
+            out->v = realloc(out->v, out->cap * sizeof(*out->v));
+        }
+        double d[5];
+        for (int k = 0; k < 5; k++)
+            d[k] = sqlite3_column_type(st, 2 + k) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2 + k);
+        out->v[out->n++] = (rollup_bucket_t){.ts = sqlite3_column_int64(st, 0),
+                                             .count = (uint64_t)sqlite3_column_int64(st, 1),
+                                             .sum = d[0],
+                                             .min = d[1],
+                                             .max = d[2],
+                                             .last = d[3],
+                                             .increase = d[4]};
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* Two months of one counter and one gauge at 1 minute: the 1h buckets are read from 30-day blobs
+ * (a month is at most two of them) and agree with the reference, with the rows the view shows,
+ * and across blob boundaries for sub-ranges; retention then trims the blob that straddles the
+ * cutoff exactly as it deletes the rows. */
+static void test_hour_blobs(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:2d,1h:40d"};
+    fx_open(&f);
+    ref_t ref[2];
+    memset(ref, 0, sizeof(ref));
+    ref[0].last_t = ref[1].last_t = INT64_MIN;
+    const int64_t end = T0 + 62 * DAY_MS;
+    double c = 0;
+    for (int64_t t = T0; t < end; t += MIN_MS) {
+        c += (double)((t / MIN_MS) % 7);
+        double g = (double)((t / MIN_MS) % 1000) / 8;
+        add(f.r, 1, t, c);
+        add(f.r, 2, t, g);
+        ref_add(&ref[0], HOUR_MS, t, c);
+        ref_add(&ref[1], HOUR_MS, t, g);
+        if ((t - T0) % (6 * HOUR_MS) == 0)
+            assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    rollup_close_buckets_before(f.r, end + HOUR_MS);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    sqlite3 *db = db_open_rw(f.dir);
+    int64_t nblobs = query_i64(db, "SELECT count(*) FROM rollup_blob WHERE res = 3600000 AND series_id = 1");
+    assert_true(nblobs >= 3 && nblobs <= 4); /* 62 days in 30-day spans */
+    assert_int_equal(query_i64(db, "SELECT count(*) FROM rollup_plain WHERE res = 3600000 AND series_id = 1"),
+                     ref[0].b.n);
+    sqlite3_close(db);
+    rollup_buckets_t got = {0}, view = {0};
+    for (uint64_t id = 1; id <= 2; id++) {
+        read1(f.r, id, 1, &got);
+        assert_same(&got, &ref[id - 1].b, "1h from blobs");
+        view_buckets(f.dir, id, &view);
+        assert_same(&got, &view, "1h blobs vs view");
+        /* Sub-ranges ending and starting inside blobs. */
+        int64_t lo = floor_to_hour(T0 + 29 * DAY_MS + 5 * HOUR_MS), hi = lo + 33 * DAY_MS + 7 * HOUR_MS;
+        got.n = 0;
+        assert_int_equal(rollup_read(f.r, id, 1, lo, hi, &got), 0);
+        size_t k = 0;
+        while (ref[id - 1].b.v[k].ts < lo)
+            k++;
+        rollup_buckets_t sub = {.v = ref[id - 1].b.v + k, .n = 0};
+        while (k + sub.n < ref[id - 1].b.n && sub.v[sub.n].ts <= hi)
+            sub.n++;
+        assert_same(&got, &sub, "1h sub-range");
+    }
+    /* Retention at end + 1d: cutoff = end - 39 days, inside a blob (not on a span boundary). */
+    int64_t now = end + DAY_MS, cutoff = now - 40 * DAY_MS;
+    while (rollup_enforce_retention(f.r, now, 2) == 1)
+        ;
+    fx_close(&f);
+    fx_open(&f); /* no retention cutoff in memory: what the reads see is what is on disk */
+    for (uint64_t id = 1; id <= 2; id++) {
+        read1(f.r, id, 1, &got);
+        view_buckets(f.dir, id, &view);
+        assert_true(view.n > 0 && view.v[0].ts >= cutoff && view.v[0].ts < cutoff + HOUR_MS);
+        assert_same(&got, &view, "1h blobs vs view after retention");
+    }
+    fx_close(&f);
+    rollup_buckets_free(&got);
+    rollup_buckets_free(&view);
+    free(ref[0].b.v);
+    free(ref[1].b.v);
+    remove_dir(f.dir);
+}
+
+/* A database from before 1h blobs (1h buckets in rollup_plain only, no boundary in meta) opens
+ * and reads correctly: old hours from the rows until the writer's first cycle copies them into
+ * blobs (then the boundary is gone, in meta too), an old hour re-opened by late samples merged
+ * right in both tables, the view unchanged, retention on both. The old layout is made by removing
+ * what the old code did not write (the 1h blobs and the meta key): the schema is otherwise the
+ * same. */
+static void test_old_layout(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:10d"};
+    fx_open(&f);
+    ref_t ref;
+    memset(&ref, 0, sizeof(ref));
+    ref.last_t = INT64_MIN;
+    double c = 0;
+    int64_t t = T0, mid = T0 + 3 * DAY_MS + 20 * MIN_MS, end = T0 + 6 * DAY_MS;
+    for (; t < mid; t += 30000) {
+        c += 3;
+        add(f.r, 1, t, c);
+        ref_add(&ref, HOUR_MS, t, c);
+        if ((t - T0) % (2 * HOUR_MS) == 0)
+            assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    /* The hour of `mid` is written although the series goes on in it (as for a series that was
+     * quiet for a while): the next samples re-open it. */
+    rollup_close_buckets_before(f.r, floor_to_hour(mid) + HOUR_MS);
+    fx_close(&f);
+    sqlite3 *db = db_open_rw(f.dir);
+    assert_true(query_i64(db, "SELECT count(*) FROM rollup_blob WHERE res = 3600000") > 0);
+    assert_int_equal(sqlite3_exec(db,
+                                  "DELETE FROM rollup_blob WHERE res = 3600000;"
+                                  " DELETE FROM meta WHERE key = 'rollup_1h_blob_from';",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(query_i64(db, "SELECT max(ts) FROM rollup_plain WHERE res = 3600000"), floor_to_hour(mid));
+    sqlite3_close(db);
+
+    fx_open(&f);
+    db = db_open_rw(f.dir);
+    assert_int_equal(query_i64(db, "SELECT value FROM meta WHERE key = 'rollup_1h_blob_from'"),
+                     floor_to_hour(mid) + HOUR_MS);
+    sqlite3_close(db);
+    rollup_buckets_t got = {0}, view = {0};
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old layout, reopened (rows)");
+    /* Samples up to the first writer cycle: the re-opened hour closes and goes to its row and to
+     * a new blob (holding only its late part); then the cycle copies the rows into blobs. */
+    bool flushed = false;
+    for (; t < end; t += 30000) {
+        c += 3;
+        add(f.r, 1, t, c);
+        ref_add(&ref, HOUR_MS, t, c);
+        if ((t - T0) % (2 * HOUR_MS) == 0) {
+            if (!flushed) {
+                read1(f.r, 1, 1, &got);
+                assert_same(&got, &ref.b, "old layout + the re-opened hour, before the first cycle");
+            }
+            assert_int_equal(rollup_flush(f.r, false), 0);
+            if (!flushed) {
+                db = db_open_rw(f.dir);
+                assert_int_equal(query_i64(db, "SELECT value FROM meta WHERE key = 'rollup_1h_blob_from'"), INT64_MIN);
+                sqlite3_close(db);
+                read1(f.r, 1, 1, &got); /* from blobs only now */
+                assert_same(&got, &ref.b, "after the copy into blobs");
+            }
+            flushed = true;
+        }
+    }
+    assert_true(flushed);
+    rollup_close_buckets_before(f.r, end + HOUR_MS);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old + new hours from blobs");
+    fx_close(&f);
+    view_buckets(f.dir, 1, &view);
+    assert_same(&view, &ref.b, "view over old + new rows");
+    fx_open(&f);
+    read1(f.r, 1, 1, &got);
+    assert_same(&got, &ref.b, "old + new hours, reopened");
+
+    /* Retention cutting into the old hours: reads and the view agree after reopening. */
+    int64_t now = T0 + 13 * DAY_MS;
+    while (rollup_enforce_retention(f.r, now, 1) == 1)
+        ;
+    fx_close(&f);
+    fx_open(&f);
+    read1(f.r, 1, 1, &got);
+    view_buckets(f.dir, 1, &view);
+    assert_true(view.n > 0 && view.v[0].ts >= now - 10 * DAY_MS);
+    assert_same(&got, &view, "old + new layout after retention");
+    fx_close(&f);
+    rollup_buckets_free(&got);
+    rollup_buckets_free(&view);
+    free(ref.b.v);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -771,6 +1006,8 @@ int main(void)
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_same_second_replace),
         cmocka_unit_test(test_writer_retention_clock),
+        cmocka_unit_test(test_hour_blobs),
+        cmocka_unit_test(test_old_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
