@@ -41,7 +41,7 @@ Dashboard mode (--dashboard, issue #19): the requests Grafana sends for a Flink 
 
 Usage: bench/query_bench.py [--sluice BUILD/sluice] [--series 10000] [--reps 15] [--warmup 2]
                             [--markdown FILE]
-       bench/query_bench.py --dashboard [--series 250000] [--history 3600] [--reps 5] [--warmup 1]
+       bench/query_bench.py --dashboard [--series 250000] [--history 3600] [--reps 3] [--warmup 1]
                             [--flink-gen BUILD/tests/tools/flink_gen] [--markdown FILE]
 """
 import argparse
@@ -508,7 +508,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     ap.add_argument("--series", type=int, help="default 10000, or 250000 with --dashboard")
-    ap.add_argument("--reps", type=int, help="default 15, or 5 with --dashboard")
+    ap.add_argument("--reps", type=int, help="default 15, or 3 with --dashboard")
     ap.add_argument("--warmup", type=int, help="default 2, or 1 with --dashboard")
     ap.add_argument("--markdown")
     ap.add_argument("--only", help="run only the queries whose 'kind:name' contains this text")
@@ -521,7 +521,7 @@ def main():
     ap.add_argument("--flink-gen", help="--dashboard: flink_gen binary (default: beside --sluice in tests/tools)")
     a = ap.parse_args()
     if a.dashboard:
-        a.reps = 5 if a.reps is None else a.reps
+        a.reps = 3 if a.reps is None else a.reps
         a.warmup = 1 if a.warmup is None else a.warmup
         run_dashboard(a)
         return
