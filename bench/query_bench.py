@@ -32,8 +32,10 @@ Dashboard mode (--dashboard, issue #19): the requests Grafana sends for a Flink 
   Prometheus data source sends a range query: POST /api/v1/query_range (form), gzip accepted,
   step = max(Grafana's rounded range / --width (1,000 px), --scrape-interval (10 s)),
   $__rate_interval = max(step + scrape interval, 4 x scrape interval) in Grafana's duration text
-  (largest unit, truncated: 70 s is "1m"), start and end floored to a multiple of the step. A
-  panel's latency is the sum of its targets' (Grafana sends them separately).
+  (largest unit, truncated: 70 s is "1m"), start and end floored to a multiple of the step, "now"
+  being the newest sample's time plus one interval (as if the dashboard were opened right after the
+  last push; loading takes minutes). A panel's latency is the sum of its targets' (Grafana sends
+  them separately). "points" counts the points each system returned, as a check they agree.
   History, honestly: remote write only loads recent samples into Prometheus' head (no
   out-of-order) and sluice keeps raw samples for --retention.raw (2 h) in memory, so every system
   holds the same last hour. The 6 h, 24 h and 7 d windows are therefore mostly empty in all three:
@@ -428,7 +430,9 @@ def run_dashboard(a):
                                ", ".join("%s %.0f s" % (k, v) for k, v in ingest.items())))
         time.sleep(3)
 
-        now = time.time()
+        # The dashboard is opened as of the newest sample (loading 250k series takes minutes; at
+        # wall-clock time the newest minutes of every window would be empty in all three).
+        now = end + scrape
         reqs = {}  # (pi, wi) -> [(query, start, end, step)]
         for pi, (title, short, exprs) in enumerate(panels):
             for wi, (wname, wsec) in enumerate(WINDOWS):
