@@ -10,9 +10,9 @@
  * The two places where shortest-digit algorithms differ, and where this one stands (Go's side):
  *   - ties: v exactly halfway between the two closest shortest candidates (1125899906842624.25:
  *     .2 and .3 both parse back). Go rounds to the even digit, and so does double-conversion in
- *     practice, whatever its header says about "farther away from 0": checked against Python's
- *     repr (David Gay's dtoa, which picks the digits Go picks) over thousands of such values;
- *     test_floatfmt.c pins some of them.
+ *     practice, whatever its header says about "farther away from 0": test_floatfmt_go.py
+ *     checks thousands of such values against Python's repr (David Gay's dtoa, which picks the
+ *     digits Go picks), and test_floatfmt.c pins some of them.
  *   - powers of two, where the gap below v is half the gap above: both use the true, uneven
  *     bounds. The old printf search did not: for 46 powers of two it wrote 17 digits where a
  *     shorter string parses back (2^-1017: Go 7.120236347223045e-307); those now come out as Go's.
