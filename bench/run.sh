@@ -22,7 +22,7 @@ build_bench() {
     cc -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -fno-strict-aliasing \
         -I"$ROOT" -I"$BUILD/gen" -o "$OUT/$name" "$ROOT/bench/$name.c" "$BUILD/libsluice_core.a" \
         $(pkg-config --libs libevent libevent_pthreads libprotobuf-c snappy sqlite3 re2 yaml-0.1 \
-            libxxhash zlib jansson) -lstdc++ -lpthread -lm
+            libxxhash zlib jansson double-conversion) -lstdc++ -lpthread -lm
 }
 
 bench_storage() {
@@ -30,6 +30,13 @@ bench_storage() {
     build_bench storage_bench
     # shellcheck disable=SC2086
     "$OUT/storage_bench" ${BENCH_ARGS_STORAGE:-}
+}
+
+# Float formatting alone (issue 19): double-conversion vs the printf + strtod search it replaced.
+bench_floatfmt() {
+    echo "== float formatting (bench/floatfmt_bench.c) =="
+    build_bench floatfmt_bench
+    "$OUT/floatfmt_bench"
 }
 
 # Flink push ingest vs Pushgateway and VictoriaMetrics (issue 3); TMS/ROUNDS/REPS/... as in the script.
@@ -63,6 +70,7 @@ bench_soak() {
 
 if [ "${SOAK_ONLY:-0}" != 1 ]; then
     bench_storage
+    bench_floatfmt
     bench_remote_write
     bench_push
     bench_query

@@ -8,7 +8,7 @@ PKGS=(
   build-essential cmake pkg-config git
   # libraries (pkg-config names in CMakeLists.txt)
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
-  libcmocka-dev libre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev
+  libcmocka-dev libre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev libdouble-conversion-dev
   # TLS (OpenSSL; libevent-dev brings libevent_openssl) and bcrypt for basic auth (libxcrypt)
   libssl-dev libcrypt-dev
   # fuzzing (make fuzz, ctest fuzz/short): clang and its libFuzzer/sanitizer runtimes

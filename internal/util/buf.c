@@ -1,9 +1,9 @@
 /* buf — growable byte buffer; see buf.h. */
 #include "internal/util/buf.h"
 
-#include <inttypes.h>
+#include "internal/util/floatfmt.h"
+
 #include <math.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,98 +135,13 @@ void buf_put_json_string(buf_t *b, const char *s, size_t n)
 
 void buf_put_float(buf_t *b, double v)
 {
-    if (isnan(v)) {
-        buf_puts(b, "NaN");
-        return;
-    }
-    if (isinf(v)) {
-        buf_puts(b, v > 0 ? "+Inf" : "-Inf");
-        return;
-    }
     buf_put_float_go(b, v, 'g');
-}
-
-/* Shortest digit count (1..17) whose %e rendering parses back to v; leaves that text in tmp.
- * Round-tripping is monotone in the digit count (the p-digit rounding is also a (p+1)-digit
- * decimal, so the (p+1)-digit one is at least as close), hence a binary search: 4-5 formatting
- * passes instead of up to 17 for the random-looking values gauges carry. */
-static int float_shortest(double v, char *tmp, size_t cap)
-{
-    char probe[64];
-    int lo = 1, hi = 17;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        snprintf(probe, sizeof(probe), "%.*e", mid - 1, v);
-        if (strtod(probe, NULL) == v)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    snprintf(tmp, cap, "%.*e", lo - 1, v);
-    return lo;
-}
-
-/* Integral values below 2^53 print as their integer digits whenever the decimal form is chosen;
- * counters and most Flink gauges are such values. Returns false when the general path decides. */
-static bool float_put_integral(buf_t *b, double v, char fmt)
-{
-    double a = fabs(v);
-    if (fmt == 'e' || v == 0 || a >= 9007199254740992.0 || v != (double)(int64_t)v)
-        return false;
-    if (fmt == 'g' && a >= 1e6) /* Go's 'g' switches to an exponent at 1e6 and above */
-        return false;
-    char tmp[24];
-    int n = snprintf(tmp, sizeof(tmp), "%" PRId64, (int64_t)v);
-    buf_append(b, tmp, (size_t)n);
-    return true;
 }
 
 void buf_put_float_go(buf_t *b, double v, char fmt)
 {
-    if (isnan(v)) {
-        buf_puts(b, "NaN");
-        return;
-    }
-    if (isinf(v)) {
-        buf_puts(b, v > 0 ? "+Inf" : "-Inf");
-        return;
-    }
-    if (float_put_integral(b, v, fmt))
-        return;
-    char tmp[400];
-    int prec = float_shortest(v, tmp, sizeof(tmp));
-    const char *e = strchr(tmp, 'e');
-    int exp = e ? atoi(e + 1) : 0;
-    bool use_e;
-    if (fmt == 'e')
-        use_e = true;
-    else if (fmt == 'f')
-        use_e = false;
-    else /* Go 'g' with precision -1 decides with eprec = 6. */
-        use_e = exp < -4 || exp >= 6;
-    if (v == 0) {
-        buf_puts(b, signbit(v) ? "-0" : "0");
-        return;
-    }
-    if (use_e) {
-        buf_puts(b, tmp);
-        return;
-    }
-    int decimals = prec - 1 - exp;
-    if (decimals < 0) {
-        /* Like Go: the shortest digits padded with zeros, not %.0f's exact binary expansion
-         * (1e23 is 100000000000000000000000, not 99999999999999991611392). */
-        if (v < 0)
-            buf_putc(b, '-');
-        for (const char *p = tmp; p < e; p++)
-            if (*p >= '0' && *p <= '9')
-                buf_putc(b, *p);
-        for (int i = 0; i < -decimals; i++)
-            buf_putc(b, '0');
-        return;
-    }
-    snprintf(tmp, sizeof(tmp), "%.*f", decimals, v);
-    buf_puts(b, tmp);
+    buf_reserve(b, FLOATFMT_MAX);
+    b->len += floatfmt_go(b->data + b->len, v, fmt);
 }
 
 void buf_put_float_json(buf_t *b, double v)

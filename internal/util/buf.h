@@ -37,7 +37,8 @@ void buf_vprintf(buf_t *b, const char *fmt, va_list ap);
 /* Appends a JSON string literal (with quotes), escaping as RFC 8259 requires. */
 void buf_put_json_string(buf_t *b, const char *s, size_t n);
 /* Appends a float as Go's strconv.FormatFloat(v, fmt, -1, 64) does (fmt 'g', 'e' or 'f': shortest
- * digits that round-trip), with NaN, +Inf, -Inf. buf_put_float is 'g' (text exposition format);
+ * digits that round-trip), with NaN, +Inf, -Inf (floatfmt.h has the details; a zero is "0" or "-0"
+ * in every layout). buf_put_float is 'g' (text exposition format);
  * buf_put_float_json is the Prometheus API's rule ('f', or 'e' when |v| < 1e-6 or >= 1e21). */
 void buf_put_float(buf_t *b, double v);
 void buf_put_float_go(buf_t *b, double v, char fmt);

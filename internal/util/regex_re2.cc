@@ -1,5 +1,5 @@
 /*
- * regex_re2 — the C shim over RE2 behind internal/util/regex.h (the only C++ in sluice; see the
+ * regex_re2 — the C shim over RE2 behind internal/util/regex.h (sluice's C++ is this and floatfmt.cc; see the
  * header for why RE2). It owns compiling with Go's options and messages, matching, searching and
  * group lookup; the template expansion on top lives in regex.c.
  *

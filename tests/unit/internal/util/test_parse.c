@@ -142,7 +142,7 @@ static int shortest_reference(double v)
     return 17;
 }
 
-/* The fast paths (integers, binary search over the digit count) against the definition: the
+/* The formatter (floatfmt.cc: double-conversion digits, integers by division) against the definition: the
  * text parses back to v and has no more digits than the shortest %e form that does. */
 static void test_float_format_shortest(void **state)
 {
