@@ -41,6 +41,9 @@ typedef struct {
     /* Opt-in to approximate answers: selectors may read roll-ups at the query step although raw
      * samples exist (querier_hints_t.rollup_step). The result then carries a warning. */
     bool rollup_step;
+    /* Range queries: evaluate step by step only, never series-major (range_eval.c). The two give
+     * identical answers; tests compare them. */
+    bool stepwise;
 } promql_opts_t;
 
 #define PROMQL_MAX_WARNINGS 6
@@ -65,6 +68,7 @@ typedef struct {
     char err[512];
     int64_t peak_samples; /* statistic: the most samples held at once */
     size_t peak_memory;   /* statistic: the most bytes the evaluation held (its budget's peak) */
+    bool series_major;    /* statistic: a range query evaluated series-major (range_eval.c) */
     /* Prometheus-style warnings (the API's "warnings" array), in the arena: set when part of the
      * answer came from roll-ups and is approximate there (docs/storage-rollups.md), or when a
      * remote store of the fall-through failed (partial response, storage/querier_fallthrough.h). */
