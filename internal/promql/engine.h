@@ -10,8 +10,12 @@
  * step, like Prometheus' evaluator: each step evaluates the tree at one time t using a scratch
  * arena that is reset after the step, and the step's output is appended to the result series
  * (matched by label set). Subqueries evaluate their inner expression at each step-aligned time in
- * their window. Errors unwind with longjmp to the query entry point; since everything a query
- * allocates lives in its arenas, nothing leaks.
+ * their window. Range queries whose every node range_eval.c handles (selectors, range functions of
+ * matrix selectors, elementwise functions, aggregations, histogram_quantile, scalar operators)
+ * are evaluated series-major instead -- each node once for all steps -- with identical results;
+ * any other query, and any error but a timeout, goes the step-wise way. Errors unwind with
+ * longjmp to the query entry point; since everything a query allocates lives in its arenas,
+ * nothing leaks.
  *
  * Thread safety: no global mutable state; any number of queries may run at once, each on one
  * thread, each with its own querier.

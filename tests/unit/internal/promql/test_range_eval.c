@@ -46,8 +46,7 @@ static const char *result_diff(const promql_result_t *a, const promql_result_t *
     if (a->err_kind != PROMQL_ERR_NONE)
         return NULL;
     if (a->peak_samples != b->peak_samples) {
-        snprintf(why, sizeof(why), "peak samples %lld vs %lld", (long long)a->peak_samples,
-                 (long long)b->peak_samples);
+        snprintf(why, sizeof(why), "peak samples %lld vs %lld", (long long)a->peak_samples, (long long)b->peak_samples);
         return why;
     }
     if (a->value.type != b->value.type || a->value.nseries != b->value.nseries) {
@@ -113,8 +112,8 @@ static bool compare_query(tally_t *t, querier_t *q, const char *query, int64_t a
     static const struct {
         int64_t from, to, step;
     } win[] = {
-        {-300000, 300000, 60000}, {-3600000, 0, 15000},  {-125013, 65000, 10000},
-        {0, 0, 1000},             {-600000, 600000, 37000}, {-7200000, 7200000, 3600000},
+        {-300000, 300000, 60000}, {-3600000, 0, 15000},         {-125013, 65000, 10000}, {0, 0, 1000},
+        {-600000, 600000, 37000}, {-7200000, 7200000, 3600000},
     };
     bool all = true;
     for (size_t i = 0; i < sizeof(win) / sizeof(win[0]); i++) {
@@ -141,10 +140,9 @@ static void script_hook(void *ctx, querier_t *q, const char *query, int64_t t, i
 static void test_conformance_queries(void **state)
 {
     (void)state;
-    static const char *const files[] = {"aggregators.test", "at_modifier.test", "collision.test",
-                                        "functions.test",   "histograms.test",  "literals.test",
-                                        "operators.test",   "selectors.test",   "staleness.test",
-                                        "subquery.test",    "trig_functions.test"};
+    static const char *const files[] = {"aggregators.test", "at_modifier.test", "collision.test",     "functions.test",
+                                        "histograms.test",  "literals.test",    "operators.test",     "selectors.test",
+                                        "staleness.test",   "subquery.test",    "trig_functions.test"};
     const char *dir = getenv("PROMQL_TESTS");
     const char *shared = getenv("SLUICE_SHARED_DIR");
     char sdir[4096];
@@ -172,8 +170,8 @@ static void test_conformance_queries(void **state)
 
 /* ---- our own data and queries --------------------------------------------------------------- */
 
-static void add(promql_memstore_t *m, const char *name, const char *k1, const char *v1, const char *k2,
-                const char *v2, int64_t t, double v)
+static void add(promql_memstore_t *m, const char *name, const char *k1, const char *v1, const char *k2, const char *v2,
+                int64_t t, double v)
 {
     label_t l[3] = {{"__name__", name}, {k1, v1}, {k2, v2}};
     labels_t ls = {l, k2 ? 3 : 2};
@@ -376,7 +374,8 @@ static void test_errors_and_limits(void **state)
 
     /* a budget the series-major values do not fit in, the step-wise steps do */
     o = (promql_opts_t){.max_memory = 1 << 20};
-    promql_result_t *slow = promql_exec_range(q, ast, 0, 2400000, 1000, &(promql_opts_t){.stepwise = true, .max_memory = 1 << 20});
+    promql_result_t *slow =
+        promql_exec_range(q, ast, 0, 2400000, 1000, &(promql_opts_t){.stepwise = true, .max_memory = 1 << 20});
     r = promql_exec_range(q, ast, 0, 2400000, 1000, &o);
     assert_int_equal(r->err_kind, slow->err_kind);
     assert_null(result_diff(slow, r));
