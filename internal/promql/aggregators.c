@@ -486,3 +486,82 @@ void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a)
         pq_check_interrupt(c);
     }
 }
+
+/* The streaming form: the whole (group, step) state at once, input series added one by one in
+ * the vector's order (for inputs that are never materialised; range_eval.c). */
+struct pq_agg_stream {
+    promql_op_t op;
+    size_t ngroups, nsteps;
+    group_t *st;         /* [group * nsteps + step] */
+    int64_t *ks;         /* topk / bottomk: k per step */
+    int64_t *last_first; /* per step: the group that saw its first member last */
+    bool ordered;
+};
+
+pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups, size_t nsteps, const double *param)
+{
+    pq_agg_stream_t *a = arena_calloc(c->sa, 1, sizeof(*a));
+    a->op = op;
+    a->ngroups = ngroups;
+    a->nsteps = nsteps;
+    a->st = arena_calloc(c->sa, (ngroups ? ngroups : 1) * nsteps, sizeof(group_t));
+    a->ks = arena_calloc(c->sa, nsteps, sizeof(int64_t));
+    a->last_first = arena_alloc(c->sa, nsteps * sizeof(int64_t));
+    a->ordered = op != PROMQL_AGG_TOPK && op != PROMQL_AGG_BOTTOMK;
+    for (size_t s = 0; s < nsteps; s++) {
+        a->last_first[s] = -1;
+        if (!a->ordered)
+            a->ks[s] = topk_k(c, param[s]);
+    }
+    return a;
+}
+
+void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has)
+{
+    bool heaps = a->op == PROMQL_AGG_TOPK || a->op == PROMQL_AGG_BOTTOMK;
+    group_t *gs = a->st + (size_t)gid * a->nsteps;
+    for (size_t s = 0; s < a->nsteps; s++) {
+        if (!has[s] || (heaps && a->ks[s] < 1))
+            continue;
+        promql_sample_t smp = {{NULL, 0}, (int64_t)in, v[s]};
+        group_t *grp = &gs[s];
+        if (grp->count == 0) {
+            if ((int64_t)gid < a->last_first[s])
+                a->ordered = false;
+            a->last_first[s] = gid;
+            group_first(c, a->op, grp, smp);
+        } else {
+            group_add(c, a->op, grp, smp, a->ks[s]);
+        }
+    }
+}
+
+bool pq_agg_stream_end(pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt)
+{
+    for (size_t g = 0; g < a->ngroups; g++) {
+        for (size_t s = 0; s < a->nsteps; s++) {
+            group_t *grp = &a->st[g * a->nsteps + s];
+            if (grp->count == 0)
+                continue;
+            if (a->op == PROMQL_AGG_TOPK || a->op == PROMQL_AGG_BOTTOMK) {
+                group_sort_heap(a->op, grp);
+                for (size_t j = 0; j < grp->heap.n; j++) {
+                    size_t in = (size_t)grp->heap.v[j].t;
+                    ov[in][s] = grp->heap.v[j].v;
+                    ohas[in][s] = 1;
+                }
+                cnt[s] += (int64_t)grp->heap.n;
+                continue;
+            }
+            ov[g][s] = group_result(a->op, grp, param ? param[s] : 0);
+            ohas[g][s] = 1;
+            cnt[s]++;
+        }
+    }
+    return a->ordered;
+}
+
+size_t pq_agg_stream_cell_bytes(void)
+{
+    return sizeof(group_t);
+}

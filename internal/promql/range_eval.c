@@ -26,6 +26,11 @@
  *     cancellation are raised directly.
  *   - roll-ups: pq_note_rollups is called for the same (series, step) reads.
  *
+ * An aggregation of a range function (sum by (job) (rate(x[5m])), the common dashboard shape)
+ * does not keep the function's values: each series' values go into the groups' state as soon as
+ * they are computed (pq_agg_stream_*), when that state is small enough. SLUICE_PROMQL_NO_FUSE=1
+ * in the environment turns this off, for the tests that compare the two.
+ *
  * Memory: all values live in one arena of the query (charged to its budget), released when the
  * result is built or the evaluation declines.
  */
@@ -55,6 +60,7 @@ typedef struct {
     size_t nsteps;
     int64_t *ts;  /* step times */
     int64_t *cnt; /* per step: samples the step-wise evaluation would have counted */
+    bool fuse;    /* aggregations of range functions without materialising the latter */
 } rv_t;
 
 /* Gives up: the step-wise evaluation takes over (engine_int.h, pq_range_eval). */
@@ -217,9 +223,33 @@ static rv_val_t rv_vector_sel(rv_t *r, const promql_expr_t *e)
     return out;
 }
 
+/* Where rv_call_range hands its values when an aggregation consumes them right away (their
+ * series then keep labels and presence, for the duplicate checks, but no values). */
+typedef struct {
+    pq_agg_stream_t *agg;
+    const uint32_t *gid; /* group by selector series */
+} rv_sink_t;
+
+/* The matrix selector argument of a range-vector function. */
+static const promql_expr_t *rv_matrix_arg(const promql_expr_t *e)
+{
+    for (size_t i = 0; i < e->u.call.nargs; i++) {
+        const promql_expr_t *a = promql_unwrap_parens(e->u.call.args[i]);
+        if (a->type == PROMQL_VT_MATRIX)
+            return a;
+    }
+    return NULL;
+}
+
+/* The labels a range-vector function gives a selector series. */
+static labels_t rv_range_out_labels(rv_t *r, const promql_func_t *f, labels_t metric)
+{
+    return f->keep_name ? metric : pq_labels_drop_name(r->c, metric);
+}
+
 /* A range-vector function of a matrix selector: the window [te - range, te] of each series slides
  * over its (stale-marker-free) samples; the function runs on every non-empty window. */
-static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e)
+static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *sink)
 {
     pq_ctx_t *c = r->c;
     const promql_func_t *f = e->u.call.func;
@@ -239,10 +269,11 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e)
     bool track = !f->keep_name && sd->n > 0 && pq_range_arg_may_collide(c, ms);
     pq_fcall_t fc = {.call = e, .range_ms = range};
     rv_val_t out = rv_vector(r, sd->n);
+    double *scratch = sink ? arena_alloc(r->a, r->nsteps * sizeof(double)) : NULL;
     for (size_t i = 0; i < sd->n; i++) {
         const pq_sseries_t *ss = &sd->s[i];
         arena_mark_t smark = arena_mark(r->a);
-        double *vals = arena_alloc(r->a, r->nsteps * sizeof(double));
+        double *vals = sink ? scratch : arena_alloc(r->a, r->nsteps * sizeof(double));
         uint8_t *has = arena_calloc(r->a, r->nsteps, 1);
         arena_mark_t fmark = arena_mark(r->a); /* temporaries of the series from here */
         const promql_point_t *p = ss->pts;
@@ -291,9 +322,11 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e)
             arena_rewind(r->a, smark);
         } else {
             arena_rewind(r->a, fmark);
+            if (sink)
+                pq_agg_stream_add(c, sink->agg, out.n, sink->gid[i], vals, has);
             rv_series_t *o = &out.s[out.n++];
-            o->metric = f->keep_name ? ss->metric : pq_labels_drop_name(c, ss->metric);
-            o->v = vals;
+            o->metric = rv_range_out_labels(r, f, ss->metric);
+            o->v = sink ? NULL : vals;
             o->has = has;
             for (size_t st = 0; st < r->nsteps; st++)
                 r->cnt[st] += has[st];
@@ -384,11 +417,68 @@ static rv_val_t rv_histogram_quantile(rv_t *r, const promql_expr_t *e)
     return out;
 }
 
+/* The most memory the (group, step) state of a fused aggregation may take. */
+#define RV_FUSE_MAX_BYTES (64u << 20)
+
+/* agg(f(m[r])) without f's values in memory: the groups come from the selector's series (f's
+ * output labels are theirs, maybe without __name__), and each series' values go into the groups'
+ * state as soon as they are computed. Returns false (nothing done) where it does not apply. */
+static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *param, rv_val_t *out)
+{
+    pq_ctx_t *c = r->c;
+    promql_op_t op = e->u.agg.op;
+    const promql_expr_t *call = promql_unwrap_parens(e->u.agg.expr);
+    if (op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK || call->kind != PROMQL_NODE_CALL || !call->u.call.func->mfn)
+        return false;
+    const pq_seldata_t *sd = &c->sel[rv_matrix_arg(call)->u.sel.id];
+    size_t n = sd->n ? sd->n : 1;
+    uint32_t *gid = arena_alloc(r->a, n * sizeof(*gid));
+    labels_t *glabels = arena_alloc(r->a, n * sizeof(*glabels));
+    size_t ng = 0;
+    hashmap_t m;
+    pq_hmap_init(c, &m, sd->n);
+    for (size_t i = 0; i < sd->n; i++) {
+        labels_t gl;
+        uint64_t key = pq_agg_group_key(c, e, rv_range_out_labels(r, call->u.call.func, sd->s[i].metric), &gl);
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, key, ng, &ex);
+        if (!ex)
+            glabels[ng++] = gl;
+        gid[i] = (uint32_t)*p;
+    }
+    if ((double)ng * (double)r->nsteps * (double)pq_agg_stream_cell_bytes() > RV_FUSE_MAX_BYTES)
+        return false;
+    rv_sink_t sink = {pq_agg_stream_begin(c, op, ng, r->nsteps, param), gid};
+    rv_call_range(r, call, &sink);
+    *out = rv_vector(r, ng);
+    double **ov = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*ov));
+    uint8_t **oh = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*oh));
+    for (size_t g = 0; g < ng; g++) {
+        rv_series_t *o = rv_add(r, out, glabels[g]);
+        ov[g] = o->v;
+        oh[g] = o->has;
+    }
+    out->ordered = pq_agg_stream_end(sink.agg, param, ov, oh, r->cnt);
+    size_t k = 0; /* groups whose series never had a value */
+    for (size_t g = 0; g < out->n; g++) {
+        bool any = false;
+        for (size_t st = 0; st < r->nsteps && !any; st++)
+            any = out->s[g].has[st];
+        if (any)
+            out->s[k++] = out->s[g];
+    }
+    out->n = k;
+    return true;
+}
+
 static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
 {
     pq_ctx_t *c = r->c;
     promql_op_t op = e->u.agg.op;
     const double *param = e->u.agg.param ? rv_eval(r, e->u.agg.param).sv : NULL;
+    rv_val_t fused;
+    if (r->fuse && rv_aggregate_fused(r, e, param, &fused))
+        return fused;
     rv_val_t in = rv_eval(r, e->u.agg.expr);
     if (!in.ordered)
         rv_decline(r);
@@ -535,7 +625,7 @@ static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e)
     case PROMQL_NODE_CALL: {
         const promql_func_t *f = e->u.call.func;
         if (f->mfn) {
-            out = rv_call_range(r, e);
+            out = rv_call_range(r, e, NULL);
         } else if (f->efn) {
             out = rv_call_elementwise(r, e);
         } else if (strcmp(f->name, "histogram_quantile") == 0) {
@@ -671,6 +761,7 @@ int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
         return -1;
     }
     r->c = c;
+    r->fuse = !getenv("SLUICE_PROMQL_NO_FUSE"); /* tests compare both */
     r->a = pq_owned_create(c);
     c->sa = r->a;
     r->nsteps = (size_t)((c->end - c->start) / c->interval) + 1;

@@ -8,7 +8,9 @@
  * Queries: every eval of Prometheus 2.42's conformance scripts (when the folder is there, see
  * test_conformance.c; skipped otherwise), and a list of our own over data with stale markers,
  * gaps, counter resets, NaN/Inf, histograms and metric-name collisions, covering each node the
- * fast path evaluates (those must take it: result.series_major) and shapes it must decline.
+ * fast path evaluates (those must take it: result.series_major) and shapes it must decline --
+ * once with aggregations fed straight from range functions, once (SLUICE_PROMQL_NO_FUSE) from
+ * materialised values.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -319,9 +321,8 @@ static const char *const other_queries[] = {
     "sum(temp) or vector(1)",
 };
 
-static void test_own_queries(void **state)
+static void own_queries(void)
 {
-    (void)state;
     promql_memstore_t *m = own_store();
     querier_t *q = promql_memstore_querier(m);
     tally_t t = {0};
@@ -341,6 +342,21 @@ static void test_own_queries(void **state)
     assert_int_equal(t.mismatches, 0);
     querier_close(q);
     promql_memstore_free(m);
+}
+
+static void test_own_queries(void **state)
+{
+    (void)state;
+    own_queries();
+}
+
+/* The same with aggregations of range functions evaluated from materialised values. */
+static void test_own_queries_unfused(void **state)
+{
+    (void)state;
+    setenv("SLUICE_PROMQL_NO_FUSE", "1", 1);
+    own_queries();
+    unsetenv("SLUICE_PROMQL_NO_FUSE");
 }
 
 /* Errors the fast path leaves to the step-wise run come out the same; timeouts and cancellation
@@ -390,6 +406,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_own_queries),
+        cmocka_unit_test(test_own_queries_unfused),
         cmocka_unit_test(test_errors_and_limits),
         cmocka_unit_test(test_conformance_queries),
     };
