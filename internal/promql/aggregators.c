@@ -536,7 +536,7 @@ void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid,
     }
 }
 
-bool pq_agg_stream_end(pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt)
+bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt)
 {
     for (size_t g = 0; g < a->ngroups; g++) {
         for (size_t s = 0; s < a->nsteps; s++) {
@@ -547,6 +547,10 @@ bool pq_agg_stream_end(pq_agg_stream_t *a, const double *param, double **ov, uin
                 group_sort_heap(a->op, grp);
                 for (size_t j = 0; j < grp->heap.n; j++) {
                     size_t in = (size_t)grp->heap.v[j].t;
+                    if (!ov[in]) { /* the first time this input is in a top k */
+                        ov[in] = arena_alloc(c->sa, a->nsteps * sizeof(double));
+                        ohas[in] = arena_calloc(c->sa, a->nsteps, 1);
+                    }
                     ov[in][s] = grp->heap.v[j].v;
                     ohas[in][s] = 1;
                 }

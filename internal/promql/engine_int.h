@@ -197,12 +197,14 @@ typedef struct {
 } pq_agg_range_t;
 void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a);
 /* The same, streaming: the state of every (group, step) at once, then every input series in the
- * vector's order (in: its index, for topk / bottomk outputs), then the outputs as above;
- * returns `ordered`. Cells take pq_agg_stream_cell_bytes() each, in c->sa. */
+ * vector's order (in: its index, for topk / bottomk outputs), then the outputs as above but for
+ * topk / bottomk, whose ov[in] / ohas[in] start NULL and are allocated (in c->sa) for the inputs
+ * that come out; returns `ordered`. Cells take pq_agg_stream_cell_bytes() each, in c->sa. */
 typedef struct pq_agg_stream pq_agg_stream_t;
 pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups, size_t nsteps, const double *param);
 void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has);
-bool pq_agg_stream_end(pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt);
+bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas,
+                       int64_t *cnt);
 size_t pq_agg_stream_cell_bytes(void);
 /* The group of m under aggregation e (its labels in *out_labels, step arena) and their hash. */
 uint64_t pq_agg_group_key(pq_ctx_t *c, const promql_expr_t *e, labels_t m, labels_t *out_labels);

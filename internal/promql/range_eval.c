@@ -28,7 +28,8 @@
  *
  * An aggregation of a range function (sum by (job) (rate(x[5m])), the common dashboard shape)
  * does not keep the function's values: each series' values go into the groups' state as soon as
- * they are computed (pq_agg_stream_*), when that state is small enough. SLUICE_PROMQL_NO_FUSE=1
+ * they are computed (pq_agg_stream_*), when that state is small enough; topk keeps only the
+ * values that made a top k. SLUICE_PROMQL_NO_FUSE=1
  * in the environment turns this off, for the tests that compare the two.
  *
  * Memory: all values live in one arena of the query (charged to its budget), released when the
@@ -428,7 +429,8 @@ static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *pa
     pq_ctx_t *c = r->c;
     promql_op_t op = e->u.agg.op;
     const promql_expr_t *call = promql_unwrap_parens(e->u.agg.expr);
-    if (op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK || call->kind != PROMQL_NODE_CALL || !call->u.call.func->mfn)
+    bool heaps = op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK;
+    if (call->kind != PROMQL_NODE_CALL || !call->u.call.func->mfn)
         return false;
     const pq_seldata_t *sd = &c->sel[rv_matrix_arg(call)->u.sel.id];
     size_t n = sd->n ? sd->n : 1;
@@ -449,7 +451,18 @@ static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *pa
     if ((double)ng * (double)r->nsteps * (double)pq_agg_stream_cell_bytes() > RV_FUSE_MAX_BYTES)
         return false;
     rv_sink_t sink = {pq_agg_stream_begin(c, op, ng, r->nsteps, param), gid};
-    rv_call_range(r, call, &sink);
+    rv_val_t in = rv_call_range(r, call, &sink);
+    if (heaps) { /* the inputs that were in some top k, with their values there */
+        double **ov = arena_calloc(r->a, in.n ? in.n : 1, sizeof(*ov));
+        uint8_t **oh = arena_calloc(r->a, in.n ? in.n : 1, sizeof(*oh));
+        pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
+        *out = rv_vector(r, in.n);
+        out->ordered = false;
+        for (size_t i = 0; i < in.n; i++)
+            if (ov[i])
+                out->s[out->n++] = (rv_series_t){in.s[i].metric, ov[i], oh[i]};
+        return true;
+    }
     *out = rv_vector(r, ng);
     double **ov = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*ov));
     uint8_t **oh = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*oh));
@@ -458,7 +471,7 @@ static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *pa
         ov[g] = o->v;
         oh[g] = o->has;
     }
-    out->ordered = pq_agg_stream_end(sink.agg, param, ov, oh, r->cnt);
+    out->ordered = pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
     size_t k = 0; /* groups whose series never had a value */
     for (size_t g = 0; g < out->n; g++) {
         bool any = false;

@@ -287,6 +287,8 @@ static const char *const fast_queries[] = {
     "quantile by (job) (0.75, temp)",
     "quantile(1.5, temp)",
     "topk(3, rate(req_total[5m]))",
+    "bottomk by (job) (2, irate(req_total[1m]))",
+    "topk(1, last_over_time({__name__=~\"dup_.\"}[1m]))",
     "bottomk by (job) (2, temp)",
     "topk(2, odd)",
     "topk(0, temp)",
