@@ -742,9 +742,19 @@ static void rv_result(rv_t *r, rv_val_t *v, promql_result_t *res)
     c->peak_samples = peak;
 }
 
+/* Per-step values of every loaded series may take no more than this (one node's worth, a rough
+ * measure of what the evaluation holds); bigger queries go step by step, which holds one step. */
+#define RV_MAX_VALUE_BYTES (512u << 20)
+
 int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
 {
     if (c->interval <= 0 || !rv_supported(c->ast->root))
+        return -1;
+    double loaded = 0;
+    for (int id = 0; id < c->ast->nselectors; id++)
+        loaded += (double)c->sel[id].n;
+    double steps = (double)((c->end - c->start) / c->interval) + 1;
+    if (loaded * steps * (sizeof(double) + 1) > RV_MAX_VALUE_BYTES)
         return -1;
     rv_t *r = calloc(1, sizeof(*r));
     if (!r)
