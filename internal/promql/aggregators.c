@@ -192,11 +192,126 @@ static bool rev_less_bottom(const void *a, const void *b)
 typedef struct {
     labels_t labels;
     double value, mean;
-    int64_t count;
+    int64_t count; /* 0: no member yet */
     heap_t heap;
     double *qvals;
     size_t nq, capq;
 } group_t;
+
+/* The group's first member. */
+static void group_first(pq_ctx_t *c, promql_op_t op, group_t *grp, promql_sample_t s)
+{
+    grp->value = s.v;
+    grp->mean = s.v;
+    grp->count = 1;
+    switch (op) {
+    case PROMQL_AGG_STDVAR:
+    case PROMQL_AGG_STDDEV: grp->value = 0; break;
+    case PROMQL_AGG_TOPK:
+    case PROMQL_AGG_BOTTOMK:
+        grp->heap.reverse = op == PROMQL_AGG_BOTTOMK;
+        heap_push(c, &grp->heap, s);
+        break;
+    case PROMQL_AGG_QUANTILE:
+        grp->capq = 8;
+        grp->qvals = arena_alloc(c->sa, grp->capq * sizeof(double));
+        grp->qvals[grp->nq++] = s.v;
+        break;
+    case PROMQL_AGG_GROUP: grp->value = 1; break;
+    default: break;
+    }
+}
+
+/* Every further member, in the vector's order. */
+static void group_add(pq_ctx_t *c, promql_op_t op, group_t *grp, promql_sample_t s, int64_t k)
+{
+    switch (op) {
+    case PROMQL_AGG_SUM: grp->value += s.v; break;
+    case PROMQL_AGG_AVG:
+        grp->count++;
+        if (isinf(grp->mean)) {
+            if (isinf(s.v) && (grp->mean > 0) == (s.v > 0))
+                break;
+            if (!isinf(s.v) && !isnan(s.v))
+                break;
+        }
+        grp->mean += s.v / (double)grp->count - grp->mean / (double)grp->count;
+        break;
+    case PROMQL_AGG_GROUP: break;
+    case PROMQL_AGG_MAX:
+        if (grp->value < s.v || isnan(grp->value))
+            grp->value = s.v;
+        break;
+    case PROMQL_AGG_MIN:
+        if (grp->value > s.v || isnan(grp->value))
+            grp->value = s.v;
+        break;
+    case PROMQL_AGG_COUNT:
+    case PROMQL_AGG_COUNT_VALUES: grp->count++; break;
+    case PROMQL_AGG_STDVAR:
+    case PROMQL_AGG_STDDEV: {
+        grp->count++;
+        double delta = s.v - grp->mean;
+        grp->mean += delta / (double)grp->count;
+        grp->value += delta * (s.v - grp->mean);
+        break;
+    }
+    case PROMQL_AGG_TOPK:
+        if ((int64_t)grp->heap.n < k || grp->heap.v[0].v < s.v || isnan(grp->heap.v[0].v)) {
+            if ((int64_t)grp->heap.n == k)
+                heap_pop(&grp->heap);
+            heap_push(c, &grp->heap, s);
+        }
+        break;
+    case PROMQL_AGG_BOTTOMK:
+        if ((int64_t)grp->heap.n < k || grp->heap.v[0].v > s.v || isnan(grp->heap.v[0].v)) {
+            if ((int64_t)grp->heap.n == k)
+                heap_pop(&grp->heap);
+            heap_push(c, &grp->heap, s);
+        }
+        break;
+    case PROMQL_AGG_QUANTILE:
+        if (grp->nq == grp->capq) {
+            double *nv = arena_alloc(c->sa, grp->capq * 2 * sizeof(double));
+            memcpy(nv, grp->qvals, grp->nq * sizeof(double));
+            grp->qvals = nv;
+            grp->capq *= 2;
+        }
+        grp->qvals[grp->nq++] = s.v;
+        break;
+    default: break;
+    }
+}
+
+/* The group's value once all members are in (not topk / bottomk). */
+static double group_result(promql_op_t op, group_t *grp, double param)
+{
+    switch (op) {
+    case PROMQL_AGG_AVG: return grp->mean;
+    case PROMQL_AGG_COUNT:
+    case PROMQL_AGG_COUNT_VALUES: return (double)grp->count;
+    case PROMQL_AGG_STDVAR: return grp->value / (double)grp->count;
+    case PROMQL_AGG_STDDEV: return sqrt(grp->value / (double)grp->count);
+    case PROMQL_AGG_QUANTILE: return pq_quantile(param, grp->qvals, grp->nq);
+    default: return grp->value;
+    }
+}
+
+/* topk / bottomk: the group's heap in output order. */
+static void group_sort_heap(promql_op_t op, group_t *grp)
+{
+    if (grp->heap.n > 1)
+        pq_go_sort(grp->heap.v, grp->heap.n, sizeof(promql_sample_t),
+                   op == PROMQL_AGG_TOPK ? rev_less_top : rev_less_bottom);
+}
+
+/* topk / bottomk's k from the parameter, raising as 2.42 does when it does not fit an int64. */
+static int64_t topk_k(pq_ctx_t *c, double param)
+{
+    if (!(param <= 9.2233720368547758e18 && param >= -9.2233720368547758e18))
+        pq_errorf(c, PROMQL_ERR_EXECUTION, "Scalar value %g overflows int64", param);
+    return (int64_t)param;
+}
 
 static uint64_t grouping_key(pq_ctx_t *c, labels_t m, const char *const *g, size_t ng, bool without,
                              labels_t *out_labels)
@@ -220,9 +335,7 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
     bool without = e->u.agg.without;
     int64_t k = 0;
     if (op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK) {
-        if (!(param <= 9.2233720368547758e18 && param >= -9.2233720368547758e18))
-            pq_errorf(c, PROMQL_ERR_EXECUTION, "Scalar value %g overflows int64", param);
-        k = (int64_t)param;
+        k = topk_k(c, param);
         if (k < 1)
             return;
     }
@@ -283,104 +396,176 @@ void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, doubl
             grp = &groups[ngroups++];
             memset(grp, 0, sizeof(*grp));
             grp->labels = glabels;
-            grp->value = s.v;
-            grp->mean = s.v;
-            grp->count = 1;
-            switch (op) {
-            case PROMQL_AGG_STDVAR:
-            case PROMQL_AGG_STDDEV: grp->value = 0; break;
-            case PROMQL_AGG_TOPK:
-            case PROMQL_AGG_BOTTOMK:
-                grp->heap.reverse = op == PROMQL_AGG_BOTTOMK;
-                heap_push(c, &grp->heap, s);
-                break;
-            case PROMQL_AGG_QUANTILE:
-                grp->capq = 8;
-                grp->qvals = arena_alloc(c->sa, grp->capq * sizeof(double));
-                grp->qvals[grp->nq++] = s.v;
-                break;
-            case PROMQL_AGG_GROUP: grp->value = 1; break;
-            default: break;
-            }
+            group_first(c, op, grp, s);
             continue;
         }
-        switch (op) {
-        case PROMQL_AGG_SUM: grp->value += s.v; break;
-        case PROMQL_AGG_AVG:
-            grp->count++;
-            if (isinf(grp->mean)) {
-                if (isinf(s.v) && (grp->mean > 0) == (s.v > 0))
-                    break;
-                if (!isinf(s.v) && !isnan(s.v))
-                    break;
-            }
-            grp->mean += s.v / (double)grp->count - grp->mean / (double)grp->count;
-            break;
-        case PROMQL_AGG_GROUP: break;
-        case PROMQL_AGG_MAX:
-            if (grp->value < s.v || isnan(grp->value))
-                grp->value = s.v;
-            break;
-        case PROMQL_AGG_MIN:
-            if (grp->value > s.v || isnan(grp->value))
-                grp->value = s.v;
-            break;
-        case PROMQL_AGG_COUNT:
-        case PROMQL_AGG_COUNT_VALUES: grp->count++; break;
-        case PROMQL_AGG_STDVAR:
-        case PROMQL_AGG_STDDEV: {
-            grp->count++;
-            double delta = s.v - grp->mean;
-            grp->mean += delta / (double)grp->count;
-            grp->value += delta * (s.v - grp->mean);
-            break;
-        }
-        case PROMQL_AGG_TOPK:
-            if ((int64_t)grp->heap.n < k || grp->heap.v[0].v < s.v || isnan(grp->heap.v[0].v)) {
-                if ((int64_t)grp->heap.n == k)
-                    heap_pop(&grp->heap);
-                heap_push(c, &grp->heap, s);
-            }
-            break;
-        case PROMQL_AGG_BOTTOMK:
-            if ((int64_t)grp->heap.n < k || grp->heap.v[0].v > s.v || isnan(grp->heap.v[0].v)) {
-                if ((int64_t)grp->heap.n == k)
-                    heap_pop(&grp->heap);
-                heap_push(c, &grp->heap, s);
-            }
-            break;
-        case PROMQL_AGG_QUANTILE:
-            if (grp->nq == grp->capq) {
-                double *nv = arena_alloc(c->sa, grp->capq * 2 * sizeof(double));
-                memcpy(nv, grp->qvals, grp->nq * sizeof(double));
-                grp->qvals = nv;
-                grp->capq *= 2;
-            }
-            grp->qvals[grp->nq++] = s.v;
-            break;
-        default: break;
-        }
+        group_add(c, op, grp, s, k);
     }
 
     for (size_t i = 0; i < ngroups; i++) {
         group_t *grp = &groups[i];
-        switch (op) {
-        case PROMQL_AGG_AVG: grp->value = grp->mean; break;
-        case PROMQL_AGG_COUNT:
-        case PROMQL_AGG_COUNT_VALUES: grp->value = (double)grp->count; break;
-        case PROMQL_AGG_STDVAR: grp->value = grp->value / (double)grp->count; break;
-        case PROMQL_AGG_STDDEV: grp->value = sqrt(grp->value / (double)grp->count); break;
-        case PROMQL_AGG_TOPK:
-        case PROMQL_AGG_BOTTOMK:
-            if (grp->heap.n > 1)
-                pq_go_sort(grp->heap.v, grp->heap.n, sizeof(promql_sample_t),
-                           op == PROMQL_AGG_TOPK ? rev_less_top : rev_less_bottom);
+        if (op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK) {
+            group_sort_heap(op, grp);
             for (size_t j = 0; j < grp->heap.n; j++)
                 pq_vec_push(c, out, grp->heap.v[j].metric, grp->heap.v[j].t, grp->heap.v[j].v);
             continue;
-        case PROMQL_AGG_QUANTILE: grp->value = pq_quantile(param, grp->qvals, grp->nq); break;
-        default: break;
         }
-        pq_vec_push(c, out, grp->labels, 0, grp->value);
+        pq_vec_push(c, out, grp->labels, 0, group_result(op, grp, param));
     }
+}
+
+/* ---- series-major (range_eval.c) ------------------------------------------------------------ */
+
+uint64_t pq_agg_group_key(pq_ctx_t *c, const promql_expr_t *e, labels_t m, labels_t *out_labels)
+{
+    return grouping_key(c, m, e->u.agg.grouping.names, e->u.agg.grouping.n, e->u.agg.without, out_labels);
+}
+
+/* Steps are taken in blocks: every input series adds its values of the block's steps to the
+ * groups' state for those steps, so each (group, step) sees its members in input order -- the
+ * order the step-wise pq_aggregate sees them in -- while the values are read series by series. */
+#define AGG_BLOCK 32
+
+void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a)
+{
+    bool heaps = op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK;
+    a->ordered = !heaps;
+    size_t ng = a->ngroups;
+    group_t *st = arena_alloc(c->sa, (ng ? ng : 1) * AGG_BLOCK * sizeof(*st));
+    int64_t ks[AGG_BLOCK];
+    for (size_t s0 = 0; s0 < a->nsteps; s0 += AGG_BLOCK) {
+        size_t nb = a->nsteps - s0 < AGG_BLOCK ? a->nsteps - s0 : AGG_BLOCK;
+        arena_mark_t mark = arena_mark(c->sa);
+        memset(st, 0, (ng ? ng : 1) * AGG_BLOCK * sizeof(*st));
+        int64_t last_first[AGG_BLOCK]; /* the group a step saw first-member last, for `ordered` */
+        for (size_t b = 0; b < nb; b++) {
+            last_first[b] = -1;
+            ks[b] = heaps ? topk_k(c, a->param[s0 + b]) : 0;
+        }
+        for (size_t i = 0; i < a->nin; i++) {
+            const double *v = a->v[i] + s0;
+            const uint8_t *has = a->has[i] + s0;
+            group_t *gs = st + (size_t)a->gid[i] * AGG_BLOCK;
+            for (size_t b = 0; b < nb; b++) {
+                if (!has[b] || (heaps && ks[b] < 1))
+                    continue;
+                promql_sample_t smp = {{NULL, 0}, (int64_t)i, v[b]};
+                group_t *grp = &gs[b];
+                if (grp->count == 0) {
+                    if ((int64_t)a->gid[i] < last_first[b])
+                        a->ordered = false;
+                    last_first[b] = a->gid[i];
+                    group_first(c, op, grp, smp);
+                } else {
+                    group_add(c, op, grp, smp, ks[b]);
+                }
+            }
+        }
+        for (size_t g = 0; g < ng; g++) {
+            for (size_t b = 0; b < nb; b++) {
+                group_t *grp = &st[g * AGG_BLOCK + b];
+                if (grp->count == 0)
+                    continue;
+                size_t s = s0 + b;
+                if (heaps) {
+                    group_sort_heap(op, grp);
+                    for (size_t j = 0; j < grp->heap.n; j++) {
+                        size_t in = (size_t)grp->heap.v[j].t;
+                        a->ov[in][s] = grp->heap.v[j].v;
+                        a->ohas[in][s] = 1;
+                    }
+                    a->cnt[s] += (int64_t)grp->heap.n;
+                    continue;
+                }
+                a->ov[g][s] = group_result(op, grp, a->param ? a->param[s] : 0);
+                a->ohas[g][s] = 1;
+                a->cnt[s]++;
+            }
+        }
+        arena_rewind(c->sa, mark);
+        pq_check_interrupt(c);
+    }
+}
+
+/* The streaming form: the whole (group, step) state at once, input series added one by one in
+ * the vector's order (for inputs that are never materialised; range_eval.c). */
+struct pq_agg_stream {
+    promql_op_t op;
+    size_t ngroups, nsteps;
+    group_t *st;         /* [group * nsteps + step] */
+    int64_t *ks;         /* topk / bottomk: k per step */
+    int64_t *last_first; /* per step: the group that saw its first member last */
+    bool ordered;
+};
+
+pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups, size_t nsteps, const double *param)
+{
+    pq_agg_stream_t *a = arena_calloc(c->sa, 1, sizeof(*a));
+    a->op = op;
+    a->ngroups = ngroups;
+    a->nsteps = nsteps;
+    a->st = arena_calloc(c->sa, (ngroups ? ngroups : 1) * nsteps, sizeof(group_t));
+    a->ks = arena_calloc(c->sa, nsteps, sizeof(int64_t));
+    a->last_first = arena_alloc(c->sa, nsteps * sizeof(int64_t));
+    a->ordered = op != PROMQL_AGG_TOPK && op != PROMQL_AGG_BOTTOMK;
+    for (size_t s = 0; s < nsteps; s++) {
+        a->last_first[s] = -1;
+        if (!a->ordered)
+            a->ks[s] = topk_k(c, param[s]);
+    }
+    return a;
+}
+
+void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has)
+{
+    bool heaps = a->op == PROMQL_AGG_TOPK || a->op == PROMQL_AGG_BOTTOMK;
+    group_t *gs = a->st + (size_t)gid * a->nsteps;
+    for (size_t s = 0; s < a->nsteps; s++) {
+        if (!has[s] || (heaps && a->ks[s] < 1))
+            continue;
+        promql_sample_t smp = {{NULL, 0}, (int64_t)in, v[s]};
+        group_t *grp = &gs[s];
+        if (grp->count == 0) {
+            if ((int64_t)gid < a->last_first[s])
+                a->ordered = false;
+            a->last_first[s] = gid;
+            group_first(c, a->op, grp, smp);
+        } else {
+            group_add(c, a->op, grp, smp, a->ks[s]);
+        }
+    }
+}
+
+bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt)
+{
+    for (size_t g = 0; g < a->ngroups; g++) {
+        for (size_t s = 0; s < a->nsteps; s++) {
+            group_t *grp = &a->st[g * a->nsteps + s];
+            if (grp->count == 0)
+                continue;
+            if (a->op == PROMQL_AGG_TOPK || a->op == PROMQL_AGG_BOTTOMK) {
+                group_sort_heap(a->op, grp);
+                for (size_t j = 0; j < grp->heap.n; j++) {
+                    size_t in = (size_t)grp->heap.v[j].t;
+                    if (!ov[in]) { /* the first time this input is in a top k */
+                        ov[in] = arena_alloc(c->sa, a->nsteps * sizeof(double));
+                        ohas[in] = arena_calloc(c->sa, a->nsteps, 1);
+                    }
+                    ov[in][s] = grp->heap.v[j].v;
+                    ohas[in][s] = 1;
+                }
+                cnt[s] += (int64_t)grp->heap.n;
+                continue;
+            }
+            ov[g][s] = group_result(a->op, grp, param ? param[s] : 0);
+            ohas[g][s] = 1;
+            cnt[s]++;
+        }
+    }
+    return a->ordered;
+}
+
+size_t pq_agg_stream_cell_bytes(void)
+{
+    return sizeof(group_t);
 }

@@ -32,8 +32,6 @@
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
-static labels_t copy_labels(arena_t *a, labels_t m);
-
 double promql_stale_nan(void)
 {
     uint64_t b = PROMQL_STALE_NAN_BITS;
@@ -109,7 +107,7 @@ typedef struct pq_owned_arena {
     struct pq_owned_arena *next;
 } pq_owned_arena_t;
 
-static arena_t *owned_create(pq_ctx_t *c)
+arena_t *pq_owned_create(pq_ctx_t *c)
 {
     pq_owned_arena_t *o = malloc(sizeof(*o));
     arena_t *a = arena_create(0);
@@ -140,7 +138,7 @@ static arena_t *owned_steal(pq_ctx_t *c, arena_t *a)
     return a;
 }
 
-static void owned_release(pq_ctx_t *c, arena_t *a)
+void pq_owned_release(pq_ctx_t *c, arena_t *a)
 {
     arena_destroy(owned_steal(c, a));
 }
@@ -148,10 +146,10 @@ static void owned_release(pq_ctx_t *c, arena_t *a)
 static void owned_release_all(pq_ctx_t *c)
 {
     while (c->owned)
-        owned_release(c, c->owned->a);
+        pq_owned_release(c, c->owned->a);
 }
 
-static void check_interrupt(pq_ctx_t *c)
+void pq_check_interrupt(pq_ctx_t *c)
 {
     if (c->cancel && *c->cancel)
         pq_errorf(c, PROMQL_ERR_CANCELED, "query was canceled in expression evaluation");
@@ -168,7 +166,7 @@ void pq_count_samples(pq_ctx_t *c, int64_t n)
         pq_errorf(c, PROMQL_ERR_EXECUTION,
                   "query processing would load too many samples into memory in query execution");
     if ((++c->tick & 1023) == 0)
-        check_interrupt(c);
+        pq_check_interrupt(c);
 }
 
 void pq_vec_push(pq_ctx_t *c, pq_vec_t *v, labels_t m, int64_t t, double val)
@@ -282,7 +280,7 @@ static void hmap_oom(pq_ctx_t *c)
     memory_refused(c, refusal_of(c));
 }
 
-static void hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
+void pq_hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
 {
     hashmap_init(m, c->sa, HASHMAP_HASHED_KEYS);
     if (hashmap_reserve(m, expect) < 0)
@@ -290,7 +288,7 @@ static void hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect)
 }
 
 /* Key's value, inserting v if absent (*existed says which). */
-static uint64_t *hmap_put(pq_ctx_t *c, hashmap_t *m, uint64_t k, uint64_t v, bool *existed)
+uint64_t *pq_hmap_put(pq_ctx_t *c, hashmap_t *m, uint64_t k, uint64_t v, bool *existed)
 {
     uint64_t *p = hashmap_upsert(m, k, v, existed);
     if (!p)
@@ -303,10 +301,10 @@ bool pq_vec_has_dup_labelsets(pq_ctx_t *c, const pq_vec_t *v)
     if (v->n < 2)
         return false;
     hashmap_t m;
-    hmap_init(c, &m, v->n);
+    pq_hmap_init(c, &m, v->n);
     for (size_t i = 0; i < v->n; i++) {
         bool ex;
-        hmap_put(c, &m, labels_hash(&v->v[i].metric), i, &ex);
+        pq_hmap_put(c, &m, labels_hash(&v->v[i].metric), i, &ex);
         if (ex)
             return true;
     }
@@ -337,7 +335,7 @@ static const char *labels_str(pq_ctx_t *c, labels_t ls)
 
 /* ---- selectors ------------------------------------------------------------------------------ */
 
-static int64_t resolve_at(const pq_ctx_t *c, promql_at_t at, int64_t at_ms, int64_t t)
+int64_t pq_resolve_at(const pq_ctx_t *c, promql_at_t at, int64_t at_ms, int64_t t)
 {
     switch (at) {
     case PROMQL_AT_TS: return at_ms;
@@ -359,7 +357,7 @@ static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, 
     case PROMQL_NODE_MATRIX_SEL: {
         int64_t bs = s, be = en;
         if (e->u.sel.at != PROMQL_AT_NONE)
-            bs = be = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, s);
+            bs = be = pq_resolve_at(c, e->u.sel.at, e->u.sel.at_ms, s);
         bs -= e->u.sel.offset_ms;
         be -= e->u.sel.offset_ms;
         int64_t mint = bs - (e->kind == PROMQL_NODE_MATRIX_SEL ? e->u.sel.range_ms : c->lookback);
@@ -381,7 +379,7 @@ static void prepare(pq_ctx_t *c, prep_t *pp, const promql_expr_t *e, int64_t s, 
     case PROMQL_NODE_SUBQUERY: {
         int64_t bs = s, be = en;
         if (e->u.subq.at != PROMQL_AT_NONE)
-            bs = be = resolve_at(c, e->u.subq.at, e->u.subq.at_ms, s);
+            bs = be = pq_resolve_at(c, e->u.subq.at, e->u.subq.at_ms, s);
         bs -= e->u.subq.offset_ms;
         be -= e->u.subq.offset_ms;
         prepare(c, pp, e->u.subq.expr, bs - e->u.subq.range_ms, be, NULL);
@@ -423,11 +421,11 @@ static bool has_name_dups(pq_ctx_t *c, const pq_seldata_t *sd)
     if (i == sd->n)
         return false;
     hashmap_t m;
-    hmap_init(c, &m, sd->n);
+    pq_hmap_init(c, &m, sd->n);
     for (i = 0; i < sd->n; i++) {
         bool ex;
         labels_t ls = pq_labels_drop_name(c, sd->s[i].metric);
-        hmap_put(c, &m, labels_hash(&ls), i, &ex);
+        pq_hmap_put(c, &m, labels_hash(&ls), i, &ex);
         if (ex)
             return true;
     }
@@ -571,7 +569,7 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
 }
 
 /* Index of the last point with t <= ts, or -1. */
-static ssize_t last_le(const promql_point_t *p, size_t n, int64_t ts)
+ssize_t pq_last_le(const promql_point_t *p, size_t n, int64_t ts)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -585,7 +583,7 @@ static ssize_t last_le(const promql_point_t *p, size_t n, int64_t ts)
 }
 
 /* Index of the first point with t >= ts. */
-static size_t first_ge(const promql_point_t *p, size_t n, int64_t ts)
+size_t pq_first_ge(const promql_point_t *p, size_t n, int64_t ts)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -606,7 +604,7 @@ static size_t first_ge(const promql_point_t *p, size_t n, int64_t ts)
  * raw [kR, mR); only a raw sample at exactly mR is missing). Everything else (values at a time,
  * means, quantiles, rate's extrapolation from bucket ends, unaligned windows) is approximate.
  * docs/storage-rollups.md has the table. */
-static void note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res, int64_t until)
+void pq_note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res, int64_t until)
 {
     static const char *const exact[] = {"min_over_time", "max_over_time", "sum_over_time", "count_over_time"};
     c->rollups_used = true;
@@ -625,15 +623,15 @@ static void note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t t
 static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, bool keep_ts)
 {
     pq_val_t r = {.type = PROMQL_VT_VECTOR};
-    int64_t te = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
+    int64_t te = pq_resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
     const pq_seldata_t *sd = &c->sel[e->u.sel.id];
     for (size_t i = 0; i < sd->n; i++) {
         const pq_sseries_t *s = &sd->s[i];
-        ssize_t k = last_le(s->pts, s->n, te);
+        ssize_t k = pq_last_le(s->pts, s->n, te);
         if (k < 0 || s->pts[k].t < te - c->lookback || promql_is_stale_nan(s->pts[k].v))
             continue;
         if (s->pts[k].t < s->rollup_until)
-            note_rollups(c, NULL, 0, te, s->rollup_res, s->rollup_until);
+            pq_note_rollups(c, NULL, 0, te, s->rollup_res, s->rollup_until);
         pq_vec_push(c, &r.vec, s->metric, keep_ts ? s->pts[k].t : t, s->pts[k].v);
     }
     return r;
@@ -642,15 +640,15 @@ static pq_val_t eval_vector_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t, 
 static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     pq_val_t r = {.type = PROMQL_VT_MATRIX};
-    int64_t te = resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
+    int64_t te = pq_resolve_at(c, e->u.sel.at, e->u.sel.at_ms, t) - e->u.sel.offset_ms;
     int64_t ts = te - e->u.sel.range_ms;
     r.range_ms = e->u.sel.range_ms;
     r.win_end = te;
     const pq_seldata_t *sd = &c->sel[e->u.sel.id];
     for (size_t i = 0; i < sd->n; i++) {
         const pq_sseries_t *s = &sd->s[i];
-        size_t lo = first_ge(s->pts, s->n, ts);
-        ssize_t hi = last_le(s->pts, s->n, te);
+        size_t lo = pq_first_ge(s->pts, s->n, ts);
+        ssize_t hi = pq_last_le(s->pts, s->n, te);
         if (hi < (ssize_t)lo)
             continue;
         size_t n = (size_t)hi - lo + 1;
@@ -669,7 +667,7 @@ static pq_val_t eval_matrix_sel(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
         mat_push(c, &r.mat, s->metric, p, n);
         r.mat.v[r.mat.n - 1].rollup_until = s->rollup_until;
         if (p[0].t < s->rollup_until)
-            note_rollups(c, sd->func, e->u.sel.range_ms, te, s->rollup_res, s->rollup_until);
+            pq_note_rollups(c, sd->func, e->u.sel.range_ms, te, s->rollup_res, s->rollup_until);
     }
     return r;
 }
@@ -691,7 +689,7 @@ typedef struct {
 static void acc_init(pq_ctx_t *c, acc_t *a)
 {
     memset(a, 0, sizeof(*a));
-    hmap_init(c, &a->idx, 16);
+    pq_hmap_init(c, &a->idx, 16);
 }
 
 static void acc_push(arena_t *ar, acc_series_t *s, int64_t t, double v)
@@ -711,7 +709,7 @@ static void acc_push(arena_t *ar, acc_series_t *s, int64_t t, double v)
 static int acc_add(pq_ctx_t *c, arena_t *ar, acc_t *a, labels_t m, int64_t t, double v, bool copy_labels)
 {
     bool ex;
-    uint64_t *slot = hmap_put(c, &a->idx, labels_hash(&m), a->n, &ex);
+    uint64_t *slot = pq_hmap_put(c, &a->idx, labels_hash(&m), a->n, &ex);
     acc_series_t *s;
     if (!ex) {
         if (a->n == a->cap) {
@@ -796,7 +794,7 @@ static pq_val_t subq_copy(arena_t *a, const pq_val_t *v, const pq_val_t *prev)
         if (prev && i < prev->vec.n && labels_equal(&prev->vec.v[i].metric, &v->vec.v[i].metric))
             r.vec.v[i].metric = prev->vec.v[i].metric;
         else
-            r.vec.v[i].metric = copy_labels(a, v->vec.v[i].metric);
+            r.vec.v[i].metric = pq_copy_labels(a, v->vec.v[i].metric);
     }
     return r;
 }
@@ -822,7 +820,7 @@ static void subq_cache_evict(pq_ctx_t *c, pq_subq_cache_t *sc, int64_t before)
     if (sc->head < 64 || sc->head < live)
         return;
     /* dropped entries outweigh live ones: move the live ones to a fresh arena */
-    arena_t *na = owned_create(c);
+    arena_t *na = pq_owned_create(c);
     size_t cap = live * 2 + 16;
     subq_ent_t *ne = arena_alloc(na, cap * sizeof(*ne));
     for (size_t i = 0; i < live; i++) {
@@ -868,7 +866,7 @@ static void subq_cache_put(pq_subq_cache_t *sc, int64_t ts, const pq_val_t *v)
 static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     pq_val_t r = {.type = PROMQL_VT_MATRIX};
-    int64_t te = resolve_at(c, e->u.subq.at, e->u.subq.at_ms, t) - e->u.subq.offset_ms;
+    int64_t te = pq_resolve_at(c, e->u.subq.at, e->u.subq.at_ms, t) - e->u.subq.offset_ms;
     int64_t step = e->u.subq.step_ms ? e->u.subq.step_ms : c->subq_step;
     int64_t from = te - e->u.subq.range_ms;
     /* first multiple of step >= from (Go's truncating division, then round up) */
@@ -880,7 +878,7 @@ static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
     pq_subq_cache_t *sc = c->interval > 0 ? subq_cache_get(c, e) : NULL;
     if (sc)
         subq_cache_evict(c, sc, first);
-    arena_t *ga = owned_create(c);
+    arena_t *ga = pq_owned_create(c);
     arena_t *keep = c->sa;
     c->sa = ga; /* the gathering index grows in ga */
     acc_t acc;
@@ -945,15 +943,15 @@ static pq_val_t eval_subquery(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
     for (size_t i = 0; i < acc.n; i++) {
         promql_point_t *p = arena_alloc(c->sa, (acc.s[i].n ? acc.s[i].n : 1) * sizeof(*p));
         memcpy(p, acc.s[i].p, acc.s[i].n * sizeof(*p));
-        mat_push(c, &r.mat, copy_labels(c->sa, acc.s[i].metric), p, acc.s[i].n);
+        mat_push(c, &r.mat, pq_copy_labels(c->sa, acc.s[i].metric), p, acc.s[i].n);
     }
-    owned_release(c, ga);
+    pq_owned_release(c, ga);
     return r;
 }
 
 /* ---- binary operators ----------------------------------------------------------------------- */
 
-static double elem_binop(promql_op_t op, double l, double r, bool *keep)
+double pq_elem_binop(promql_op_t op, double l, double r, bool *keep)
 {
     *keep = true;
     switch (op) {
@@ -974,7 +972,7 @@ static double elem_binop(promql_op_t op, double l, double r, bool *keep)
     }
 }
 
-static bool drops_name(promql_op_t op)
+bool pq_op_drops_name(promql_op_t op)
 {
     return op == PROMQL_OP_ADD || op == PROMQL_OP_SUB || op == PROMQL_OP_MUL || op == PROMQL_OP_DIV ||
            op == PROMQL_OP_POW || op == PROMQL_OP_MOD;
@@ -997,7 +995,7 @@ static uint64_t signature(pq_ctx_t *c, labels_t ls, bool on, const promql_strlis
 static labels_t result_metric(pq_ctx_t *c, const promql_expr_t *e, labels_t l, labels_t r)
 {
     labels_t m = l;
-    if (drops_name(e->u.bin.op))
+    if (pq_op_drops_name(e->u.bin.op))
         m = pq_labels_drop_name(c, m);
     if (e->u.bin.card == PROMQL_CARD_ONE_TO_ONE) {
         if (e->u.bin.on)
@@ -1028,10 +1026,10 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
         rhs = tmp;
     }
     hashmap_t right;
-    hmap_init(c, &right, rhs->n);
+    pq_hmap_init(c, &right, rhs->n);
     for (size_t i = 0; i < rhs->n; i++) {
         bool ex;
-        uint64_t *slot = hmap_put(c, &right, signature(c, rhs->v[i].metric, on, names), i, &ex);
+        uint64_t *slot = pq_hmap_put(c, &right, signature(c, rhs->v[i].metric, on, names), i, &ex);
         if (ex) {
             const char *side = card == PROMQL_CARD_ONE_TO_MANY ? "left" : "right";
             labels_t ml = on ? pq_labels_keep(c, rhs->v[i].metric, names->names, names->n)
@@ -1043,7 +1041,7 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
         }
     }
     hashmap_t matched;
-    hmap_init(c, &matched, lhs->n);
+    pq_hmap_init(c, &matched, lhs->n);
     for (size_t i = 0; i < lhs->n; i++) {
         const promql_sample_t *ls = &lhs->v[i];
         uint64_t sig = signature(c, ls->metric, on, names);
@@ -1058,7 +1056,7 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
             vr = x;
         }
         bool keep;
-        double val = elem_binop(e->u.bin.op, vl, vr, &keep);
+        double val = pq_elem_binop(e->u.bin.op, vl, vr, &keep);
         if (e->u.bin.return_bool)
             val = keep ? 1.0 : 0.0;
         else if (!keep)
@@ -1068,14 +1066,14 @@ static void vector_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_
             m = pq_labels_drop_name(c, m);
         bool ex;
         if (card == PROMQL_CARD_ONE_TO_ONE) {
-            hmap_put(c, &matched, sig, 0, &ex);
+            pq_hmap_put(c, &matched, sig, 0, &ex);
             if (ex)
                 pq_errorf(
                     c, PROMQL_ERR_EXECUTION,
                     "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)");
         } else {
             uint64_t k = sig ^ (labels_hash(&m) * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL);
-            hmap_put(c, &matched, k, 0, &ex);
+            pq_hmap_put(c, &matched, k, 0, &ex);
             if (ex)
                 pq_errorf(c, PROMQL_ERR_EXECUTION,
                           "multiple matches for labels: grouping labels must ensure unique matches");
@@ -1091,17 +1089,17 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
     hashmap_t set;
     switch (e->u.bin.op) {
     case PROMQL_OP_AND:
-        hmap_init(c, &set, rhs->n);
+        pq_hmap_init(c, &set, rhs->n);
         for (size_t i = 0; i < rhs->n; i++)
-            hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
+            pq_hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
         for (size_t i = 0; i < lhs->n; i++)
             if (hashmap_has(&set, signature(c, lhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         break;
     case PROMQL_OP_OR:
-        hmap_init(c, &set, lhs->n);
+        pq_hmap_init(c, &set, lhs->n);
         for (size_t i = 0; i < lhs->n; i++) {
-            hmap_put(c, &set, signature(c, lhs->v[i].metric, on, names), 0, NULL);
+            pq_hmap_put(c, &set, signature(c, lhs->v[i].metric, on, names), 0, NULL);
             pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
         }
         for (size_t i = 0; i < rhs->n; i++)
@@ -1109,9 +1107,9 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
                 pq_vec_push(c, out, rhs->v[i].metric, rhs->v[i].t, rhs->v[i].v);
         break;
     case PROMQL_OP_UNLESS:
-        hmap_init(c, &set, rhs->n);
+        pq_hmap_init(c, &set, rhs->n);
         for (size_t i = 0; i < rhs->n; i++)
-            hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
+            pq_hmap_put(c, &set, signature(c, rhs->v[i].metric, on, names), 0, NULL);
         for (size_t i = 0; i < lhs->n; i++)
             if (!hashmap_has(&set, signature(c, lhs->v[i].metric, on, names)))
                 pq_vec_push(c, out, lhs->v[i].metric, lhs->v[i].t, lhs->v[i].v);
@@ -1128,7 +1126,7 @@ static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
     pq_val_t out = {.type = PROMQL_VT_VECTOR};
     if (l.type == PROMQL_VT_SCALAR && r.type == PROMQL_VT_SCALAR) {
         bool keep;
-        double v = elem_binop(op, l.scalar, r.scalar, &keep);
+        double v = pq_elem_binop(op, l.scalar, r.scalar, &keep);
         if (e->u.bin.return_bool)
             v = keep ? 1.0 : 0.0;
         out.type = PROMQL_VT_SCALAR;
@@ -1151,7 +1149,7 @@ static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
                 rv = vec->v[i].v;
             }
             bool keep;
-            double v = elem_binop(op, lv, rv, &keep);
+            double v = pq_elem_binop(op, lv, rv, &keep);
             if (promql_op_is_comparison(op) && swap)
                 v = rv;
             if (e->u.bin.return_bool) {
@@ -1161,7 +1159,7 @@ static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
             if (!keep)
                 continue;
             labels_t m = vec->v[i].metric;
-            if (drops_name(op) || e->u.bin.return_bool)
+            if (pq_op_drops_name(op) || e->u.bin.return_bool)
                 m = pq_labels_drop_name(c, m);
             pq_vec_push(c, &out.vec, m, t, v);
         }
@@ -1198,13 +1196,13 @@ static void range_dups_note(pq_ctx_t *c, const promql_expr_t *e, labels_t out, l
     }
     bool ex;
     uint64_t src = labels_hash(&in);
-    uint64_t *p = hmap_put(c, &d->seen, labels_hash(&out), src, &ex);
+    uint64_t *p = pq_hmap_put(c, &d->seen, labels_hash(&out), src, &ex);
     if (ex && *p != src)
         pq_errorf(c, PROMQL_ERR_EXECUTION, "vector cannot contain metrics with the same labelset");
 }
 
 /* Can the range-vector argument a of a name-dropping function give two series one labelset? */
-static bool range_arg_may_collide(const pq_ctx_t *c, const promql_expr_t *a)
+bool pq_range_arg_may_collide(const pq_ctx_t *c, const promql_expr_t *a)
 {
     a = promql_unwrap_parens(a);
     if (a->kind == PROMQL_NODE_MATRIX_SEL)
@@ -1243,7 +1241,7 @@ static pq_val_t eval_call(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 
     if (f->mfn) {
         pq_mat_t *m = &args[mat_idx].mat;
-        bool track = !f->keep_name && m->n > 0 && range_arg_may_collide(c, e->u.call.args[mat_idx]);
+        bool track = !f->keep_name && m->n > 0 && pq_range_arg_may_collide(c, e->u.call.args[mat_idx]);
         for (size_t i = 0; i < m->n; i++) {
             if (m->v[i].n == 0)
                 continue;
@@ -1322,7 +1320,7 @@ pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 
 /* ---- entry points --------------------------------------------------------------------------- */
 
-static labels_t copy_labels(arena_t *a, labels_t m)
+labels_t pq_copy_labels(arena_t *a, labels_t m)
 {
     labels_t r = {arena_alloc(a, (m.n ? m.n : 1) * sizeof(label_t)), m.n};
     for (size_t i = 0; i < m.n; i++) {
@@ -1410,6 +1408,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     c->budget.limit = o->max_memory;
     c->budget.parent = o->budget;
     c->rollup_step = o->rollup_step;
+    c->stepwise = o->stepwise;
 
     if (setjmp(c->jb)) {
         res->err_kind = c->err_kind;
@@ -1441,7 +1440,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
             out->nsamples = v.vec.n;
             for (size_t i = 0; i < v.vec.n; i++) {
                 out->samples[i] = v.vec.v[i];
-                out->samples[i].metric = copy_labels(c->qa, v.vec.v[i].metric);
+                out->samples[i].metric = pq_copy_labels(c->qa, v.vec.v[i].metric);
                 out->samples[i].t = start;
             }
             break;
@@ -1450,7 +1449,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
             out->nseries = v.mat.n;
             for (size_t i = 0; i < v.mat.n; i++) {
                 promql_series_t *s = &out->series[i];
-                s->metric = copy_labels(c->qa, v.mat.v[i].metric);
+                s->metric = pq_copy_labels(c->qa, v.mat.v[i].metric);
                 s->npoints = v.mat.v[i].n;
                 s->points = arena_alloc(c->qa, (s->npoints ? s->npoints : 1) * sizeof(promql_point_t));
                 memcpy(s->points, v.mat.v[i].pts, s->npoints * sizeof(promql_point_t));
@@ -1458,6 +1457,8 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
             break;
         default: break;
         }
+    } else if (!c->stepwise && pq_range_eval(c, res) == 0) {
+        res->series_major = true;
     } else {
         acc_t acc;
         /* the accumulator and its index must outlive step resets: build it in the data arena */
@@ -1466,7 +1467,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         acc_init(c, &acc);
         c->sa = keep;
         for (int64_t ts = start; ts <= end; ts += interval) {
-            check_interrupt(c);
+            pq_check_interrupt(c);
             c->cur_samples = c->result_samples;
             pq_val_t v = pq_eval(c, ast->root, ts);
             keep = c->sa;
@@ -1491,7 +1492,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
         out->nseries = acc.n;
         for (size_t i = 0; i < acc.n; i++) {
             promql_series_t *s = &out->series[i];
-            s->metric = copy_labels(c->qa, acc.s[i].metric);
+            s->metric = pq_copy_labels(c->qa, acc.s[i].metric);
             s->npoints = acc.s[i].n;
             s->points = arena_alloc(c->qa, s->npoints * sizeof(promql_point_t));
             memcpy(s->points, acc.s[i].p, s->npoints * sizeof(promql_point_t));

@@ -10,8 +10,12 @@
  * step, like Prometheus' evaluator: each step evaluates the tree at one time t using a scratch
  * arena that is reset after the step, and the step's output is appended to the result series
  * (matched by label set). Subqueries evaluate their inner expression at each step-aligned time in
- * their window. Errors unwind with longjmp to the query entry point; since everything a query
- * allocates lives in its arenas, nothing leaks.
+ * their window. Range queries whose every node range_eval.c handles (selectors, range functions of
+ * matrix selectors, elementwise functions, aggregations, histogram_quantile, scalar operators)
+ * are evaluated series-major instead -- each node once for all steps -- with identical results;
+ * any other query, and any error but a timeout, goes the step-wise way. Errors unwind with
+ * longjmp to the query entry point; since everything a query allocates lives in its arenas,
+ * nothing leaks.
  *
  * Thread safety: no global mutable state; any number of queries may run at once, each on one
  * thread, each with its own querier.
@@ -41,6 +45,9 @@ typedef struct {
     /* Opt-in to approximate answers: selectors may read roll-ups at the query step although raw
      * samples exist (querier_hints_t.rollup_step). The result then carries a warning. */
     bool rollup_step;
+    /* Range queries: evaluate step by step only, never series-major (range_eval.c). The two give
+     * identical answers; tests compare them. */
+    bool stepwise;
 } promql_opts_t;
 
 #define PROMQL_MAX_WARNINGS 6
@@ -65,6 +72,7 @@ typedef struct {
     char err[512];
     int64_t peak_samples; /* statistic: the most samples held at once */
     size_t peak_memory;   /* statistic: the most bytes the evaluation held (its budget's peak) */
+    bool series_major;    /* statistic: a range query evaluated series-major (range_eval.c) */
     /* Prometheus-style warnings (the API's "warnings" array), in the arena: set when part of the
      * answer came from roll-ups and is approximate there (docs/storage-rollups.md), or when a
      * remote store of the fall-through failed (partial response, storage/querier_fallthrough.h). */

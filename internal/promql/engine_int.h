@@ -9,11 +9,13 @@
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "internal/promql/ast.h"
 #include "internal/promql/engine.h"
 #include "internal/promql/value.h"
 #include "internal/util/arena.h"
+#include "internal/util/hashmap.h"
 
 /* A growable instant vector in the step arena. */
 typedef struct {
@@ -85,6 +87,7 @@ typedef struct pq_ctx {
     struct pq_range_dups *range_dups;  /* engine.c, range_dups_note */
     const promql_ast_t *ast;
     bool rollup_step;    /* promql_opts_t.rollup_step */
+    bool stepwise;       /* promql_opts_t.stepwise */
     bool rollups_used;   /* some step read roll-up samples */
     bool rollups_approx; /* ... in a way that is not exact (engine.c, note_rollups) */
     int64_t rollup_res;  /* the widest bucket width read */
@@ -112,6 +115,27 @@ bool pq_vec_has_dup_labelsets(pq_ctx_t *c, const pq_vec_t *v);
 
 /* Evaluates e at time t (milliseconds). */
 pq_val_t pq_eval(pq_ctx_t *c, const promql_expr_t *e, int64_t t);
+
+/* Helpers engine.c shares with the series-major range evaluator (range_eval.c). */
+labels_t pq_copy_labels(arena_t *a, labels_t m); /* deep copy into a */
+arena_t *pq_owned_create(pq_ctx_t *c);          /* budgeted arena freed at the query's end */
+void pq_owned_release(pq_ctx_t *c, arena_t *a);
+void pq_check_interrupt(pq_ctx_t *c); /* raises on timeout or cancel */
+void pq_hmap_init(pq_ctx_t *c, hashmap_t *m, size_t expect); /* in c->sa */
+uint64_t *pq_hmap_put(pq_ctx_t *c, hashmap_t *m, uint64_t k, uint64_t v, bool *existed);
+int64_t pq_resolve_at(const pq_ctx_t *c, promql_at_t at, int64_t at_ms, int64_t t);
+ssize_t pq_last_le(const promql_point_t *p, size_t n, int64_t ts); /* last index with t <= ts, or -1 */
+size_t pq_first_ge(const promql_point_t *p, size_t n, int64_t ts); /* first index with t >= ts */
+void pq_note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res, int64_t until);
+double pq_elem_binop(promql_op_t op, double l, double r, bool *keep);
+bool pq_op_drops_name(promql_op_t op);
+bool pq_range_arg_may_collide(const pq_ctx_t *c, const promql_expr_t *a);
+
+/* Series-major evaluation of a whole range query (range_eval.c). Returns 0 with the result in
+ * res->value, or -1 when the query has a shape it does not evaluate (or any evaluation error
+ * but timeout / cancel, which it raises): the caller then evaluates step by step, which gives
+ * the exact error. Leaves no trace in c but what the step-wise evaluation would leave too. */
+int pq_range_eval(pq_ctx_t *c, promql_result_t *res);
 
 /* --- functions ------------------------------------------------------------------------------ */
 
@@ -152,6 +176,45 @@ void pq_func_caches_free(pq_ctx_t *c);
  * (count_values). */
 void pq_aggregate(pq_ctx_t *c, const promql_expr_t *e, const pq_vec_t *in, double param, const char *sparam,
                   pq_vec_t *out);
+
+/* Series-major aggregation over all steps of a range query (range_eval.c). Input series i has
+ * values v[i][step] where has[i][step], sits in group gid[i] (groups numbered 0.. by first
+ * member) and comes in the order the step-wise vector holds it. Each (group, step) gets the same
+ * arithmetic in the same order as pq_aggregate, so the values are bit-identical. Outputs: per
+ * group for sum..quantile, per input series for topk / bottomk (ov / ohas, zeroed by the
+ * caller); cnt[step] grows by the samples each step outputs. ordered: every step's output came
+ * in group order, as the step-wise vector would hold it (never for topk / bottomk). */
+typedef struct {
+    size_t nsteps, nin, ngroups;
+    double *const *v;
+    const uint8_t *const *has;
+    const uint32_t *gid;
+    const double *param; /* per step (topk, bottomk, quantile), else NULL */
+    double **ov;
+    uint8_t **ohas;
+    int64_t *cnt;
+    bool ordered;
+} pq_agg_range_t;
+void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a);
+/* The same, streaming: the state of every (group, step) at once, then every input series in the
+ * vector's order (in: its index, for topk / bottomk outputs), then the outputs as above but for
+ * topk / bottomk, whose ov[in] / ohas[in] start NULL and are allocated (in c->sa) for the inputs
+ * that come out; returns `ordered`. Cells take pq_agg_stream_cell_bytes() each, in c->sa. */
+typedef struct pq_agg_stream pq_agg_stream_t;
+pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups, size_t nsteps, const double *param);
+void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has);
+bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas,
+                       int64_t *cnt);
+size_t pq_agg_stream_cell_bytes(void);
+/* The group of m under aggregation e (its labels in *out_labels, step arena) and their hash. */
+uint64_t pq_agg_group_key(pq_ctx_t *c, const promql_expr_t *e, labels_t m, labels_t *out_labels);
+
+/* histogram_quantile's pieces (functions.c). */
+typedef struct {
+    double ub, count;
+} pq_bucket_t;
+double pq_bucket_quantile(double q, pq_bucket_t *b, size_t n); /* sorts b */
+bool pq_parse_float_go(const char *s, double *out);            /* Go's strconv.ParseFloat */
 
 /* quantile of values (sorts them), Prometheus' rules for q outside [0,1] and empty input. */
 double pq_quantile(double q, double *vals, size_t n);

@@ -757,17 +757,14 @@ DATE_FN(g_month, d_month)
 DATE_FN(g_year, d_year)
 
 /* histogram_quantile over classic buckets (le labels). */
-typedef struct {
-    double ub, count;
-} bucket_t;
 
 static int cmp_bucket(const void *a, const void *b)
 {
-    double x = ((const bucket_t *)a)->ub, y = ((const bucket_t *)b)->ub;
+    double x = ((const pq_bucket_t *)a)->ub, y = ((const pq_bucket_t *)b)->ub;
     return x < y ? -1 : (x > y ? 1 : 0);
 }
 
-static double bucket_quantile(double q, bucket_t *b, size_t n)
+double pq_bucket_quantile(double q, pq_bucket_t *b, size_t n)
 {
     if (isnan(q))
         return NAN;
@@ -823,7 +820,7 @@ static double bucket_quantile(double q, bucket_t *b, size_t n)
     return start + (end - start) * (rank / count);
 }
 
-static bool go_parse_float(const char *s, double *out)
+bool pq_parse_float_go(const char *s, double *out)
 {
     if (!s || !*s)
         return false;
@@ -845,13 +842,13 @@ static void g_histogram_quantile(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a,
     size_t ng = 0;
     labels_t *keys = arena_alloc(c->sa, (in->n ? in->n : 1) * sizeof(*keys));
     uint64_t *hashes = arena_alloc(c->sa, (in->n ? in->n : 1) * sizeof(*hashes));
-    bucket_t **bk = arena_alloc(c->sa, (in->n ? in->n : 1) * sizeof(*bk));
+    pq_bucket_t **bk = arena_alloc(c->sa, (in->n ? in->n : 1) * sizeof(*bk));
     size_t *bn = arena_calloc(c->sa, in->n ? in->n : 1, sizeof(*bn));
     static const char *const le[] = {"le"};
     static const char *const name_le[] = {LABEL_METRIC_NAME, "le"};
     for (size_t i = 0; i < in->n; i++) {
         double ub;
-        if (!go_parse_float(labels_get(&in->v[i].metric, "le"), &ub))
+        if (!pq_parse_float_go(labels_get(&in->v[i].metric, "le"), &ub))
             continue;
         labels_t sig = pq_labels_del(c, in->v[i].metric, le, 1);
         uint64_t h = labels_hash(&sig);
@@ -862,13 +859,13 @@ static void g_histogram_quantile(pq_ctx_t *c, const pq_fcall_t *fc, pq_val_t *a,
         if (g == ng) {
             hashes[ng] = h;
             keys[ng] = pq_labels_del(c, in->v[i].metric, name_le, 2);
-            bk[ng] = arena_alloc(c->sa, in->n * sizeof(bucket_t));
+            bk[ng] = arena_alloc(c->sa, in->n * sizeof(pq_bucket_t));
             ng++;
         }
-        bk[g][bn[g]++] = (bucket_t){ub, in->v[i].v};
+        bk[g][bn[g]++] = (pq_bucket_t){ub, in->v[i].v};
     }
     for (size_t g = 0; g < ng; g++)
-        pq_vec_push(c, &out->vec, keys[g], fc->t, bucket_quantile(q, bk[g], bn[g]));
+        pq_vec_push(c, &out->vec, keys[g], fc->t, pq_bucket_quantile(q, bk[g], bn[g]));
 }
 
 /* label_replace / label_join */

@@ -234,6 +234,8 @@ typedef struct {
     FILE *log;
     promql_script_stats_t *st;
     promql_memstore_t *store;
+    promql_script_hook_t hook; /* promql_script_each_eval */
+    void *hook_ctx;
 } run_t;
 
 static void logf_(run_t *r, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -709,9 +711,10 @@ static char *trim(char *s)
     return s;
 }
 
-int promql_script_run(const char *name, const char *text, FILE *log, promql_script_stats_t *st)
+static int script_run(const char *name, const char *text, FILE *log, promql_script_stats_t *st,
+                      promql_script_hook_t hook, void *hook_ctx)
 {
-    run_t r = {name, log, st, promql_memstore_new()};
+    run_t r = {name, log, st, promql_memstore_new(), hook, hook_ctx};
     char *copy = strdup(text);
     size_t nl = 1;
     for (char *p = copy; *p; p++)
@@ -838,6 +841,13 @@ int promql_script_run(const char *name, const char *text, FILE *log, promql_scri
                 st->failed++;
                 continue;
             }
+            if (r.hook) {
+                querier_t *q = promql_memstore_querier(r.store);
+                r.hook(r.hook_ctx, q, query, t, ev.line);
+                querier_close(q);
+                st->evals++;
+                continue;
+            }
             run_eval(&r, &ev, query, t);
         } else {
             logf_(&r, lineno, "unknown command: %s", l);
@@ -851,7 +861,13 @@ int promql_script_run(const char *name, const char *text, FILE *log, promql_scri
     return rc;
 }
 
-int promql_script_run_file(const char *path, FILE *log, promql_script_stats_t *st)
+int promql_script_run(const char *name, const char *text, FILE *log, promql_script_stats_t *st)
+{
+    return script_run(name, text, log, st, NULL, NULL);
+}
+
+static int script_run_file(const char *path, FILE *log, promql_script_stats_t *st, promql_script_hook_t hook,
+                           void *hook_ctx)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -867,7 +883,18 @@ int promql_script_run_file(const char *path, FILE *log, promql_script_stats_t *s
     fclose(f);
     buf_putc(&b, 0);
     const char *base = strrchr(path, '/');
-    int rc = promql_script_run(base ? base + 1 : path, b.data, log, st);
+    int rc = script_run(base ? base + 1 : path, b.data, log, st, hook, hook_ctx);
     buf_free(&b);
     return rc;
+}
+
+int promql_script_run_file(const char *path, FILE *log, promql_script_stats_t *st)
+{
+    return script_run_file(path, log, st, NULL, NULL);
+}
+
+int promql_script_each_eval(const char *path, FILE *log, promql_script_hook_t hook, void *ctx)
+{
+    promql_script_stats_t st = {0};
+    return script_run_file(path, log, &st, hook, ctx);
 }

@@ -55,4 +55,10 @@ int promql_script_run_file(const char *path, FILE *log, promql_script_stats_t *s
 /* Same for a script in memory; `name` is used in messages. */
 int promql_script_run(const char *name, const char *text, FILE *log, promql_script_stats_t *st);
 
+/* For tests of the engine itself: walks a script like promql_script_run_file, but instead of
+ * checking an eval block calls hook with the querier of the data loaded at that point, the
+ * block's query, its time and its line (eval_fail blocks too). */
+typedef void (*promql_script_hook_t)(void *ctx, querier_t *q, const char *query, int64_t t, int line);
+int promql_script_each_eval(const char *path, FILE *log, promql_script_hook_t hook, void *ctx);
+
 #endif

@@ -1,0 +1,802 @@
+/*
+ * range_eval — series-major evaluation of range queries: each node of the query evaluates once
+ * for all steps to a list of series, each with its labels (computed once) and a dense array of
+ * per-step values with presence flags, instead of the whole tree once per step (engine.c).
+ *
+ * What it evaluates: number literals, time(), parentheses, unary minus, vector selectors
+ * (lookback, staleness, offset, @), range-vector functions of a matrix selector (windows slide
+ * over the series' samples with two moving pointers; the function bodies are functions.c's, so
+ * every value is bit-identical), elementwise functions, histogram_quantile, aggregations but
+ * count_values (groups computed once per input series; aggregators.c accumulates each (group,
+ * step) in the step-wise order), and binary operators between scalars or a vector and a scalar.
+ * Any other node -- subqueries, vector/vector operators, label_replace, ... -- makes pq_range_eval
+ * decline the whole query, which engine.c then evaluates step by step.
+ *
+ * Equality with the step-wise evaluation is the contract (tests compare the two on every
+ * conformance expression):
+ *   - order: within a step, the step-wise vector holds series in a node-specific order, and
+ *     aggregations and histogram_quantile add up their inputs in it. Every value here keeps its
+ *     series in that order ("ordered"), or says it cannot (topk's output, an aggregation whose
+ *     groups came first-seen in a different order at some step); an order-sensitive consumer of
+ *     an unordered input declines.
+ *   - errors: whenever the step-wise evaluation would fail (duplicate label sets, too many
+ *     samples, a function's argument check, memory), this one declines too, and the step-wise
+ *     run produces the exact error. It counts per step the samples the step-wise run would hold
+ *     (pq_count_samples' arithmetic) and replays max_samples at the end. Only timeouts and
+ *     cancellation are raised directly.
+ *   - roll-ups: pq_note_rollups is called for the same (series, step) reads.
+ *
+ * An aggregation of a range function (sum by (job) (rate(x[5m])), the common dashboard shape)
+ * does not keep the function's values: each series' values go into the groups' state as soon as
+ * they are computed (pq_agg_stream_*), when that state is small enough; topk keeps only the
+ * values that made a top k. SLUICE_PROMQL_NO_FUSE=1
+ * in the environment turns this off, for the tests that compare the two.
+ *
+ * Memory: all values live in one arena of the query (charged to its budget), released when the
+ * result is built or the evaluation declines.
+ */
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal/promql/engine_int.h"
+
+typedef struct {
+    labels_t metric;
+    double *v;    /* per step */
+    uint8_t *has; /* per step: 1 where the series has a value */
+} rv_series_t;
+
+typedef struct {
+    bool scalar;
+    double *sv; /* scalar: per step */
+    rv_series_t *s;
+    size_t n;
+    bool ordered; /* each step's vector holds the present series in this order */
+} rv_val_t;
+
+typedef struct {
+    pq_ctx_t *c;
+    arena_t *a; /* everything below; c->sa points at it while evaluating */
+    size_t nsteps;
+    int64_t *ts;  /* step times */
+    int64_t *cnt; /* per step: samples the step-wise evaluation would have counted */
+    bool fuse;    /* aggregations of range functions without materialising the latter */
+} rv_t;
+
+/* Gives up: the step-wise evaluation takes over (engine_int.h, pq_range_eval). */
+_Noreturn static void rv_decline(rv_t *r)
+{
+    r->c->err_kind = PROMQL_ERR_NONE;
+    longjmp(r->c->jb, 2);
+}
+
+/* ---- what is supported ---------------------------------------------------------------------- */
+
+static bool rv_supported(const promql_expr_t *e)
+{
+    switch (e->kind) {
+    case PROMQL_NODE_NUMBER:
+    case PROMQL_NODE_VECTOR_SEL: return true;
+    case PROMQL_NODE_PAREN: return rv_supported(e->u.paren.expr);
+    case PROMQL_NODE_UNARY: return rv_supported(e->u.unary.expr);
+    case PROMQL_NODE_BINARY:
+        if (e->u.bin.lhs->type == PROMQL_VT_VECTOR && e->u.bin.rhs->type == PROMQL_VT_VECTOR)
+            return false;
+        return rv_supported(e->u.bin.lhs) && rv_supported(e->u.bin.rhs);
+    case PROMQL_NODE_AGG:
+        if (e->u.agg.op == PROMQL_AGG_COUNT_VALUES)
+            return false;
+        return (!e->u.agg.param || rv_supported(e->u.agg.param)) && rv_supported(e->u.agg.expr);
+    case PROMQL_NODE_CALL: {
+        const promql_func_t *f = e->u.call.func;
+        if (f->mfn) {
+            for (size_t i = 0; i < e->u.call.nargs; i++) {
+                const promql_expr_t *a = promql_unwrap_parens(e->u.call.args[i]);
+                if (a->type == PROMQL_VT_MATRIX ? a->kind != PROMQL_NODE_MATRIX_SEL : !rv_supported(a))
+                    return false;
+            }
+            return true;
+        }
+        if (f->efn)
+            return rv_supported(e->u.call.args[0]);
+        if (strcmp(f->name, "histogram_quantile") == 0)
+            return rv_supported(e->u.call.args[0]) && rv_supported(e->u.call.args[1]);
+        return strcmp(f->name, "time") == 0;
+    }
+    default: return false;
+    }
+}
+
+/* ---- values --------------------------------------------------------------------------------- */
+
+static rv_val_t rv_scalar(rv_t *r)
+{
+    rv_val_t v = {.scalar = true, .ordered = true};
+    v.sv = arena_alloc(r->a, r->nsteps * sizeof(double));
+    return v;
+}
+
+static rv_val_t rv_vector(rv_t *r, size_t cap)
+{
+    rv_val_t v = {.ordered = true};
+    v.s = arena_alloc(r->a, (cap ? cap : 1) * sizeof(rv_series_t));
+    return v;
+}
+
+/* A new series at the end of v (cap permitting), values to be filled, nothing present. */
+static rv_series_t *rv_add(rv_t *r, rv_val_t *v, labels_t metric)
+{
+    rv_series_t *s = &v->s[v->n++];
+    s->metric = metric;
+    s->v = arena_alloc(r->a, r->nsteps * sizeof(double));
+    s->has = arena_calloc(r->a, r->nsteps, 1);
+    return s;
+}
+
+/* Drops the last series again when it has no value at any step (the step-wise vectors never hold
+ * it); else, with `count`, counts its samples as the step-wise pushes count them. */
+static void rv_settle(rv_t *r, rv_val_t *v, bool count)
+{
+    rv_series_t *s = &v->s[v->n - 1];
+    size_t k = 0;
+    for (size_t i = 0; i < r->nsteps; i++) {
+        if (count)
+            r->cnt[i] += s->has[i];
+        k += s->has[i];
+    }
+    if (k == 0)
+        v->n--;
+}
+
+/* The step-wise evaluation would already fail on max_samples somewhere: no need to go on. */
+static void rv_check_samples(rv_t *r)
+{
+    for (size_t i = 0; i < r->nsteps; i++)
+        if (r->cnt[i] > r->c->max_samples)
+            rv_decline(r);
+}
+
+/* The step-wise check_dups: two series of one label set present at one step is an error there.
+ * With `any_step` (range_dups_note's rule for range-vector functions) it is an error even when
+ * they never meet. Series of one label set at different steps are fine (the result merges them). */
+static void rv_check_dups(rv_t *r, const rv_val_t *v, bool any_step)
+{
+    if (v->n < 2)
+        return;
+    pq_ctx_t *c = r->c;
+    hashmap_t m;
+    pq_hmap_init(c, &m, v->n);
+    uint8_t **uni = arena_calloc(r->a, v->n, sizeof(*uni)); /* presence union by first series */
+    for (size_t i = 0; i < v->n; i++) {
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, labels_hash(&v->s[i].metric), i, &ex);
+        if (!ex)
+            continue;
+        if (any_step)
+            rv_decline(r);
+        size_t j = (size_t)*p;
+        if (!uni[j]) {
+            uni[j] = arena_alloc(r->a, r->nsteps);
+            memcpy(uni[j], v->s[j].has, r->nsteps);
+        }
+        for (size_t k = 0; k < r->nsteps; k++) {
+            if (uni[j][k] & v->s[i].has[k])
+                rv_decline(r);
+            uni[j][k] |= v->s[i].has[k];
+        }
+    }
+}
+
+/* ---- nodes ---------------------------------------------------------------------------------- */
+
+static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e);
+
+static int64_t rv_te(rv_t *r, promql_at_t at, int64_t at_ms, int64_t off, size_t step)
+{
+    return pq_resolve_at(r->c, at, at_ms, r->ts[step]) - off;
+}
+
+/* Newest sample in [te - lookback, te] that is no stale marker; one pointer per series. */
+static rv_val_t rv_vector_sel(rv_t *r, const promql_expr_t *e)
+{
+    pq_ctx_t *c = r->c;
+    const pq_seldata_t *sd = &c->sel[e->u.sel.id];
+    rv_val_t out = rv_vector(r, sd->n);
+    for (size_t i = 0; i < sd->n; i++) {
+        const pq_sseries_t *ss = &sd->s[i];
+        rv_series_t *o = rv_add(r, &out, ss->metric);
+        ssize_t k = -1; /* last point with t <= te */
+        for (size_t st = 0; st < r->nsteps; st++) {
+            int64_t te = rv_te(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, st);
+            while (k + 1 < (ssize_t)ss->n && ss->pts[k + 1].t <= te)
+                k++;
+            if (k < 0 || ss->pts[k].t < te - c->lookback || promql_is_stale_nan(ss->pts[k].v))
+                continue;
+            if (ss->pts[k].t < ss->rollup_until)
+                pq_note_rollups(c, NULL, 0, te, ss->rollup_res, ss->rollup_until);
+            o->v[st] = ss->pts[k].v;
+            o->has[st] = 1;
+        }
+        rv_settle(r, &out, true);
+        pq_check_interrupt(c);
+    }
+    return out;
+}
+
+/* Where rv_call_range hands its values when an aggregation consumes them right away (their
+ * series then keep labels and presence, for the duplicate checks, but no values). */
+typedef struct {
+    pq_agg_stream_t *agg;
+    const uint32_t *gid; /* group by selector series */
+} rv_sink_t;
+
+/* The matrix selector argument of a range-vector function. */
+static const promql_expr_t *rv_matrix_arg(const promql_expr_t *e)
+{
+    for (size_t i = 0; i < e->u.call.nargs; i++) {
+        const promql_expr_t *a = promql_unwrap_parens(e->u.call.args[i]);
+        if (a->type == PROMQL_VT_MATRIX)
+            return a;
+    }
+    return NULL;
+}
+
+/* The labels a range-vector function gives a selector series. */
+static labels_t rv_range_out_labels(rv_t *r, const promql_func_t *f, labels_t metric)
+{
+    return f->keep_name ? metric : pq_labels_drop_name(r->c, metric);
+}
+
+/* A range-vector function of a matrix selector: the window [te - range, te] of each series slides
+ * over its (stale-marker-free) samples; the function runs on every non-empty window. */
+static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *sink)
+{
+    pq_ctx_t *c = r->c;
+    const promql_func_t *f = e->u.call.func;
+    const promql_expr_t *ms = NULL;
+    const double *sargs[4] = {NULL, NULL, NULL, NULL};
+    for (size_t i = 0; i < e->u.call.nargs; i++) {
+        const promql_expr_t *a = promql_unwrap_parens(e->u.call.args[i]);
+        if (a->type == PROMQL_VT_MATRIX) {
+            if (!ms)
+                ms = a;
+        } else if (i < 4) {
+            sargs[i] = rv_eval(r, a).sv;
+        }
+    }
+    const pq_seldata_t *sd = &c->sel[ms->u.sel.id];
+    int64_t range = ms->u.sel.range_ms;
+    bool track = !f->keep_name && sd->n > 0 && pq_range_arg_may_collide(c, ms);
+    pq_fcall_t fc = {.call = e, .range_ms = range};
+    rv_val_t out = rv_vector(r, sd->n);
+    double *scratch = sink ? arena_alloc(r->a, r->nsteps * sizeof(double)) : NULL;
+    for (size_t i = 0; i < sd->n; i++) {
+        const pq_sseries_t *ss = &sd->s[i];
+        arena_mark_t smark = arena_mark(r->a);
+        double *vals = sink ? scratch : arena_alloc(r->a, r->nsteps * sizeof(double));
+        uint8_t *has = arena_calloc(r->a, r->nsteps, 1);
+        arena_mark_t fmark = arena_mark(r->a); /* temporaries of the series from here */
+        const promql_point_t *p = ss->pts;
+        size_t n = ss->n;
+        if (ss->has_stale) {
+            promql_point_t *fp = arena_alloc(r->a, n * sizeof(*fp));
+            size_t k = 0;
+            for (size_t j = 0; j < n; j++)
+                if (!promql_is_stale_nan(p[j].v))
+                    fp[k++] = p[j];
+            p = fp;
+            n = k;
+        }
+        arena_mark_t cmark = arena_mark(r->a); /* temporaries of one call from here */
+        size_t any = 0;
+        size_t lo = 0, hi = 0; /* window: p[lo, hi) */
+        fc.rollup_until = ss->rollup_until;
+        for (size_t st = 0; st < r->nsteps; st++) {
+            int64_t te = rv_te(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, st);
+            while (lo < n && p[lo].t < te - range)
+                lo++;
+            if (hi < lo)
+                hi = lo;
+            while (hi < n && p[hi].t <= te)
+                hi++;
+            if (hi <= lo)
+                continue;
+            r->cnt[st] += (int64_t)(hi - lo); /* the step-wise window (mat_push) */
+            if (p[lo].t < ss->rollup_until)
+                pq_note_rollups(c, sd->func, range, te, ss->rollup_res, ss->rollup_until);
+            fc.t = r->ts[st];
+            fc.win_end = te;
+            for (int a = 0; a < 4; a++)
+                if (sargs[a])
+                    fc.sargs[a] = sargs[a][st];
+            double v;
+            bool ok = f->mfn(c, &fc, p + lo, hi - lo, &v);
+            arena_rewind(r->a, cmark);
+            if (ok) {
+                vals[st] = v;
+                has[st] = 1;
+                any++;
+            }
+        }
+        if (!any) {
+            arena_rewind(r->a, smark);
+        } else {
+            arena_rewind(r->a, fmark);
+            if (sink)
+                pq_agg_stream_add(c, sink->agg, out.n, sink->gid[i], vals, has);
+            rv_series_t *o = &out.s[out.n++];
+            o->metric = rv_range_out_labels(r, f, ss->metric);
+            o->v = sink ? NULL : vals;
+            o->has = has;
+            for (size_t st = 0; st < r->nsteps; st++)
+                r->cnt[st] += has[st];
+        }
+        pq_check_interrupt(c);
+    }
+    rv_check_dups(r, &out, track);
+    return out;
+}
+
+static rv_val_t rv_call_elementwise(rv_t *r, const promql_expr_t *e)
+{
+    const promql_func_t *f = e->u.call.func;
+    rv_val_t in = rv_eval(r, e->u.call.args[0]);
+    rv_val_t out = rv_vector(r, in.n);
+    out.ordered = in.ordered;
+    for (size_t i = 0; i < in.n; i++) {
+        const rv_series_t *s = &in.s[i];
+        rv_series_t *o = rv_add(r, &out, f->keep_name ? s->metric : pq_labels_drop_name(r->c, s->metric));
+        for (size_t st = 0; st < r->nsteps; st++) {
+            if (s->has[st]) {
+                o->v[st] = f->efn(s->v[st]);
+                o->has[st] = 1;
+            }
+        }
+        rv_settle(r, &out, true);
+    }
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+/* histogram_quantile: buckets grouped once per input series by their labels but `le`. */
+static rv_val_t rv_histogram_quantile(rv_t *r, const promql_expr_t *e)
+{
+    pq_ctx_t *c = r->c;
+    rv_val_t q = rv_eval(r, e->u.call.args[0]);
+    rv_val_t in = rv_eval(r, e->u.call.args[1]);
+    if (!in.ordered)
+        rv_decline(r);
+    static const char *const le[] = {"le"};
+    static const char *const name_le[] = {LABEL_METRIC_NAME, "le"};
+    uint32_t *gid = arena_alloc(r->a, (in.n ? in.n : 1) * sizeof(*gid));
+    double *ub = arena_alloc(r->a, (in.n ? in.n : 1) * sizeof(*ub));
+    size_t *members = arena_calloc(r->a, in.n ? in.n : 1, sizeof(*members));
+    rv_val_t out = rv_vector(r, in.n);
+    hashmap_t m;
+    pq_hmap_init(c, &m, in.n);
+    for (size_t i = 0; i < in.n; i++) {
+        gid[i] = UINT32_MAX;
+        if (!pq_parse_float_go(labels_get(&in.s[i].metric, "le"), &ub[i]))
+            continue;
+        labels_t sig = pq_labels_del(c, in.s[i].metric, le, 1);
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, labels_hash(&sig), out.n, &ex);
+        if (!ex)
+            rv_add(r, &out, pq_labels_del(c, in.s[i].metric, name_le, 2));
+        gid[i] = (uint32_t)*p;
+        members[*p]++;
+    }
+    pq_bucket_t **bk = arena_alloc(r->a, (out.n ? out.n : 1) * sizeof(*bk));
+    size_t *bn = arena_alloc(r->a, (out.n ? out.n : 1) * sizeof(*bn));
+    for (size_t g = 0; g < out.n; g++)
+        bk[g] = arena_alloc(r->a, members[g] * sizeof(pq_bucket_t));
+    for (size_t st = 0; st < r->nsteps; st++) {
+        memset(bn, 0, (out.n ? out.n : 1) * sizeof(*bn));
+        int64_t last_first = -1;
+        for (size_t i = 0; i < in.n; i++) {
+            if (gid[i] == UINT32_MAX || !in.s[i].has[st])
+                continue;
+            uint32_t g = gid[i];
+            if (bn[g] == 0) {
+                if ((int64_t)g < last_first)
+                    out.ordered = false;
+                last_first = g;
+            }
+            bk[g][bn[g]++] = (pq_bucket_t){ub[i], in.s[i].v[st]};
+        }
+        for (size_t g = 0; g < out.n; g++) {
+            if (bn[g] == 0)
+                continue;
+            out.s[g].v[st] = pq_bucket_quantile(q.sv[st], bk[g], bn[g]);
+            out.s[g].has[st] = 1;
+            r->cnt[st]++;
+        }
+    }
+    pq_check_interrupt(c);
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+/* The most memory the (group, step) state of a fused aggregation may take. */
+#define RV_FUSE_MAX_BYTES (64u << 20)
+
+/* agg(f(m[r])) without f's values in memory: the groups come from the selector's series (f's
+ * output labels are theirs, maybe without __name__), and each series' values go into the groups'
+ * state as soon as they are computed. Returns false (nothing done) where it does not apply. */
+static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *param, rv_val_t *out)
+{
+    pq_ctx_t *c = r->c;
+    promql_op_t op = e->u.agg.op;
+    const promql_expr_t *call = promql_unwrap_parens(e->u.agg.expr);
+    bool heaps = op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK;
+    if (call->kind != PROMQL_NODE_CALL || !call->u.call.func->mfn)
+        return false;
+    const pq_seldata_t *sd = &c->sel[rv_matrix_arg(call)->u.sel.id];
+    size_t n = sd->n ? sd->n : 1;
+    uint32_t *gid = arena_alloc(r->a, n * sizeof(*gid));
+    labels_t *glabels = arena_alloc(r->a, n * sizeof(*glabels));
+    size_t ng = 0;
+    hashmap_t m;
+    pq_hmap_init(c, &m, sd->n);
+    for (size_t i = 0; i < sd->n; i++) {
+        labels_t gl;
+        uint64_t key = pq_agg_group_key(c, e, rv_range_out_labels(r, call->u.call.func, sd->s[i].metric), &gl);
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, key, ng, &ex);
+        if (!ex)
+            glabels[ng++] = gl;
+        gid[i] = (uint32_t)*p;
+    }
+    if ((double)ng * (double)r->nsteps * (double)pq_agg_stream_cell_bytes() > RV_FUSE_MAX_BYTES)
+        return false;
+    rv_sink_t sink = {pq_agg_stream_begin(c, op, ng, r->nsteps, param), gid};
+    rv_val_t in = rv_call_range(r, call, &sink);
+    if (heaps) { /* the inputs that were in some top k, with their values there */
+        double **ov = arena_calloc(r->a, in.n ? in.n : 1, sizeof(*ov));
+        uint8_t **oh = arena_calloc(r->a, in.n ? in.n : 1, sizeof(*oh));
+        pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
+        *out = rv_vector(r, in.n);
+        out->ordered = false;
+        for (size_t i = 0; i < in.n; i++)
+            if (ov[i])
+                out->s[out->n++] = (rv_series_t){in.s[i].metric, ov[i], oh[i]};
+        return true;
+    }
+    *out = rv_vector(r, ng);
+    double **ov = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*ov));
+    uint8_t **oh = arena_alloc(r->a, (ng ? ng : 1) * sizeof(*oh));
+    for (size_t g = 0; g < ng; g++) {
+        rv_series_t *o = rv_add(r, out, glabels[g]);
+        ov[g] = o->v;
+        oh[g] = o->has;
+    }
+    out->ordered = pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
+    size_t k = 0; /* groups whose series never had a value */
+    for (size_t g = 0; g < out->n; g++) {
+        bool any = false;
+        for (size_t st = 0; st < r->nsteps && !any; st++)
+            any = out->s[g].has[st];
+        if (any)
+            out->s[k++] = out->s[g];
+    }
+    out->n = k;
+    return true;
+}
+
+static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
+{
+    pq_ctx_t *c = r->c;
+    promql_op_t op = e->u.agg.op;
+    const double *param = e->u.agg.param ? rv_eval(r, e->u.agg.param).sv : NULL;
+    rv_val_t fused;
+    if (r->fuse && rv_aggregate_fused(r, e, param, &fused))
+        return fused;
+    rv_val_t in = rv_eval(r, e->u.agg.expr);
+    if (!in.ordered)
+        rv_decline(r);
+    bool heaps = op == PROMQL_AGG_TOPK || op == PROMQL_AGG_BOTTOMK;
+    size_t nin = in.n ? in.n : 1;
+    uint32_t *gid = arena_alloc(r->a, nin * sizeof(*gid));
+    double **iv = arena_alloc(r->a, nin * sizeof(*iv));
+    uint8_t **ih = arena_alloc(r->a, nin * sizeof(*ih));
+    labels_t *glabels = arena_alloc(r->a, nin * sizeof(*glabels));
+    size_t ng = 0;
+    hashmap_t m;
+    pq_hmap_init(c, &m, in.n);
+    for (size_t i = 0; i < in.n; i++) {
+        labels_t gl;
+        uint64_t key = pq_agg_group_key(c, e, in.s[i].metric, &gl);
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, key, ng, &ex);
+        if (!ex)
+            glabels[ng++] = gl;
+        gid[i] = (uint32_t)*p;
+        iv[i] = in.s[i].v;
+        ih[i] = in.s[i].has;
+    }
+    size_t nout = heaps ? in.n : ng;
+    rv_val_t out = rv_vector(r, nout);
+    for (size_t i = 0; i < nout; i++)
+        rv_add(r, &out, heaps ? in.s[i].metric : glabels[i]);
+    double **ov = arena_alloc(r->a, (nout ? nout : 1) * sizeof(*ov));
+    uint8_t **oh = arena_alloc(r->a, (nout ? nout : 1) * sizeof(*oh));
+    for (size_t i = 0; i < nout; i++) {
+        ov[i] = out.s[i].v;
+        oh[i] = out.s[i].has;
+    }
+    pq_agg_range_t a = {.nsteps = r->nsteps,
+                        .nin = in.n,
+                        .ngroups = ng,
+                        .v = iv,
+                        .has = (const uint8_t *const *)ih,
+                        .gid = gid,
+                        .param = param,
+                        .ov = ov,
+                        .ohas = oh,
+                        .cnt = r->cnt};
+    pq_aggregate_range(c, op, &a);
+    out.ordered = a.ordered;
+    size_t k = 0; /* drop series that never came out (topk) */
+    for (size_t i = 0; i < out.n; i++) {
+        bool any = false;
+        for (size_t st = 0; st < r->nsteps && !any; st++)
+            any = out.s[i].has[st];
+        if (any)
+            out.s[k++] = out.s[i];
+    }
+    out.n = k;
+    return out;
+}
+
+static rv_val_t rv_binary(rv_t *r, const promql_expr_t *e)
+{
+    rv_val_t l = rv_eval(r, e->u.bin.lhs);
+    rv_val_t rr = rv_eval(r, e->u.bin.rhs);
+    promql_op_t op = e->u.bin.op;
+    bool rb = e->u.bin.return_bool;
+    if (l.scalar && rr.scalar) {
+        rv_val_t out = rv_scalar(r);
+        for (size_t st = 0; st < r->nsteps; st++) {
+            bool keep;
+            double v = pq_elem_binop(op, l.sv[st], rr.sv[st], &keep);
+            out.sv[st] = rb ? (keep ? 1.0 : 0.0) : v;
+        }
+        return out;
+    }
+    bool swap = l.scalar;
+    const rv_val_t *vec = swap ? &rr : &l;
+    const double *sc = swap ? l.sv : rr.sv;
+    bool drop = pq_op_drops_name(op) || rb;
+    rv_val_t out = rv_vector(r, vec->n);
+    out.ordered = vec->ordered;
+    for (size_t i = 0; i < vec->n; i++) {
+        const rv_series_t *s = &vec->s[i];
+        rv_series_t *o = rv_add(r, &out, drop ? pq_labels_drop_name(r->c, s->metric) : s->metric);
+        for (size_t st = 0; st < r->nsteps; st++) {
+            if (!s->has[st])
+                continue;
+            double lv = s->v[st], rv = sc[st];
+            if (swap) {
+                lv = sc[st];
+                rv = s->v[st];
+            }
+            bool keep;
+            double v = pq_elem_binop(op, lv, rv, &keep);
+            if (promql_op_is_comparison(op) && swap)
+                v = rv;
+            if (rb) {
+                v = keep ? 1.0 : 0.0;
+                keep = true;
+            }
+            if (keep) {
+                o->v[st] = v;
+                o->has[st] = 1;
+            }
+        }
+        rv_settle(r, &out, true);
+    }
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e)
+{
+    rv_val_t out;
+    switch (e->kind) {
+    case PROMQL_NODE_NUMBER:
+        out = rv_scalar(r);
+        for (size_t st = 0; st < r->nsteps; st++)
+            out.sv[st] = e->u.number;
+        return out;
+    case PROMQL_NODE_PAREN: return rv_eval(r, e->u.paren.expr);
+    case PROMQL_NODE_UNARY: {
+        rv_val_t in = rv_eval(r, e->u.unary.expr);
+        if (e->u.unary.op != PROMQL_OP_SUB)
+            return in;
+        if (in.scalar) {
+            for (size_t st = 0; st < r->nsteps; st++)
+                in.sv[st] = -in.sv[st];
+            return in;
+        }
+        out = rv_vector(r, in.n);
+        out.ordered = in.ordered;
+        for (size_t i = 0; i < in.n; i++) {
+            rv_series_t *o = rv_add(r, &out, pq_labels_drop_name(r->c, in.s[i].metric));
+            for (size_t st = 0; st < r->nsteps; st++) {
+                o->v[st] = -in.s[i].v[st];
+                o->has[st] = in.s[i].has[st];
+            }
+            rv_settle(r, &out, false); /* negated in place step-wise: no new samples */
+        }
+        rv_check_dups(r, &out, false);
+        break;
+    }
+    case PROMQL_NODE_VECTOR_SEL: out = rv_vector_sel(r, e); break;
+    case PROMQL_NODE_BINARY: out = rv_binary(r, e); break;
+    case PROMQL_NODE_AGG: out = rv_aggregate(r, e); break;
+    case PROMQL_NODE_CALL: {
+        const promql_func_t *f = e->u.call.func;
+        if (f->mfn) {
+            out = rv_call_range(r, e, NULL);
+        } else if (f->efn) {
+            out = rv_call_elementwise(r, e);
+        } else if (strcmp(f->name, "histogram_quantile") == 0) {
+            out = rv_histogram_quantile(r, e);
+        } else { /* time() */
+            out = rv_scalar(r);
+            for (size_t st = 0; st < r->nsteps; st++)
+                out.sv[st] = (double)r->ts[st] / 1000.0;
+        }
+        break;
+    }
+    default: rv_decline(r); /* rv_supported let nothing else through */
+    }
+    if (!out.scalar)
+        rv_check_samples(r);
+    return out;
+}
+
+/* ---- result --------------------------------------------------------------------------------- */
+
+static int cmp_series(const void *a, const void *b)
+{
+    const promql_series_t *x = a, *y = b;
+    return labels_compare(&x->metric, &y->metric);
+}
+
+/* The step-wise result: per label set (series of one label set at different steps merged, as the
+ * step-wise accumulator does), sorted by labels; max_samples replayed as pq_count_samples and the
+ * step loop count it. */
+static void rv_result(rv_t *r, rv_val_t *v, promql_result_t *res)
+{
+    pq_ctx_t *c = r->c;
+    if (v->scalar) { /* one series without labels */
+        rv_val_t s = rv_vector(r, 1);
+        rv_series_t *o = rv_add(r, &s, (labels_t){NULL, 0});
+        memcpy(o->v, v->sv, r->nsteps * sizeof(double));
+        memset(o->has, 1, r->nsteps);
+        s.n = 1;
+        *v = s;
+    }
+    /* merge series of one label set: first one's index, the rest chained behind it */
+    size_t *next = arena_alloc(r->a, (v->n ? v->n : 1) * sizeof(*next));
+    bool *head = arena_alloc(r->a, (v->n ? v->n : 1) * sizeof(*head));
+    size_t *tail = arena_alloc(r->a, (v->n ? v->n : 1) * sizeof(*tail));
+    hashmap_t m;
+    pq_hmap_init(c, &m, v->n);
+    size_t nout = 0;
+    int64_t *outn = arena_calloc(r->a, r->nsteps, sizeof(*outn));
+    for (size_t i = 0; i < v->n; i++) {
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, labels_hash(&v->s[i].metric), i, &ex);
+        next[i] = SIZE_MAX;
+        head[i] = !ex;
+        tail[i] = i;
+        if (ex) {
+            size_t h = (size_t)*p;
+            next[tail[h]] = i;
+            tail[h] = i;
+            for (size_t st = 0; st < r->nsteps; st++)
+                if (v->s[i].has[st])
+                    for (size_t j = h; j != i; j = next[j])
+                        if (v->s[j].has[st])
+                            rv_decline(r); /* two points at one time: leave that to the step-wise run */
+        } else {
+            nout++;
+        }
+        for (size_t st = 0; st < r->nsteps; st++)
+            outn[st] += v->s[i].has[st];
+    }
+    int64_t result = 0, peak = 0;
+    for (size_t st = 0; st < r->nsteps; st++) {
+        if (r->cnt[st] > 0 && result + r->cnt[st] > peak)
+            peak = result + r->cnt[st];
+        if (result + r->cnt[st] > c->max_samples)
+            rv_decline(r);
+        result += outn[st];
+        if (result > c->max_samples)
+            rv_decline(r);
+    }
+    promql_value_t *out = &res->value;
+    out->type = PROMQL_VT_MATRIX;
+    out->series = arena_alloc(c->qa, (nout ? nout : 1) * sizeof(promql_series_t));
+    out->nseries = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        if (!head[i])
+            continue;
+        size_t np = 0;
+        for (size_t j = i; j != SIZE_MAX; j = next[j])
+            for (size_t st = 0; st < r->nsteps; st++)
+                np += v->s[j].has[st];
+        promql_series_t *s = &out->series[out->nseries++];
+        s->metric = pq_copy_labels(c->qa, v->s[i].metric);
+        s->points = arena_alloc(c->qa, (np ? np : 1) * sizeof(promql_point_t));
+        s->npoints = 0;
+        for (size_t st = 0; st < r->nsteps; st++)
+            for (size_t j = i; j != SIZE_MAX; j = next[j])
+                if (v->s[j].has[st])
+                    s->points[s->npoints++] = (promql_point_t){r->ts[st], v->s[j].v[st]};
+    }
+    qsort(out->series, out->nseries, sizeof(promql_series_t), cmp_series);
+    c->peak_samples = peak;
+}
+
+/* Per-step values of every loaded series may take no more than this (one node's worth, a rough
+ * measure of what the evaluation holds); bigger queries go step by step, which holds one step. */
+#define RV_MAX_VALUE_BYTES (512u << 20)
+
+int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
+{
+    if (c->interval <= 0 || !rv_supported(c->ast->root))
+        return -1;
+    double loaded = 0;
+    for (int id = 0; id < c->ast->nselectors; id++)
+        loaded += (double)c->sel[id].n;
+    double steps = (double)((c->end - c->start) / c->interval) + 1;
+    if (loaded * steps * (sizeof(double) + 1) > RV_MAX_VALUE_BYTES)
+        return -1;
+    rv_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    jmp_buf outer;
+    memcpy(outer, c->jb, sizeof(outer));
+    arena_t *sa = c->sa;
+    bool rollups_used = c->rollups_used, rollups_approx = c->rollups_approx;
+    int64_t rollup_res = c->rollup_res;
+    if (setjmp(c->jb)) {
+        memcpy(c->jb, outer, sizeof(outer));
+        c->sa = sa;
+        if (r->a)
+            pq_owned_release(c, r->a);
+        free(r);
+        if (c->err_kind == PROMQL_ERR_TIMEOUT || c->err_kind == PROMQL_ERR_CANCELED)
+            longjmp(c->jb, 1);
+        /* the step-wise run starts from the state this one found */
+        c->err_kind = PROMQL_ERR_NONE;
+        c->err[0] = 0;
+        c->cur_samples = c->peak_samples = 0;
+        c->rollups_used = rollups_used;
+        c->rollups_approx = rollups_approx;
+        c->rollup_res = rollup_res;
+        memset(&res->value, 0, sizeof(res->value));
+        arena_reset(c->sa);
+        return -1;
+    }
+    r->c = c;
+    r->fuse = !getenv("SLUICE_PROMQL_NO_FUSE"); /* tests compare both */
+    r->a = pq_owned_create(c);
+    c->sa = r->a;
+    r->nsteps = (size_t)((c->end - c->start) / c->interval) + 1;
+    r->ts = arena_alloc(r->a, r->nsteps * sizeof(*r->ts));
+    r->cnt = arena_calloc(r->a, r->nsteps, sizeof(*r->cnt));
+    for (size_t st = 0; st < r->nsteps; st++)
+        r->ts[st] = c->start + (int64_t)st * c->interval;
+    rv_val_t v = rv_eval(r, c->ast->root);
+    rv_result(r, &v, res);
+    memcpy(c->jb, outer, sizeof(outer));
+    c->sa = sa;
+    pq_owned_release(c, r->a);
+    free(r);
+    return 0;
+}
