@@ -34,7 +34,7 @@ using double_conversion::DoubleToStringConverter;
  * and a division loop is cheaper than double-conversion. Returns 0 for any other value. */
 static int float_integral_digits(double a, char *digits, int *point)
 {
-    if (!(a < 9007199254740992.0) || a != (double)(uint64_t)a)
+    if (!(a >= 1.0 && a < 9007199254740992.0) || a != (double)(uint64_t)a)
         return 0;
     char tmp[20];
     int len = 0;
@@ -123,7 +123,9 @@ size_t floatfmt_go(char *out, double v, char fmt)
     if (std::signbit(v))
         *p++ = '-';
     if (v == 0) {
-        *p++ = '0';
+        /* Go: FormatFloat(0, 'e', -1, 64) is "0e+00" (Prometheus' alert values) */
+        memcpy(p, fmt == 'e' ? "0e+00" : "0", fmt == 'e' ? 5 : 1);
+        p += fmt == 'e' ? 5 : 1;
     } else {
         char d[DoubleToStringConverter::kBase10MaximalLength + 1];
         int point;

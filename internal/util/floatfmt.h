@@ -8,8 +8,8 @@
  * (Debian's libdouble-conversion, C++: Grisu3 with an exact bignum fallback) through the C shim
  * floatfmt.cc; the layouts 'e', 'f' and 'g' are written here, not by printf.
  *
- * Spellings that are sluice's, kept as they always were: NaN, +Inf, -Inf, and a zero is "0" or
- * "-0" in every layout (Go would write 0e+00 for 'e'; only alert values use 'e').
+ * Spellings that are sluice's, kept as they always were: NaN, +Inf, -Inf. A zero is "0" or "-0",
+ * and "0e+00" / "-0e+00" in the 'e' layout, as Go writes it (Prometheus' alert values).
  */
 #ifndef SLUICE_UTIL_FLOATFMT_H
 #define SLUICE_UTIL_FLOATFMT_H

@@ -3,7 +3,7 @@ double-conversion: Go's strconv.FormatFloat(v, fmt, -1, 64) layouts built here f
 repr, which gives the shortest digits that parse back and, of those, the closest to v (ties to
 even), as Go does. Values: every power of two and its neighbours (where shortest-digit searches
 that assume symmetric bounds go wrong), exact halfway values, random bit patterns, and specials.
-sluice's own spellings are kept: NaN, +Inf, -Inf, and zero as 0 / -0 in every layout."""
+sluice's own spellings are kept: NaN, +Inf, -Inf; zero is 0 / -0, and 0e+00 / -0e+00 in 'e' as in Go."""
 import math
 import os
 import random
@@ -20,7 +20,7 @@ def go_format(v, fmt):
         return "+Inf" if v > 0 else "-Inf"
     sign = "-" if math.copysign(1.0, v) < 0 else ""
     if v == 0:
-        return sign + "0"
+        return sign + ("0e+00" if fmt == "e" else "0")
     mant, _, exp = repr(abs(v)).partition("e")
     ip, _, fp = mant.partition(".")
     digits = (ip + fp).lstrip("0")
