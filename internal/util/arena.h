@@ -67,5 +67,7 @@ arena_mark_t arena_mark(const arena_t *a);
 void arena_rewind(arena_t *a, arena_mark_t m);
 /* Bytes handed out so far. */
 size_t arena_used(const arena_t *a);
+/* Bytes of freed blocks kept for reuse by the next arenas (process-wide, bounded). */
+size_t arena_cache_bytes(void);
 
 #endif

@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <stdatomic.h>
 
+#include "internal/util/arena.h"
 #include "internal/util/clock.h"
 #include "internal/util/metrics.h"
 
@@ -50,5 +51,8 @@ void heap_write_metrics(void *ud, buf_t *out)
                (unsigned long long)atomic_load(&heap_trims), (unsigned long long)atomic_load(&heap_trimmed_bytes),
                (unsigned long long)atomic_load(&heap_in_use));
     buf_put_float(out, (double)atomic_load(&heap_trim_ns) / 1e9);
-    buf_putc(out, '\n');
+    buf_printf(out,
+               "\n# HELP sluice_heap_arena_cache_bytes Freed 1 MiB arena blocks kept for the next queries.\n"
+               "# TYPE sluice_heap_arena_cache_bytes gauge\nsluice_heap_arena_cache_bytes %zu\n",
+               arena_cache_bytes());
 }

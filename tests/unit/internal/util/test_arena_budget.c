@@ -1,11 +1,14 @@
 /* Unit tests for arena budgets: blocks are charged to a budget and its parents, refused before
- * they are allocated, released when freed; arena_alloc calls the fail handler on refusal. */
+ * they are allocated, released when freed; arena_alloc calls the fail handler on refusal. And the
+ * process-wide cache of freed 1 MiB blocks: reused by the next arena, bounded, still charged. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cmocka.h>
+
+#include <string.h>
 
 #include "internal/util/arena.h"
 
@@ -112,9 +115,42 @@ static void test_mark_rewind(void **state)
     arena_destroy(a);
 }
 
+static void test_block_cache(void **state)
+{
+    (void)state;
+    /* 8 KiB doubling to 1 MiB: 8 MiB of small allocations ends in several 1 MiB blocks. */
+    arena_t *a = arena_create(0);
+    for (int i = 0; i < 8 * 1024; i++)
+        memset(arena_alloc(a, 1000), 0xab, 1000);
+    size_t before = arena_cache_bytes();
+    arena_destroy(a);
+    size_t kept = arena_cache_bytes();
+    assert_true(kept >= before + (4u << 20));
+    /* The next arena takes its 1 MiB blocks from the cache, charged to its budget as new ones. */
+    arena_budget_t q = {.limit = 64u << 20};
+    arena_t *b = arena_create(0);
+    assert_int_equal(arena_set_budget(b, &q, NULL, NULL), 0);
+    for (int i = 0; i < 4 * 1024; i++)
+        memset(arena_alloc(b, 1000), 0xcd, 1000);
+    assert_true(arena_cache_bytes() < kept);
+    assert_true(atomic_load(&q.used) >= 4000u * 1000);
+    arena_destroy(b);
+    assert_int_equal(atomic_load(&q.used), 0);
+    /* Bounded: 200 MiB freed at once leaves at most 64 MiB cached. */
+    arena_t *c = arena_create(0);
+    for (int i = 0; i < 200; i++)
+        memset(arena_alloc(c, 1u << 19), 1, 1u << 19);
+    for (int i = 0; i < 200; i++)
+        memset(arena_alloc(c, 1u << 19), 2, 1u << 19);
+    arena_destroy(c);
+    assert_true(arena_cache_bytes() <= (64u << 20));
+    assert_true(arena_cache_bytes() > (32u << 20));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_block_cache),
         cmocka_unit_test(test_budget_charges_parents),
         cmocka_unit_test(test_alloc_calls_fail_handler),
         cmocka_unit_test(test_set_budget_charges_existing_blocks),
