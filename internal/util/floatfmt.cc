@@ -38,8 +38,10 @@ static int float_integral_digits(double a, char *digits, int *point)
         return 0;
     char tmp[20];
     int len = 0;
-    for (uint64_t u = (uint64_t)a; u != 0; u /= 10)
+    uint64_t u = (uint64_t)a;
+    do
         tmp[len++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
     int zeros = 0;
     while (tmp[zeros] == '0')
         zeros++;
