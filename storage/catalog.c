@@ -72,6 +72,8 @@ struct catalog {
      * catalog_is_written reads pending_min first; the writer sets inflight_min before it resets
      * pending_min, so a reader never sees both empty while a batch still needs its labels. */
     _Atomic uint64_t pending_min, inflight_min;
+    size_t nadd;          /* PENDING_ADD entries in `pending` (under pending_mu) */
+    sqlite3_stmt *get_st; /* SELECT enc by id on rdb, prepared once (under read_mu) */
 };
 
 #define CAT_SCHEMA                                                                                                     \
@@ -274,6 +276,7 @@ void catalog_close(catalog_t *cat)
     for (size_t i = 0; i < cat->npending; i++)
         pending_free(&cat->pending[i]);
     free(cat->pending);
+    sqlite3_finalize(cat->get_st);
     sqlite3_close(cat->rdb);
     sqlite3_close(cat->wdb);
     free(cat->path);
@@ -329,6 +332,7 @@ static int pending_push(catalog_t *cat, const pending_t *p)
         cat->cappending = cap;
     }
     cat->pending[cat->npending++] = *p;
+    cat->nadd += p->kind == PENDING_ADD;
     if (p->kind == PENDING_REF && p->id < atomic_load(&cat->pending_min))
         atomic_store(&cat->pending_min, p->id);
     pthread_mutex_unlock(&cat->pending_mu);
@@ -528,8 +532,10 @@ int catalog__write_pending(catalog_t *cat)
     uint64_t batch_min = atomic_load(&cat->pending_min);
     atomic_store(&cat->inflight_min, batch_min);
     atomic_store(&cat->pending_min, UINT64_MAX);
+    size_t nadd = cat->nadd;
     cat->pending = NULL;
     cat->npending = cat->cappending = 0;
+    cat->nadd = 0;
     pthread_mutex_unlock(&cat->pending_mu);
     if (n == 0)
         return 0;
@@ -569,6 +575,7 @@ out:
         free(cat->pending);
         cat->pending = v;
         cat->npending = cat->cappending = n + cat->npending;
+        cat->nadd += nadd;
         if (batch_min < atomic_load(&cat->pending_min))
             atomic_store(&cat->pending_min, batch_min);
         atomic_store(&cat->inflight_min, UINT64_MAX);
@@ -817,7 +824,10 @@ int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
     bool by_ref = false;
     uint64_t hint = 0;
     pthread_mutex_lock(&cat->pending_mu);
-    for (size_t i = cat->npending; i-- > 0;) {
+    /* Only a queued copy, or a queued reference at or above pending_min, can hold id: after a
+     * burst of new series, a history query's thousands of lookups skip the scan. */
+    size_t scan = cat->nadd || id >= atomic_load(&cat->pending_min) ? cat->npending : 0;
+    for (size_t i = scan; i-- > 0;) {
         if (cat->pending[i].kind == PENDING_ADD && cat->pending[i].id == id) {
             ret = copy_labels_to_arena(&cat->pending[i].ls, a, out);
             break;
@@ -835,9 +845,10 @@ int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
     if (ret != 1)
         return ret;
     pthread_mutex_lock(&cat->read_mu);
-    sqlite3_stmt *st = NULL;
     ret = -1;
-    if (sqlite3_prepare_v2(cat->rdb, "SELECT enc FROM series WHERE id = ?", -1, &st, NULL) == SQLITE_OK) {
+    if (cat->get_st || sqlite3_prepare_v3(cat->rdb, "SELECT enc FROM series WHERE id = ?", -1,
+                                          SQLITE_PREPARE_PERSISTENT, &cat->get_st, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st = cat->get_st;
         sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_ROW)
@@ -845,8 +856,8 @@ int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
                 decode_labels(sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0), arena_alloc_cb, a, out);
         else if (rc == SQLITE_DONE)
             ret = 1;
+        sqlite3_reset(st);
     }
-    sqlite3_finalize(st);
     pthread_mutex_unlock(&cat->read_mu);
     return ret;
 }

@@ -244,9 +244,9 @@ static void test_go_outputs(void **state)
     assert_string_equal(fmt_new(&b, -NAN, 'g'), "NaN");
     assert_string_equal(fmt_new(&b, INFINITY, 'j'), "+Inf");
     assert_string_equal(fmt_new(&b, -INFINITY, 'e'), "-Inf");
-    /* sluice's own spelling, kept: zero is "0" in 'e' too (Go: 0e+00). */
-    assert_string_equal(fmt_new(&b, 0.0, 'e'), "0");
-    assert_string_equal(fmt_new(&b, -0.0, 'e'), "-0");
+    /* Go's 'e' of a zero (Prometheus' alert values). */
+    assert_string_equal(fmt_new(&b, 0.0, 'e'), "0e+00");
+    assert_string_equal(fmt_new(&b, -0.0, 'e'), "-0e+00");
     /* 'f' of the smallest subnormal: "0." and 323 zeros and "5". */
     const char *s = fmt_new(&b, -DBL_TRUE_MIN, 'f');
     assert_int_equal(strlen(s), 327);
