@@ -54,8 +54,10 @@ stop_server() {
 }
 trap 'stop_server; rm -rf "$work"' EXIT
 
+# buf.c formats floats through internal/util/floatfmt.cc (double-conversion, C++)
+c++ -O2 -I"$repo" -c -o "$work/floatfmt.o" "$repo/internal/util/floatfmt.cc"
 cc -O2 -I"$repo" -o "$work/push_bench" "$here/push_bench.c" "$repo/internal/expfmt/flinkgen.c" \
-    "$repo/internal/util/buf.c" -lm
+    "$repo/internal/util/buf.c" "$work/floatfmt.o" -ldouble-conversion -lstdc++ -lm
 "$work/push_bench" --write-bodies "$work/bodies.bin" --tms "$TMS" --rounds "$ROUNDS" --seed "$SEED"
 
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
