@@ -300,17 +300,8 @@ def flink_snapshots(flink_gen, nseries):
     return [series[k] for k in order]
 
 
-def varint(n):
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def field(num, data):
-    return varint(num << 3 | 2) + varint(len(data)) + data
+varint = promproto.uvarint
+field = promproto.bytes_field
 
 
 def dashboard_bodies(series, times_ms, batch=500):
