@@ -37,6 +37,7 @@
 #include "cmd/sluice/config.h"
 #include "internal/remote/read_client.h"
 #include "internal/remote/remote_querier.h"
+#include "internal/util/arena.h"
 #include "internal/util/buildinfo.h"
 #include "internal/util/heap.h"
 #include "internal/util/log.h"
@@ -153,6 +154,7 @@ static void main_process_metrics(void *ud, buf_t *out)
 
 static void main_on_heap_timer(evutil_socket_t fd, short what, void *arg)
 {
+    arena_cache_release_idle(); /* before the trim, which can then give those pages back */
     int64_t freed = heap_trim();
     if (freed > 64 << 20)
         log_debug("main", "returned freed heap memory", LF_I("bytes", freed));

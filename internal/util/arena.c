@@ -6,7 +6,8 @@
  * Freed 1 MiB blocks go to a process-wide cache (at most ARENA_CACHE_BYTES) that the next arena
  * takes them from: a range query allocates tens of MB in such blocks, and when every query got
  * fresh pages from the kernel, page faults were about a third of its time. What the cache holds
- * stays resident; sluice_heap_* metrics count it as in use.
+ * stays resident while queries keep coming; arena_cache_release_idle(), called on a timer, frees
+ * the blocks no arena took since its last call, so an idle server holds none of it.
  */
 #include "internal/util/arena.h"
 
@@ -43,6 +44,7 @@ typedef struct arena_block {
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static arena_block_t *cache_head;
 static size_t cache_n;
+static size_t cache_low; /* fewest blocks cached since the last arena_cache_release_idle() */
 
 static arena_block_t *cache_take(void)
 {
@@ -51,6 +53,8 @@ static arena_block_t *cache_take(void)
     if (b) {
         cache_head = b->next;
         cache_n--;
+        if (cache_n < cache_low)
+            cache_low = cache_n;
     }
     pthread_mutex_unlock(&cache_mu);
     if (b)
@@ -80,6 +84,31 @@ size_t arena_cache_bytes(void)
     pthread_mutex_lock(&cache_mu);
     size_t n = cache_n;
     pthread_mutex_unlock(&cache_mu);
+    return n * (sizeof(arena_block_t) + ARENA_MAX_BLOCK);
+}
+
+size_t arena_cache_release_idle(void)
+{
+    /* The cache is a stack: its bottom cache_low blocks stayed untouched all interval. Taking them
+     * from the top instead is the same count and keeps the list walk short. */
+    pthread_mutex_lock(&cache_mu);
+    arena_block_t *idle = NULL;
+    size_t n = cache_low;
+    for (size_t i = 0; i < n; i++) {
+        arena_block_t *b = cache_head;
+        cache_head = b->next;
+        b->next = idle;
+        idle = b;
+    }
+    cache_n -= n;
+    cache_low = cache_n;
+    pthread_mutex_unlock(&cache_mu);
+    while (idle) {
+        arena_block_t *next = idle->next;
+        CACHE_UNPOISON(idle);
+        free(idle);
+        idle = next;
+    }
     return n * (sizeof(arena_block_t) + ARENA_MAX_BLOCK);
 }
 

@@ -69,5 +69,9 @@ void arena_rewind(arena_t *a, arena_mark_t m);
 size_t arena_used(const arena_t *a);
 /* Bytes of freed blocks kept for reuse by the next arenas (process-wide, bounded). */
 size_t arena_cache_bytes(void);
+/* Frees the cached blocks that no arena took since the previous call (the fewest the cache held
+ * in between) and returns their bytes: called on a timer, so the cache shrinks to nothing when
+ * queries stop and stays as large as they use while they come. */
+size_t arena_cache_release_idle(void);
 
 #endif

@@ -147,10 +147,44 @@ static void test_block_cache(void **state)
     assert_true(arena_cache_bytes() > (32u << 20));
 }
 
+static void test_block_cache_release_idle(void **state)
+{
+    (void)state;
+    arena_cache_release_idle();
+    arena_cache_release_idle(); /* whatever earlier tests left is idle now */
+    assert_int_equal(arena_cache_bytes(), 0);
+    arena_t *a = arena_create(0);
+    for (int i = 0; i < 16 * 1024; i++)
+        memset(arena_alloc(a, 1000), 0xab, 1000);
+    arena_destroy(a);
+    size_t cached = arena_cache_bytes();
+    assert_true(cached >= (8u << 20));
+    /* Nothing was taken yet, but the blocks arrived in this interval: the first call keeps them. */
+    assert_int_equal(arena_cache_release_idle(), 0);
+    /* A query takes some; the blocks it never needed are idle and go, the ones it used stay. */
+    arena_t *b = arena_create(0);
+    for (int i = 0; i < 4 * 1024; i++)
+        memset(arena_alloc(b, 1000), 0xcd, 1000);
+    size_t low = arena_cache_bytes();
+    arena_destroy(b);
+    assert_int_equal(arena_cache_bytes(), cached);
+    assert_int_equal(arena_cache_release_idle(), low);
+    assert_int_equal(arena_cache_bytes(), cached - low);
+    /* An interval without queries frees the rest. */
+    assert_int_equal(arena_cache_release_idle(), cached - low);
+    assert_int_equal(arena_cache_bytes(), 0);
+    /* Freed blocks are real frees: a new arena still works. */
+    arena_t *c = arena_create(0);
+    for (int i = 0; i < 2 * 1024; i++)
+        memset(arena_alloc(c, 1000), 0xef, 1000);
+    arena_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_cache),
+        cmocka_unit_test(test_block_cache_release_idle),
         cmocka_unit_test(test_budget_charges_parents),
         cmocka_unit_test(test_alloc_calls_fail_handler),
         cmocka_unit_test(test_set_budget_charges_existing_blocks),
