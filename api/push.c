@@ -361,11 +361,16 @@ static int push_state_restore(void *ud, const void *data, size_t len, bool full)
     return rc;
 }
 
-static int push_state_checkpoint(void *ud, buf_t *out)
+static int push_state_put(void *ctx, const void *data, size_t len)
+{
+    return storage_state_put(ctx, data, len);
+}
+
+/* In pieces of about 1 MiB: the whole registry in one buffer was ~130 MB at 256k series. */
+static int push_state_checkpoint(void *ud, storage_state_sink_t *sink)
 {
     api_push_t *p = ud;
-    push_registry_serialize(p->reg, out);
-    return 0;
+    return push_registry_serialize(p->reg, 1u << 20, push_state_put, sink);
 }
 
 static int push_storage_status(int rc)

@@ -193,6 +193,16 @@ int chunk_xor_appender_init(chunk_xor_appender_t *a)
     return 0;
 }
 
+void chunk_xor_appender_init_buf(chunk_xor_appender_t *a, uint8_t *buf, size_t cap)
+{
+    assert(buf && cap >= CHUNK_XOR_HEADER_BYTES);
+    memset(a, 0, sizeof(*a));
+    a->leading = XOR_NO_WINDOW;
+    a->bytes = buf;
+    a->cap = cap; /* stale bytes past the header are fine: each byte is zeroed when first written */
+    xor_put_count(a);
+}
+
 void chunk_xor_appender_free(chunk_xor_appender_t *a)
 {
     free(a->bytes);

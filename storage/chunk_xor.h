@@ -43,6 +43,10 @@ typedef struct {
 
 /* Starts an empty chunk. Returns 0, or -1 on OOM. Release with chunk_xor_appender_free. */
 int chunk_xor_appender_init(chunk_xor_appender_t *a);
+/* Starts an empty chunk in buf (cap >= 2 bytes, malloc'd; the appender owns it from now on, as
+ * if init had allocated it): a caller that closes chunks one after another reuses one buffer
+ * instead of freeing it and growing a new one from nothing. */
+void chunk_xor_appender_init_buf(chunk_xor_appender_t *a, uint8_t *buf, size_t cap);
 void chunk_xor_appender_free(chunk_xor_appender_t *a);
 /* Appends (t, v). t must be > the last timestamp (callers enforce ordering). Returns 0, or -1 on
  * OOM (or if the chunk already holds 65535 samples and the 16-bit count would wrap); never fails

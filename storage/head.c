@@ -456,8 +456,11 @@ static void link_record(head_t *h, hseries_t *s, uint8_t *r)
     atomic_fetch_add(&h->closed_bytes, rec_len(r));
 }
 
-/* Closes the open chunk: copies it into its block's slab and links it. */
-static void cut_chunk(head_t *h, hseries_t *s)
+/* Closes the open chunk: copies it into its block's slab and links it. keep_buf: the caller opens
+ * the next chunk at once and reuses obuf for it (still counted in open_cap_bytes). Every series
+ * of a push group cuts at the same block boundary; freeing all their buffers there and growing
+ * new ones in small steps left tens of MB of holes in the heap that RSS never gave back. */
+static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
 {
     assert(s->flags & F_OPEN);
     size_t len = open_len(s);
@@ -469,11 +472,13 @@ static void cut_chunk(head_t *h, hseries_t *s)
         link_record(h, s, r);
     else
         atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
+    s->flags &= (uint8_t)~F_OPEN;
+    if (keep_buf)
+        return;
     atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
     free(s->obuf);
     s->obuf = NULL;
     s->ocap = 0;
-    s->flags &= (uint8_t)~F_OPEN;
 }
 
 /* Grows obuf so one more sample fits. Steps of ~1/8 of the size, rounded to what malloc hands
@@ -503,14 +508,18 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         int64_t mint = open_mint(s);
         if (open_num(s) >= CUT_SAMPLES || floordiv(mint, h->block_ms) != floordiv(t, h->block_ms) ||
             (uint64_t)(t - mint) > UINT32_MAX || t - s->ot > INT32_MAX || open_len(s) > OPEN_MAX_BYTES)
-            cut_chunk(h, s);
+            cut_chunk(h, s, true);
     }
     if (!(s->flags & F_OPEN)) {
         chunk_xor_appender_t a;
-        if (chunk_xor_appender_init(&a) < 0)
-            return HEAD_ERR_NOMEM;
+        if (s->obuf) { /* cut just above */
+            chunk_xor_appender_init_buf(&a, s->obuf, s->ocap);
+        } else {
+            if (chunk_xor_appender_init(&a) < 0)
+                return HEAD_ERR_NOMEM;
+            atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap, memory_order_relaxed);
+        }
         open_store(s, &a);
-        atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
         atomic_fetch_add(&h->n_chunks, 1);
         s->flags |= F_OPEN;
     }
@@ -691,7 +700,7 @@ static bool sweep_series(void *ud, index_series_t *is)
      * slab at its exact size. */
     if ((s->flags & F_OPEN) && floordiv(open_mint(s), h->block_ms) < floordiv(h->pass_now, h->block_ms) - 1) {
         /* The pending sample, if any, stays pending: encoding happens on the next append. */
-        cut_chunk(h, s);
+        cut_chunk(h, s, false);
     }
     if (s->flags & (F_OPEN | F_PENDING) || s->first)
         return false;

@@ -21,7 +21,8 @@
  *   ...     ...         C times: i64 mint, i64 maxt, u32 length, XOR chunk bytes
  *   ...     4           open chunk length O (0 = none), then O bytes
  *
- * Snapshot record type 2, one per registered state client (storage_register_state):
+ * Snapshot record type 2, the first piece of a state client's checkpoint (its full state), and
+ * type 3, each later piece (a delta on top of it; storage_state_put):
  *
  *   offset  size        field
  *   0       1           client type (1..255)
@@ -73,6 +74,7 @@
 
 #define SNAP_REC_SERIES 1
 #define SNAP_REC_STATE 2
+#define SNAP_REC_STATE_DELTA 3
 #define MAX_LABELS_PER_SERIES 256
 #define EXPIRE_BUDGET 4096
 
@@ -369,8 +371,8 @@ static uint32_t restore_snapshot(recover_t *rc, snapshot_reader_t *r)
     size_t len;
     uint64_t bad = 0;
     while (snapshot_reader_next(r, &type, &data, &len)) {
-        if (type == SNAP_REC_STATE && len >= 1) {
-            restore_state(s, ((const uint8_t *)data)[0], (const uint8_t *)data + 1, len - 1, true);
+        if ((type == SNAP_REC_STATE || type == SNAP_REC_STATE_DELTA) && len >= 1) {
+            restore_state(s, ((const uint8_t *)data)[0], (const uint8_t *)data + 1, len - 1, type == SNAP_REC_STATE);
             continue;
         }
         if (type != SNAP_REC_SERIES)
@@ -771,6 +773,25 @@ typedef struct {
     uint64_t series;
 } snapctx_t;
 
+struct storage_state_sink {
+    snapctx_t *c;
+    uint8_t type;
+    int pieces;
+    bool failed; /* a piece was not written: the writer's message is in c->err */
+};
+
+int storage_state_put(storage_state_sink_t *k, const void *data, size_t len)
+{
+    buf_t *b = &k->c->b;
+    buf_reset(b);
+    buf_putc(b, (char)k->type);
+    buf_append(b, data, len);
+    int rtype = k->pieces++ ? SNAP_REC_STATE_DELTA : SNAP_REC_STATE;
+    if (snapshot_writer_add(k->c->w, rtype, b->data, b->len, k->c->err, k->c->errlen) != SNAPSHOT_OK)
+        k->failed = true;
+    return k->failed ? STORAGE_ERR_IO : STORAGE_OK;
+}
+
 static int snap_series(void *ud, const head_series_state_t *st)
 {
     snapctx_t *c = ud;
@@ -830,12 +851,10 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
     for (int type = 1; type < 256 && rc == 0; type++) {
         if (!s->has_client[type])
             continue;
-        buf_reset(&c.b);
-        buf_putc(&c.b, (char)type);
-        if (s->clients[type].checkpoint(s->clients[type].ud, &c.b) != 0) {
-            snprintf(err, errlen, "state client %d failed to checkpoint", type);
-            rc = -1;
-        } else if (snapshot_writer_add(c.w, SNAP_REC_STATE, c.b.data, c.b.len, err, errlen) != SNAPSHOT_OK) {
+        storage_state_sink_t sink = {.c = &c, .type = (uint8_t)type};
+        if (s->clients[type].checkpoint(s->clients[type].ud, &sink) != 0) {
+            if (!sink.failed)
+                snprintf(err, errlen, "state client %d failed to checkpoint", type);
             rc = -1;
         }
     }

@@ -186,12 +186,14 @@ void storage_write_metrics(storage_t *s, buf_t *b);
  *
  * Recovery (inside storage_recover, before ready): restore(ud, data, len, true) once with the
  * full state the snapshot recovery loaded holds for this type (skipped when there is none, or
- * its record was lost to damage), then restore(ud, data, len, false) for every delta of the type
- * logged after that snapshot, in log order. A full record replaces whatever the client has.
+ * its record was lost to damage), then restore(ud, data, len, false) for each further piece of
+ * that checkpoint (see below) and every delta of the type logged after that snapshot, in log
+ * order. A full record replaces whatever the client has.
  *
- * Snapshots: every storage_snapshot calls checkpoint(ud, out) right after cutting the WAL; the
- * client appends its complete state to out. Deltas logged before the cut are then dropped with
- * the old WAL segments. The call is made outside the store's locks (so a client may hold its own
+ * Snapshots: every storage_snapshot calls checkpoint(ud, sink) right after cutting the WAL; the
+ * client writes its complete state with storage_state_put: the first piece it puts is its full
+ * state, each later one a delta on top of it, so a large state never has to sit in one buffer.
+ * Deltas logged before the cut are then dropped with the old WAL segments. The call is made outside the store's locks (so a client may hold its own
  * lock while calling storage_log_state without deadlocking against a snapshot); the client must
  * take its own lock in checkpoint so the state it writes includes every delta whose
  * storage_log_state has returned. A delta logged concurrently with a snapshot may therefore be
@@ -204,11 +206,16 @@ void storage_write_metrics(storage_t *s, buf_t *b);
  * Memory-only stores accept registrations and deltas and persist nothing.
  *
  * Type registry: 1 = push gateway groups (api/push). */
+typedef struct storage_state_sink storage_state_sink_t;
 typedef struct {
     void *ud;
     int (*restore)(void *ud, const void *data, size_t len, bool full);
-    int (*checkpoint)(void *ud, buf_t *out);
+    int (*checkpoint)(void *ud, storage_state_sink_t *sink);
 } storage_state_client_t;
+
+/* Writes one piece of a checkpoint into the snapshot (copied; at most 256 MiB). Returns
+ * STORAGE_OK or STORAGE_ERR_IO (the checkpoint should then return non-zero). */
+int storage_state_put(storage_state_sink_t *sink, const void *data, size_t len);
 
 /* Call between storage_new and storage_recover. The client struct is copied. Returns STORAGE_OK,
  * or -1 (type 0, type already registered, NULL callbacks, or recovery already started). */

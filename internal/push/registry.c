@@ -1973,15 +1973,28 @@ static void ser_values(buf_t *out, const push_group_t *g)
         }
 }
 
-void push_registry_serialize(push_registry_t *r, buf_t *out)
+int push_registry_serialize(push_registry_t *r, size_t piece_bytes, push_registry_put_fn put, void *ctx)
 {
+    buf_t b = BUF_INIT;
+    buf_append(&b, "SPG1", 4);
+    ser_u32(&b, 0);
     pthread_mutex_lock(&r->mu);
-    buf_append(out, "SPG1", 4);
-    ser_u32(out, (uint32_t)r->ngroups);
-    for (size_t i = 0; i < r->gcap; i++)
-        for (push_group_t *g = r->gtab[i]; g; g = g->next)
-            ser_group(out, g);
+    int rc = put(ctx, b.data, b.len);
+    buf_reset(&b);
+    for (size_t i = 0; i < r->gcap && rc == 0; i++)
+        for (push_group_t *g = r->gtab[i]; g && rc == 0; g = g->next) {
+            buf_putc(&b, 'G');
+            ser_group(&b, g);
+            if (b.len >= piece_bytes) {
+                rc = put(ctx, b.data, b.len);
+                buf_reset(&b);
+            }
+        }
+    if (rc == 0 && b.len)
+        rc = put(ctx, b.data, b.len);
     pthread_mutex_unlock(&r->mu);
+    buf_free(&b);
+    return rc;
 }
 
 /* The delta of a commit: the whole group when its shape changed, else just its values. */
@@ -2165,10 +2178,19 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         batch->refs++;
         type_ref(r, f->name, f->type);
     }
+    if (g && rd->bad) {
+        /* Not half a group: a bad record leaves none (a snapshot piece or WAL delta that fails
+         * its checksum never gets here; this is for bytes that pass it yet do not parse). */
+        bool owned = batch->refs > 0;
+        group_unlink_free(r, g); /* releasing its last family frees the batch */
+        g = NULL;
+        if (owned)
+            batch = NULL;
+    }
     if (g)
         g->shape = group_shape(g);
     free(st.slot);
-    if (batch->refs == 0) {
+    if (batch && batch->refs == 0) {
         arena_destroy(batch->arena);
         free(batch);
     }

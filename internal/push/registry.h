@@ -196,9 +196,16 @@ size_t push_registry_group_count(push_registry_t *r);
 /* sluice_push_* self-metrics. */
 void push_registry_write_metrics(push_registry_t *r, buf_t *out);
 
-/* The whole state as bytes (for the storage snapshot) and back. restore replaces the state;
- * returns 0 or -1 on malformed input (state left empty). */
-void push_registry_serialize(push_registry_t *r, buf_t *out);
+/* The whole state as bytes (for the storage snapshot), in pieces of about piece_bytes so that no
+ * buffer holds all of it (at 256k series it is ~130 MB): the first piece is a full state with no
+ * groups (push_registry_restore), every later one a delta of whole groups
+ * (push_registry_apply_delta), and restoring them in order rebuilds the registry. put receives
+ * each piece (valid during the call only) and returns 0, or non-zero to stop: serialize then
+ * returns that value. The registry lock is held throughout, so the pieces are one consistent
+ * state. */
+typedef int (*push_registry_put_fn)(void *ctx, const void *data, size_t len);
+int push_registry_serialize(push_registry_t *r, size_t piece_bytes, push_registry_put_fn put, void *ctx);
+/* Replaces the state; returns 0 or -1 on malformed input (state left empty). */
 int push_registry_restore(push_registry_t *r, const void *data, size_t len);
 /* Replays a delta (see above). Returns 0, or -1 if malformed (records before the bad one stay
  * applied). */

@@ -176,6 +176,36 @@ static void test_chunk_cutting(void **state)
     head_free(h);
 }
 
+/* A series cutting at a block boundary opens its next chunk in the buffer of the one it closed:
+ * the open capacity stays (no free, no growing from nothing), and the samples stay exact. */
+static void test_cut_keeps_open_buffer(void **state)
+{
+    (void)state;
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 900 * 1000};
+    head_t *h = head_new(&o);
+    label_t v[2];
+    labels_t ls = lbl(v, "m", "a");
+    for (int i = 0; i < 90; i++) /* 10 s samples fill block 0 */
+        assert_int_equal(head_append(h, &ls, i * 10000LL, i * 1.37 + 0.001 * i * i), HEAD_OK);
+    head_stats_t before, after;
+    head_get_stats(h, &before);
+    assert_true(before.chunk_bytes > 200); /* the open chunk's buffer */
+    for (int i = 90; i < 92; i++) /* block 1: the first sample cuts (the last one stays pending) */
+        assert_int_equal(head_append(h, &ls, i * 10000LL, i * 1.37 + 0.001 * i * i), HEAD_OK);
+    head_get_stats(h, &after);
+    assert_int_equal(after.chunks, 2);
+    /* The closed chunk (nearly the old buffer's size) plus the same open capacity again. */
+    assert_true(after.chunk_bytes >= before.chunk_bytes + 150);
+    assert_true(after.chunk_bytes <= 2 * before.chunk_bytes);
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "m", INT64_MIN, INT64_MAX, d);
+    assert_int_equal(d->n, 92);
+    for (int i = 0; i < 92; i++)
+        assert_true(d->t[i] == i * 10000LL && d->v[i] == i * 1.37 + 0.001 * i * i);
+    free(d);
+    head_free(h);
+}
+
 static void test_expiry(void **state)
 {
     head_options_t o = {.retention_ms = 120 * 1000, .block_ms = 60 * 1000};
@@ -474,7 +504,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_second_and_ooo),     cmocka_unit_test(test_stale_and_special_values),
-        cmocka_unit_test(test_chunk_cutting),           cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_chunk_cutting),
+        cmocka_unit_test(test_cut_keeps_open_buffer),           cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_removal_veto),
         cmocka_unit_test(test_querier_select),          cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_hard_samples_round_trip), cmocka_unit_test(test_many_series_chains),

@@ -426,6 +426,7 @@ static void test_series_per_request_distinct(void **state)
 typedef struct {
     uint8_t slots[16];
     int full_calls, delta_calls;
+    bool split; /* checkpoint slots 8..15 as deltas after the full state */
 } toy_t;
 
 static int toy_restore(void *ud, const void *data, size_t len, bool full)
@@ -446,11 +447,18 @@ static int toy_restore(void *ud, const void *data, size_t len, bool full)
     return 0;
 }
 
-static int toy_checkpoint(void *ud, buf_t *out)
+static int toy_checkpoint(void *ud, storage_state_sink_t *sink)
 {
     toy_t *t = ud;
-    buf_append(out, t->slots, sizeof(t->slots));
-    return 0;
+    if (!t->split)
+        return storage_state_put(sink, t->slots, sizeof(t->slots));
+    uint8_t full[16] = {0};
+    memcpy(full, t->slots, 8);
+    int rc = storage_state_put(sink, full, sizeof(full));
+    for (uint8_t i = 8; i < 16 && rc == STORAGE_OK; i++)
+        if (t->slots[i])
+            rc = storage_state_put(sink, (uint8_t[2]){i, t->slots[i]}, 2);
+    return rc;
 }
 
 static storage_t *open_toy(const char *path, toy_t *t)
@@ -571,6 +579,25 @@ static void test_state_clients(void **state)
     assert_int_equal(t5.delta_calls, 1);
     assert_int_equal(t5.slots[6], 60);
     assert_int_equal(count_set_aside(path), 2);
+    storage_close(s);
+
+    /* A checkpoint in pieces: the full state, then its deltas, restored in order before the WAL's. */
+    toy_t t6 = {0};
+    s = open_toy(path, &t6);
+    t6.split = true;
+    toy_set(s, &t6, 9, 90);
+    toy_set(s, &t6, 12, 120);
+    toy_set(s, &t6, 3, 33);
+    assert_int_equal(storage_snapshot(s, err, sizeof(err)), STORAGE_OK);
+    toy_set(s, &t6, 12, 121);
+    uint8_t want[16];
+    memcpy(want, t6.slots, 16);
+    storage_close(s);
+    toy_t t7 = {0};
+    s = open_toy(path, &t7);
+    assert_int_equal(t7.full_calls, 1);
+    assert_int_equal(t7.delta_calls, 2); /* the close snapshot's two pieces; its WAL is empty */
+    assert_memory_equal(t7.slots, want, 16);
     storage_close(s);
 
     /* Memory-only stores accept deltas and keep nothing. */

@@ -72,6 +72,43 @@ static size_t count_stale(const push_effect_t *e)
     return n;
 }
 
+/* A serialized registry: its pieces, in order (push_registry_serialize). */
+typedef struct {
+    buf_t v[64];
+    size_t n;
+} pieces_t;
+
+static int pieces_put(void *ctx, const void *data, size_t len)
+{
+    pieces_t *p = ctx;
+    assert_true(p->n < 64);
+    p->v[p->n] = (buf_t)BUF_INIT;
+    buf_append(&p->v[p->n++], data, len);
+    return 0;
+}
+
+static void pieces_serialize(push_registry_t *r, size_t piece_bytes, pieces_t *p)
+{
+    p->n = 0;
+    assert_int_equal(push_registry_serialize(r, piece_bytes, pieces_put, p), 0);
+    assert_true(p->n >= 1);
+}
+
+static int pieces_restore(push_registry_t *r, const pieces_t *p)
+{
+    int rc = push_registry_restore(r, p->v[0].data, p->v[0].len);
+    for (size_t i = 1; i < p->n && rc == 0; i++)
+        rc = push_registry_apply_delta(r, p->v[i].data, p->v[i].len);
+    return rc;
+}
+
+static void pieces_free(pieces_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        buf_free(&p->v[i]);
+    p->n = 0;
+}
+
 static void test_put_post_semantics(void **state)
 {
     push_registry_t *r = push_registry_new(NULL);
@@ -224,40 +261,71 @@ static void test_serialize_restore(void **state)
                           2000, &s[1], err, sizeof(err)),
                      PUSH_OK);
     assert_int_equal(push(r, PUSH_PUT, "c", "x 1 5\n", 3000, &s[2], err, sizeof(err)), PUSH_ERR_INVALID);
-    buf_t ser = BUF_INIT, t1 = BUF_INIT, t2 = BUF_INIT, j1 = BUF_INIT, j2 = BUF_INIT;
-    push_registry_serialize(r, &ser);
+    buf_t t1 = BUF_INIT, t2 = BUF_INIT, j1 = BUF_INIT, j2 = BUF_INIT;
     push_registry_write_text(r, &t1);
     push_registry_write_json(r, &j1);
-    push_registry_t *r2 = push_registry_new(NULL);
-    assert_int_equal(push_registry_restore(r2, ser.data, ser.len), 0);
-    push_registry_write_text(r2, &t2);
-    push_registry_write_json(r2, &j2);
-    assert_string_equal(t1.data, t2.data);
-    assert_int_equal(j1.len, j2.len);
-    /* The restored type index still guards consistency. */
-    step_t s4;
-    assert_int_equal(push(r2, PUSH_PUT, "z", "# TYPE x gauge\nx 1\n", 4000, &s4, err, sizeof(err)), PUSH_ERR_INVALID);
-    arena_destroy(s4.a);
-    /* Every truncation and a few corruptions are refused without crashing. */
-    for (size_t n = 0; n < ser.len; n++) {
-        push_registry_t *r3 = push_registry_new(NULL);
-        assert_int_equal(push_registry_restore(r3, ser.data, n), -1);
-        assert_int_equal(push_registry_group_count(r3), 0);
-        push_registry_free(r3);
+    /* Pieces of one byte or more each hold one group; big pieces hold them all. */
+    size_t sizes[] = {1, 1u << 20};
+    for (size_t si = 0; si < 2; si++) {
+        pieces_t ser;
+        pieces_serialize(r, sizes[si], &ser);
+        /* the empty full state, then the groups: a, b and c (whose push failed) */
+        assert_int_equal(ser.n, si == 0 ? 4 : 2);
+        push_registry_t *r2 = push_registry_new(NULL);
+        assert_int_equal(pieces_restore(r2, &ser), 0);
+        assert_int_equal(push_registry_group_count(r2), 3);
+        buf_reset(&t2);
+        buf_reset(&j2);
+        push_registry_write_text(r2, &t2);
+        push_registry_write_json(r2, &j2);
+        assert_string_equal(t1.data, t2.data);
+        assert_int_equal(j1.len, j2.len);
+        /* Restoring replaces: a registry holding other groups ends up with exactly these. */
+        step_t s5;
+        assert_int_equal(push(r2, PUSH_PUT, "other", "y 1\n", 3500, &s5, err, sizeof(err)), PUSH_OK);
+        arena_destroy(s5.a);
+        assert_int_equal(push_registry_group_count(r2), 4);
+        assert_int_equal(pieces_restore(r2, &ser), 0);
+        assert_int_equal(push_registry_group_count(r2), 3);
+        /* The restored type index still guards consistency. */
+        step_t s4;
+        assert_int_equal(push(r2, PUSH_PUT, "z", "# TYPE x gauge\nx 1\n", 4000, &s4, err, sizeof(err)),
+                         PUSH_ERR_INVALID);
+        arena_destroy(s4.a);
+        push_registry_free(r2);
+        if (si == 1) {
+            pieces_free(&ser);
+            break;
+        }
+        /* Every truncation and a few corruptions of the full state and of a group piece are
+         * refused without crashing; a refused full state leaves the registry empty. */
+        for (size_t n = 0; n < ser.v[0].len; n++) {
+            push_registry_t *r3 = push_registry_new(NULL);
+            assert_int_equal(push_registry_restore(r3, ser.v[0].data, n), -1);
+            assert_int_equal(push_registry_group_count(r3), 0);
+            push_registry_free(r3);
+        }
+        for (size_t n = 0; n < ser.v[1].len; n++) {
+            push_registry_t *r3 = push_registry_new(NULL);
+            assert_int_equal(push_registry_restore(r3, ser.v[0].data, ser.v[0].len), 0);
+            assert_int_equal(push_registry_apply_delta(r3, ser.v[1].data, n), n ? -1 : 0);
+            assert_int_equal(push_registry_group_count(r3), 0);
+            push_registry_free(r3);
+        }
+        for (size_t i = 1; i < ser.v[1].len; i += 7) {
+            char *copy = malloc(ser.v[1].len);
+            memcpy(copy, ser.v[1].data, ser.v[1].len);
+            copy[i] ^= 0x5a;
+            push_registry_t *r3 = push_registry_new(NULL);
+            (void)push_registry_apply_delta(r3, copy, ser.v[1].len); /* may or may not decode; must not crash */
+            buf_t t3 = BUF_INIT;
+            push_registry_write_text(r3, &t3);
+            buf_free(&t3);
+            push_registry_free(r3);
+            free(copy);
+        }
+        pieces_free(&ser);
     }
-    for (size_t i = 4; i < ser.len; i += 7) {
-        char *copy = malloc(ser.len);
-        memcpy(copy, ser.data, ser.len);
-        copy[i] ^= 0x5a;
-        push_registry_t *r3 = push_registry_new(NULL);
-        (void)push_registry_restore(r3, copy, ser.len); /* may or may not decode; must not crash */
-        buf_t t3 = BUF_INIT;
-        push_registry_write_text(r3, &t3);
-        buf_free(&t3);
-        push_registry_free(r3);
-        free(copy);
-    }
-    buf_free(&ser);
     buf_free(&t1);
     buf_free(&t2);
     buf_free(&j1);
@@ -265,7 +333,6 @@ static void test_serialize_restore(void **state)
     for (int i = 0; i < 3; i++)
         arena_destroy(s[i].a);
     push_registry_free(r);
-    push_registry_free(r2);
 }
 
 /* Deltas alone (no snapshot) rebuild the same state, also when replayed twice, and a push that
@@ -525,11 +592,11 @@ static void test_series_refs(void **state)
     assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 15);
     k++;
     /* Restored state knows no refs (they do not outlive the process). */
-    buf_t ser = BUF_INIT;
-    push_registry_serialize(r, &ser);
+    pieces_t ser;
+    pieces_serialize(r, 1u << 20, &ser);
     push_registry_t *r2 = push_registry_new(NULL);
-    assert_int_equal(push_registry_restore(r2, ser.data, ser.len), 0);
-    buf_free(&ser);
+    assert_int_equal(pieces_restore(r2, &ser), 0);
+    pieces_free(&ser);
     assert_int_equal(push_with_refs(r2, PUSH_PUT, "j", "# TYPE a gauge\na 10\n", 10000, &s[k], &next), PUSH_OK);
     assert_int_equal(ref_of(&s[k], "a", NULL, NULL), 16);
     k++;
