@@ -190,7 +190,7 @@ static void test_cut_keeps_open_buffer(void **state)
     head_stats_t before, after;
     head_get_stats(h, &before);
     assert_true(before.chunk_bytes > 200); /* the open chunk's buffer */
-    for (int i = 90; i < 92; i++) /* block 1: the first sample cuts (the last one stays pending) */
+    for (int i = 90; i < 92; i++)          /* block 1: the first sample cuts (the last one stays pending) */
         assert_int_equal(head_append(h, &ls, i * 10000LL, i * 1.37 + 0.001 * i * i), HEAD_OK);
     head_get_stats(h, &after);
     assert_int_equal(after.chunks, 2);
@@ -503,12 +503,16 @@ static void test_many_series_chains(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_second_and_ooo),     cmocka_unit_test(test_stale_and_special_values),
+        cmocka_unit_test(test_same_second_and_ooo),
+        cmocka_unit_test(test_stale_and_special_values),
         cmocka_unit_test(test_chunk_cutting),
-        cmocka_unit_test(test_cut_keeps_open_buffer),           cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_cut_keeps_open_buffer),
+        cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_removal_veto),
-        cmocka_unit_test(test_querier_select),          cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_hard_samples_round_trip), cmocka_unit_test(test_many_series_chains),
+        cmocka_unit_test(test_querier_select),
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_hard_samples_round_trip),
+        cmocka_unit_test(test_many_series_chains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
