@@ -1118,6 +1118,17 @@ static void set_binop(pq_ctx_t *c, const promql_expr_t *e, pq_vec_t *lhs, pq_vec
     }
 }
 
+/* The matching above for the series-major evaluator (range_eval.c), so both match alike. */
+uint64_t pq_match_signature(pq_ctx_t *c, labels_t ls, bool on, const promql_strlist_t *names)
+{
+    return signature(c, ls, on, names);
+}
+
+labels_t pq_binop_result_metric(pq_ctx_t *c, const promql_expr_t *e, labels_t l, labels_t r)
+{
+    return result_metric(c, e, l, r);
+}
+
 static pq_val_t eval_binary(pq_ctx_t *c, const promql_expr_t *e, int64_t t)
 {
     pq_val_t l = pq_eval(c, e->u.bin.lhs, t);

@@ -129,6 +129,10 @@ size_t pq_first_ge(const promql_point_t *p, size_t n, int64_t ts); /* first inde
 void pq_note_rollups(pq_ctx_t *c, const char *func, int64_t range, int64_t te, int64_t res, int64_t until);
 double pq_elem_binop(promql_op_t op, double l, double r, bool *keep);
 bool pq_op_drops_name(promql_op_t op);
+/* Vector matching: the signature of ls under on / ignoring(names), and the labels of a result
+ * sample from l matched with r (both in c->sa), as the step-wise operators compute them. */
+uint64_t pq_match_signature(pq_ctx_t *c, labels_t ls, bool on, const promql_strlist_t *names);
+labels_t pq_binop_result_metric(pq_ctx_t *c, const promql_expr_t *e, labels_t l, labels_t r);
 bool pq_range_arg_may_collide(const pq_ctx_t *c, const promql_expr_t *a);
 
 /* Series-major evaluation of a whole range query (range_eval.c). Returns 0 with the result in

@@ -8,9 +8,13 @@
  * over the series' samples with two moving pointers; the function bodies are functions.c's, so
  * every value is bit-identical), elementwise functions, histogram_quantile, aggregations but
  * count_values (groups computed once per input series; aggregators.c accumulates each (group,
- * step) in the step-wise order), and binary operators between scalars or a vector and a scalar.
- * Any other node -- subqueries, vector/vector operators, label_replace, ... -- makes pq_range_eval
- * decline the whole query, which engine.c then evaluates step by step.
+ * step) in the step-wise order), vector(), scalar(), label_replace / label_join (output labels
+ * once per input series), and binary operators of every kind: between scalars, a vector and a
+ * scalar, or two vectors -- arithmetic and comparisons with any matching (on / ignoring,
+ * group_left / group_right, bool) and and / or / unless; the pairs of series that can match are
+ * found once from their signatures, and each pair's values computed at the steps where both are
+ * present. Any other node -- subqueries, count_values, timestamp(), absent(), ... -- makes
+ * pq_range_eval decline the whole query, which engine.c then evaluates step by step.
  *
  * Equality with the step-wise evaluation is the contract (tests compare the two on every
  * conformance expression):
@@ -35,11 +39,15 @@
  * Memory: all values live in one arena of the query (charged to its budget), released when the
  * result is built or the evaluation declines.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal/labels/labels.h"
 #include "internal/promql/engine_int.h"
+#include "internal/util/buf.h"
+#include "internal/util/regex.h"
 
 typedef struct {
     labels_t metric;
@@ -55,6 +63,12 @@ typedef struct {
     bool ordered; /* each step's vector holds the present series in this order */
 } rv_val_t;
 
+/* A compiled label_replace regex, freed when the evaluation ends (declined or not). */
+typedef struct rv_regex {
+    regex_prog_t *re;
+    struct rv_regex *next;
+} rv_regex_t;
+
 typedef struct {
     pq_ctx_t *c;
     arena_t *a; /* everything below; c->sa points at it while evaluating */
@@ -62,7 +76,21 @@ typedef struct {
     int64_t *ts;  /* step times */
     int64_t *cnt; /* per step: samples the step-wise evaluation would have counted */
     bool fuse;    /* aggregations of range functions without materialising the latter */
+    /* heap memory of the evaluation (not in the arena), freed by rv_free_heap */
+    rv_regex_t *regexes; /* malloc'd nodes */
+    buf_t text;          /* label_replace / label_join values being built */
 } rv_t;
+
+static void rv_free_heap(rv_t *r)
+{
+    while (r->regexes) {
+        rv_regex_t *x = r->regexes;
+        r->regexes = x->next;
+        regex_free(x->re);
+        free(x);
+    }
+    buf_free(&r->text);
+}
 
 /* Gives up: the step-wise evaluation takes over (engine_int.h, pq_range_eval). */
 _Noreturn static void rv_decline(rv_t *r)
@@ -80,10 +108,7 @@ static bool rv_supported(const promql_expr_t *e)
     case PROMQL_NODE_VECTOR_SEL: return true;
     case PROMQL_NODE_PAREN: return rv_supported(e->u.paren.expr);
     case PROMQL_NODE_UNARY: return rv_supported(e->u.unary.expr);
-    case PROMQL_NODE_BINARY:
-        if (e->u.bin.lhs->type == PROMQL_VT_VECTOR && e->u.bin.rhs->type == PROMQL_VT_VECTOR)
-            return false;
-        return rv_supported(e->u.bin.lhs) && rv_supported(e->u.bin.rhs);
+    case PROMQL_NODE_BINARY: return rv_supported(e->u.bin.lhs) && rv_supported(e->u.bin.rhs);
     case PROMQL_NODE_AGG:
         if (e->u.agg.op == PROMQL_AGG_COUNT_VALUES)
             return false;
@@ -102,6 +127,14 @@ static bool rv_supported(const promql_expr_t *e)
             return rv_supported(e->u.call.args[0]);
         if (strcmp(f->name, "histogram_quantile") == 0)
             return rv_supported(e->u.call.args[0]) && rv_supported(e->u.call.args[1]);
+        if (strcmp(f->name, "vector") == 0 || strcmp(f->name, "scalar") == 0)
+            return rv_supported(e->u.call.args[0]);
+        if (strcmp(f->name, "label_replace") == 0 || strcmp(f->name, "label_join") == 0) {
+            for (size_t i = 1; i < e->u.call.nargs; i++)
+                if (promql_unwrap_parens(e->u.call.args[i])->kind != PROMQL_NODE_STRING)
+                    return false;
+            return rv_supported(e->u.call.args[0]);
+        }
         return strcmp(f->name, "time") == 0;
     }
     default: return false;
@@ -157,20 +190,20 @@ static void rv_check_samples(rv_t *r)
             rv_decline(r);
 }
 
-/* The step-wise check_dups: two series of one label set present at one step is an error there.
- * With `any_step` (range_dups_note's rule for range-vector functions) it is an error even when
- * they never meet. Series of one label set at different steps are fine (the result merges them). */
-static void rv_check_dups(rv_t *r, const rv_val_t *v, bool any_step)
+/* Declines when two of the n series s with one key are present at one step (a step where `when`
+ * is set, if given) -- or, with `any_step`, when two merely share a key. */
+static void rv_check_keys(rv_t *r, const uint64_t *keys, const rv_series_t *s, size_t n, const uint8_t *when,
+                          bool any_step)
 {
-    if (v->n < 2)
+    if (n < 2)
         return;
     pq_ctx_t *c = r->c;
     hashmap_t m;
-    pq_hmap_init(c, &m, v->n);
-    uint8_t **uni = arena_calloc(r->a, v->n, sizeof(*uni)); /* presence union by first series */
-    for (size_t i = 0; i < v->n; i++) {
+    pq_hmap_init(c, &m, n);
+    uint8_t **uni = arena_calloc(r->a, n, sizeof(*uni)); /* presence union by first series */
+    for (size_t i = 0; i < n; i++) {
         bool ex;
-        uint64_t *p = pq_hmap_put(c, &m, labels_hash(&v->s[i].metric), i, &ex);
+        uint64_t *p = pq_hmap_put(c, &m, keys[i], i, &ex);
         if (!ex)
             continue;
         if (any_step)
@@ -178,14 +211,27 @@ static void rv_check_dups(rv_t *r, const rv_val_t *v, bool any_step)
         size_t j = (size_t)*p;
         if (!uni[j]) {
             uni[j] = arena_alloc(r->a, r->nsteps);
-            memcpy(uni[j], v->s[j].has, r->nsteps);
+            memcpy(uni[j], s[j].has, r->nsteps);
         }
         for (size_t k = 0; k < r->nsteps; k++) {
-            if (uni[j][k] & v->s[i].has[k])
+            if ((uni[j][k] & s[i].has[k]) && (!when || when[k]))
                 rv_decline(r);
-            uni[j][k] |= v->s[i].has[k];
+            uni[j][k] |= s[i].has[k];
         }
     }
+}
+
+/* The step-wise check_dups: two series of one label set present at one step is an error there.
+ * With `any_step` (range_dups_note's rule for range-vector functions) it is an error even when
+ * they never meet. Series of one label set at different steps are fine (the result merges them). */
+static void rv_check_dups(rv_t *r, const rv_val_t *v, bool any_step)
+{
+    if (v->n < 2)
+        return;
+    uint64_t *keys = arena_alloc(r->a, v->n * sizeof(*keys));
+    for (size_t i = 0; i < v->n; i++)
+        keys[i] = labels_hash(&v->s[i].metric);
+    rv_check_keys(r, keys, v->s, v->n, NULL, any_step);
 }
 
 /* ---- nodes ---------------------------------------------------------------------------------- */
@@ -549,6 +595,315 @@ static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
     return out;
 }
 
+/* ---- vector / vector operators -------------------------------------------------------------- */
+
+/* Per step: 1 where some series of v is present. */
+static uint8_t *rv_any_present(rv_t *r, const rv_val_t *v)
+{
+    uint8_t *any = arena_calloc(r->a, r->nsteps, 1);
+    for (size_t i = 0; i < v->n; i++)
+        for (size_t st = 0; st < r->nsteps; st++)
+            any[st] |= v->s[i].has[st];
+    return any;
+}
+
+/* The matching signature of each series of v under e's on / ignoring, computed once. */
+static uint64_t *rv_signatures(rv_t *r, const promql_expr_t *e, const rv_val_t *v)
+{
+    uint64_t *sig = arena_alloc(r->a, (v->n ? v->n : 1) * sizeof(*sig));
+    for (size_t i = 0; i < v->n; i++)
+        sig[i] = pq_match_signature(r->c, v->s[i].metric, e->u.bin.on, &e->u.bin.labels);
+    return sig;
+}
+
+/* and / or / unless. Step-wise, each step looks up the signatures of one side's present series
+ * in a set of the other side's; here each signature of the looked-up side gets, once, the steps
+ * where some series with it is present, and every series of the other side keeps the steps its
+ * signature is present (and) or absent (unless, or's right side). Values and labels are the
+ * input's; the output holds the left side's series in order, then (or) the right side's. */
+static rv_val_t rv_set_binop(rv_t *r, const promql_expr_t *e, const rv_val_t *l, const rv_val_t *rr)
+{
+    pq_ctx_t *c = r->c;
+    promql_op_t op = e->u.bin.op;
+    bool is_or = op == PROMQL_OP_OR;
+    const rv_val_t *idx = is_or ? l : rr;  /* the side whose signatures are looked up */
+    const rv_val_t *scan = is_or ? rr : l; /* the side filtered by them */
+    uint64_t *isig = rv_signatures(r, e, idx);
+    hashmap_t m;
+    pq_hmap_init(c, &m, idx->n);
+    uint8_t **pres = arena_alloc(r->a, (idx->n ? idx->n : 1) * sizeof(*pres));
+    size_t np = 0;
+    for (size_t i = 0; i < idx->n; i++) {
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, isig[i], np, &ex);
+        if (!ex)
+            pres[np++] = arena_calloc(r->a, r->nsteps, 1);
+        uint8_t *ps = pres[*p];
+        for (size_t st = 0; st < r->nsteps; st++)
+            ps[st] |= idx->s[i].has[st];
+    }
+    rv_val_t out = rv_vector(r, l->n + (is_or ? rr->n : 0));
+    out.ordered = l->ordered && (!is_or || rr->ordered);
+    if (is_or) { /* the left side as it is */
+        for (size_t i = 0; i < l->n; i++) {
+            size_t any = 0;
+            for (size_t st = 0; st < r->nsteps; st++) {
+                any += l->s[i].has[st];
+                r->cnt[st] += l->s[i].has[st];
+            }
+            if (any)
+                out.s[out.n++] = l->s[i];
+        }
+    }
+    uint64_t *ssig = rv_signatures(r, e, scan);
+    for (size_t i = 0; i < scan->n; i++) {
+        const rv_series_t *s = &scan->s[i];
+        const uint64_t *p = hashmap_get(&m, ssig[i]);
+        const uint8_t *ps = p ? pres[*p] : NULL;
+        if (op == PROMQL_OP_AND && !ps)
+            continue;
+        uint8_t *has = arena_alloc(r->a, r->nsteps);
+        size_t any = 0;
+        for (size_t st = 0; st < r->nsteps; st++) {
+            bool other = ps && ps[st];
+            has[st] = s->has[st] && (op == PROMQL_OP_AND ? other : !other);
+            any += has[st];
+            r->cnt[st] += has[st];
+        }
+        if (any)
+            out.s[out.n++] = (rv_series_t){s->metric, s->v, has};
+    }
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+/* Arithmetic and comparisons between two vectors, with any matching. Step-wise, each step
+ * indexes the "one" side's present series by signature (two of one signature: "many-to-many
+ * matching not allowed", unless the other side is empty then), and each present series of the
+ * "many" side (the left one; the right one for group_right) that finds its match there gives a
+ * sample. Here the pairs that can match are found once, from the signatures; a pair gives values
+ * at the steps where both are present. A series of the many side matching different series over
+ * time (series churn) gives one output series per distinct result label set; at any one step at
+ * most one of them is present, so every step's output is in the many side's order. The errors
+ * (two matches on the one side, two samples for one match group) make the evaluation decline. */
+static rv_val_t rv_vector_binop(rv_t *r, const promql_expr_t *e, const rv_val_t *l, const rv_val_t *rr)
+{
+    pq_ctx_t *c = r->c;
+    promql_op_t op = e->u.bin.op;
+    promql_card_t card = e->u.bin.card;
+    bool rb = e->u.bin.return_bool;
+    bool swap = card == PROMQL_CARD_ONE_TO_MANY;
+    const rv_val_t *many = swap ? rr : l, *one = swap ? l : rr;
+    uint8_t *many_any = rv_any_present(r, many);
+    uint64_t *osig = rv_signatures(r, e, one);
+    rv_check_keys(r, osig, one->s, one->n, many_any, false); /* duplicate series for the match group */
+    /* the one side's series by signature: first index in the map, the rest chained */
+    hashmap_t m;
+    pq_hmap_init(c, &m, one->n);
+    size_t *next = arena_alloc(r->a, (one->n ? one->n : 1) * sizeof(*next));
+    size_t *tail = arena_alloc(r->a, (one->n ? one->n : 1) * sizeof(*tail));
+    for (size_t j = 0; j < one->n; j++) {
+        bool ex;
+        uint64_t *p = pq_hmap_put(c, &m, osig[j], j, &ex);
+        next[j] = SIZE_MAX;
+        tail[j] = j;
+        if (ex) {
+            next[tail[*p]] = j;
+            tail[*p] = j;
+        }
+    }
+    uint64_t *msig = rv_signatures(r, e, many);
+    size_t cap = 0;
+    for (size_t i = 0; i < many->n; i++) {
+        const uint64_t *p = hashmap_get(&m, msig[i]);
+        for (size_t j = p ? (size_t)*p : SIZE_MAX; j != SIZE_MAX; j = next[j])
+            cap++;
+    }
+    rv_val_t out = rv_vector(r, cap);
+    out.ordered = many->ordered;
+    uint64_t *ohash = arena_alloc(r->a, (cap ? cap : 1) * sizeof(*ohash)); /* labels_hash per output */
+    uint64_t *okey = arena_alloc(r->a, (cap ? cap : 1) * sizeof(*okey));   /* its match key */
+    for (size_t i = 0; i < many->n; i++) {
+        const uint64_t *p = hashmap_get(&m, msig[i]);
+        const rv_series_t *a = &many->s[i];
+        size_t first = out.n; /* outputs of this series from here */
+        for (size_t j = p ? (size_t)*p : SIZE_MAX; j != SIZE_MAX; j = next[j]) {
+            const rv_series_t *b = &one->s[j];
+            size_t st0 = 0;
+            while (st0 < r->nsteps && !(a->has[st0] && b->has[st0]))
+                st0++;
+            if (st0 == r->nsteps)
+                continue; /* never present together */
+            labels_t mt = pq_binop_result_metric(c, e, a->metric, b->metric);
+            if (rb)
+                mt = pq_labels_drop_name(c, mt);
+            uint64_t h = labels_hash(&mt);
+            size_t k = first;
+            while (k < out.n && ohash[k] != h)
+                k++;
+            if (k == out.n) {
+                rv_add(r, &out, mt);
+                ohash[k] = h;
+                /* one-to-one: one sample per signature; else per (signature, result labels) */
+                okey[k] = card == PROMQL_CARD_ONE_TO_ONE
+                              ? msig[i]
+                              : msig[i] ^ (h * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL);
+            }
+            rv_series_t *o = &out.s[k];
+            for (size_t st = st0; st < r->nsteps; st++) {
+                if (!a->has[st] || !b->has[st])
+                    continue;
+                double vl = a->v[st], vr = b->v[st];
+                if (swap) {
+                    vl = b->v[st];
+                    vr = a->v[st];
+                }
+                bool keep;
+                double v = pq_elem_binop(op, vl, vr, &keep);
+                if (rb)
+                    v = keep ? 1.0 : 0.0;
+                else if (!keep)
+                    continue;
+                o->v[st] = v;
+                o->has[st] = 1;
+            }
+        }
+        pq_check_interrupt(c);
+    }
+    size_t k = 0; /* drop outputs that never had a sample (comparisons) */
+    for (size_t i = 0; i < out.n; i++) {
+        size_t any = 0;
+        for (size_t st = 0; st < r->nsteps; st++) {
+            any += out.s[i].has[st];
+            r->cnt[st] += out.s[i].has[st];
+        }
+        if (any) {
+            okey[k] = okey[i];
+            out.s[k++] = out.s[i];
+        }
+    }
+    out.n = k;
+    rv_check_keys(r, okey, out.s, out.n, NULL, false); /* multiple matches for labels */
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+/* ---- functions of instant vectors that are not elementwise ---------------------------------- */
+
+/* vector(s): one series without labels. */
+static rv_val_t rv_call_vector(rv_t *r, const promql_expr_t *e)
+{
+    rv_val_t s = rv_eval(r, e->u.call.args[0]);
+    rv_val_t out = rv_vector(r, 1);
+    uint8_t *has = arena_alloc(r->a, r->nsteps);
+    memset(has, 1, r->nsteps);
+    out.s[out.n++] = (rv_series_t){(labels_t){NULL, 0}, s.sv, has};
+    for (size_t st = 0; st < r->nsteps; st++)
+        r->cnt[st]++;
+    return out;
+}
+
+/* scalar(v): the value of v's only sample at each step, else NaN. */
+static rv_val_t rv_call_scalar(rv_t *r, const promql_expr_t *e)
+{
+    rv_val_t in = rv_eval(r, e->u.call.args[0]);
+    rv_val_t out = rv_scalar(r);
+    uint32_t *n = arena_calloc(r->a, r->nsteps, sizeof(*n));
+    for (size_t i = 0; i < in.n; i++) {
+        for (size_t st = 0; st < r->nsteps; st++) {
+            if (in.s[i].has[st]) {
+                n[st]++;
+                out.sv[st] = in.s[i].v[st];
+            }
+        }
+    }
+    for (size_t st = 0; st < r->nsteps; st++)
+        if (n[st] != 1)
+            out.sv[st] = NAN;
+    return out;
+}
+
+static const char *rv_str_arg(const promql_expr_t *e, size_t i)
+{
+    return promql_unwrap_parens(e->u.call.args[i])->u.string; /* rv_supported checked the kind */
+}
+
+/* The labels of every output series come once from its input series' labels; values and
+ * presence are the input's. What the step-wise run would refuse (a bad regex, bad label names,
+ * two outputs of one label set at one step) makes it decline. */
+static rv_val_t rv_label_replace(rv_t *r, const promql_expr_t *e)
+{
+    pq_ctx_t *c = r->c;
+    rv_val_t in = rv_eval(r, e->u.call.args[0]);
+    const char *dst = rv_str_arg(e, 1), *repl = rv_str_arg(e, 2), *src = rv_str_arg(e, 3);
+    regex_prog_t *re;
+    char rerr[256];
+    if (regex_compile(rv_str_arg(e, 4), REGEX_ANCHOR, &re, rerr, sizeof(rerr)) != REGEX_OK)
+        rv_decline(r);
+    rv_regex_t *node = malloc(sizeof(*node));
+    if (!node) {
+        regex_free(re);
+        rv_decline(r);
+    }
+    *node = (rv_regex_t){re, r->regexes};
+    r->regexes = node;
+    if (!labels_valid_name(dst, strlen(dst)))
+        rv_decline(r);
+    size_t nsp = regex_group_count(re) + 1;
+    regex_span_t *sp = arena_alloc(r->a, nsp * sizeof(*sp));
+    rv_val_t out = rv_vector(r, in.n);
+    out.ordered = in.ordered;
+    for (size_t i = 0; i < in.n; i++) {
+        const rv_series_t *s = &in.s[i];
+        const char *sv = labels_get(&s->metric, src);
+        if (!sv)
+            sv = "";
+        labels_t mt = s->metric;
+        if (regex_search(re, sv, strlen(sv), 0, sp, nsp)) {
+            buf_reset(&r->text);
+            regex_expand(re, &r->text, repl, sv, sp, nsp);
+            mt = pq_labels_set(c, mt, dst, r->text.data ? arena_strdup(r->a, r->text.data) : "");
+        }
+        out.s[out.n++] = (rv_series_t){mt, s->v, s->has};
+        for (size_t st = 0; st < r->nsteps; st++)
+            r->cnt[st] += s->has[st];
+    }
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
+static rv_val_t rv_label_join(rv_t *r, const promql_expr_t *e)
+{
+    pq_ctx_t *c = r->c;
+    rv_val_t in = rv_eval(r, e->u.call.args[0]);
+    size_t n = e->u.call.nargs;
+    const char *dst = rv_str_arg(e, 1), *sep = rv_str_arg(e, 2);
+    for (size_t k = 3; k < n; k++)
+        if (!labels_valid_name(rv_str_arg(e, k), strlen(rv_str_arg(e, k))))
+            rv_decline(r);
+    if (!labels_valid_name(dst, strlen(dst)))
+        rv_decline(r);
+    rv_val_t out = rv_vector(r, in.n);
+    out.ordered = in.ordered;
+    for (size_t i = 0; i < in.n; i++) {
+        const rv_series_t *s = &in.s[i];
+        buf_reset(&r->text);
+        for (size_t k = 3; k < n; k++) {
+            if (k > 3)
+                buf_puts(&r->text, sep);
+            const char *v = labels_get(&s->metric, rv_str_arg(e, k));
+            if (v)
+                buf_puts(&r->text, v);
+        }
+        labels_t mt = pq_labels_set(c, s->metric, dst, r->text.data ? arena_strdup(r->a, r->text.data) : "");
+        out.s[out.n++] = (rv_series_t){mt, s->v, s->has};
+        for (size_t st = 0; st < r->nsteps; st++)
+            r->cnt[st] += s->has[st];
+    }
+    rv_check_dups(r, &out, false);
+    return out;
+}
+
 static rv_val_t rv_binary(rv_t *r, const promql_expr_t *e)
 {
     rv_val_t l = rv_eval(r, e->u.bin.lhs);
@@ -564,6 +919,8 @@ static rv_val_t rv_binary(rv_t *r, const promql_expr_t *e)
         }
         return out;
     }
+    if (!l.scalar && !rr.scalar)
+        return promql_op_is_set(op) ? rv_set_binop(r, e, &l, &rr) : rv_vector_binop(r, e, &l, &rr);
     bool swap = l.scalar;
     const rv_val_t *vec = swap ? &rr : &l;
     const double *sc = swap ? l.sv : rr.sv;
@@ -643,6 +1000,14 @@ static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e)
             out = rv_call_elementwise(r, e);
         } else if (strcmp(f->name, "histogram_quantile") == 0) {
             out = rv_histogram_quantile(r, e);
+        } else if (strcmp(f->name, "vector") == 0) {
+            out = rv_call_vector(r, e);
+        } else if (strcmp(f->name, "scalar") == 0) {
+            out = rv_call_scalar(r, e);
+        } else if (strcmp(f->name, "label_replace") == 0) {
+            out = rv_label_replace(r, e);
+        } else if (strcmp(f->name, "label_join") == 0) {
+            out = rv_label_join(r, e);
         } else { /* time() */
             out = rv_scalar(r);
             for (size_t st = 0; st < r->nsteps; st++)
@@ -767,6 +1132,7 @@ int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
     if (setjmp(c->jb)) {
         memcpy(c->jb, outer, sizeof(outer));
         c->sa = sa;
+        rv_free_heap(r);
         if (r->a)
             pq_owned_release(c, r->a);
         free(r);
@@ -796,6 +1162,7 @@ int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
     rv_result(r, &v, res);
     memcpy(c->jb, outer, sizeof(outer));
     c->sa = sa;
+    rv_free_heap(r);
     pq_owned_release(c, r->a);
     free(r);
     return 0;
