@@ -19,6 +19,28 @@
  * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
  * ts from several places (a late sample re-opened an already written bucket) are merged.
  *
+ * ---- Readers: one transaction for many series --------------------------------------------------
+ * A rollup_reader_t owns a pooled read connection and keeps ONE SQLite read transaction open
+ * across its reads (a query reads thousands of series; a transaction each cost two fcntl locks
+ * and a WAL-index check per series). Its snapshot is only valid together with the `inflight` it
+ * was taken with: the writer's COMMIT moves buckets from inflight to disk, so a snapshot from
+ * before it would miss them. The writer bumps disk_gen under the exclusive view lock at that
+ * COMMIT; a reader compares, under the shared view lock, the generation its transaction began
+ * in and begins a new one when it changed (the snapshot is taken by the first SELECT, which runs
+ * under the same shared lock). Retention needs no bump: readers skip what it deletes by
+ * ret_cutoff, whichever snapshot they hold.
+ *
+ * ---- Knowing a series has no history -------------------------------------------------------------
+ * A query over 30 days reads every matching series, and most active series are young: their
+ * disk holds nothing in range. Each in-memory state may know disk_lo, per resolution a lower
+ * bound of the ts of every stored bucket. A reader that found nothing on disk for a series with
+ * a state learns it (the first bucket of the oldest blob per resolution, in its snapshot, and the
+ * series' inflight buckets); the writer lowers it for every bucket it moves to inflight (step 2,
+ * exclusive view lock), so it stays a bound; retention only raises the truth; a state created
+ * afresh (new, or after eviction) knows nothing. A read over [mint, maxt] with maxt < disk_lo
+ * then skips SQLite. Not used while 1h buckets still live in rows (blob_from != INT64_MIN: the
+ * migration adds older blobs).
+ *
  * ---- Per-series state --------------------------------------------------------------------------
  * last_t (newest aggregated sample t; samples in its second or earlier are ignored, which makes
  * WAL replay harmless), the pending sample (the newest one, held back until a later second
@@ -126,9 +148,14 @@ typedef struct sstate {
     bool dirty;  /* changed since its last checkpoint */
     bool closed; /* a bucket went to the closed list since the last snapshot */
     bool pend;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
+    /* disk_lo is known (see "Knowing a series has no history" above) */
+    bool disk_known;
     int64_t pend_t;
     double pend_v;
-    rollup_bucket_t open[]; /* one per resolution; ts == NO_BUCKET when none */
+    /* One per resolution; ts == NO_BUCKET when none. After them in the same allocation, disk_lo
+     * (disk_lo_of): per resolution, every bucket stored for this series has ts >= it (INT64_MAX:
+     * none stored), valid while disk_known. */
+    rollup_bucket_t open[];
 } sstate_t;
 
 typedef struct {
@@ -162,15 +189,36 @@ typedef struct {
     size_t nopen;
 } snap_t;
 
+/* A read connection with its statements and decoder; owned by one reader at a time, kept in the
+ * pool (rollup_t.idle) between readers so its prepared statements are reused. */
+typedef struct rconn {
+    struct rconn *next;
+    sqlite3 *db;
+    sqlite3_stmt *blob, *plain;
+    codec_t codec;
+} rconn_t;
+
+struct rollup_reader {
+    rollup_t *r;
+    rconn_t *c;
+    rollup_buckets_t scratch; /* reader_disk_lo's decoded blob */
+    bool txn;                 /* BEGIN issued; the snapshot is the one of disk_gen == gen */
+    uint64_t gen;             /* r->disk_gen when the transaction began */
+};
+
 struct rollup {
     catalog_t *cat;
     rollup_resolutions_t rs;
     int64_t flush_ms, ckpt_ms;
     int64_t (*clock_ms)(void); /* retention `now`; NULL = wall clock */
-    sqlite3 *rdb;
-    pthread_mutex_t read_mu; /* rdb, rd_blob, rd_plain, rcodec */
-    sqlite3_stmt *rd_blob, *rd_plain;
-    codec_t rcodec, wcodec; /* readers (read_mu), the writer cycle and retention (cycle_mu) */
+    pthread_mutex_t pool_mu;   /* idle, nidle */
+    rconn_t *idle;
+    size_t nidle;
+    /* Bumped (view lock held exclusively) whenever a commit changes what readers must see on disk
+     * together with memory: the writer cycle's COMMIT (inflight forgotten), the end of the 1h
+     * migration. A reader whose transaction began in an older generation starts a new one. */
+    _Atomic uint64_t disk_gen;
+    codec_t wcodec; /* the writer cycle and retention (cycle_mu) */
     /* 1h buckets with ts < blob_from are read from rollup_plain (written before 1h blobs existed,
      * see setup_blob_from) until the migration (migrate_step) has copied them into blobs; from
      * blob_from on, both hold them. INT64_MIN for a database made with blobs, or migrated. */
@@ -199,7 +247,7 @@ struct rollup {
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
     bool stop;
-    _Atomic uint64_t st_written, st_ignored, st_flushes, st_flush_errors, st_series;
+    _Atomic uint64_t st_written, st_ignored, st_flushes, st_flush_errors, st_series, st_mem_reads;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -689,12 +737,17 @@ static void shard_grow(shard_t *sh)
     sh->nbuckets = nb;
 }
 
+static int64_t *disk_lo_of(const rollup_t *r, sstate_t *s)
+{
+    return (int64_t *)(void *)&s->open[r->rs.n];
+}
+
 static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
 {
     sstate_t *s = state_find(sh, id);
     if (s)
         return s;
-    s = calloc(1, sizeof(*s) + r->rs.n * sizeof(rollup_bucket_t));
+    s = calloc(1, sizeof(*s) + r->rs.n * (sizeof(rollup_bucket_t) + sizeof(int64_t)));
     if (!s)
         return NULL;
     s->id = id;
@@ -1299,6 +1352,7 @@ static int migrate_step(rollup_t *r, int budget)
     if (finished) {
         pthread_rwlock_wrlock(&r->view_rw);
         atomic_store(&r->blob_from, INT64_MIN);
+        atomic_fetch_add(&r->disk_gen, 1); /* an older snapshot lacks the last series' blobs */
         pthread_rwlock_unlock(&r->view_rw);
         r->mig_cursor = 0;
         log_info("rollup", "old 1h rows copied into blobs");
@@ -1337,9 +1391,15 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         shard_sweep(r, sh, before, true);
-        for (size_t j = 0; j < sh->closed.n; j++)
-            if (closed_push(&r->inflight, &sh->closed.v[j]) != 0)
-                log_error("rollup", "out of memory; bucket dropped", LF_I("series", sh->closed.v[j].id));
+        for (size_t j = 0; j < sh->closed.n; j++) {
+            const closed_t *c = &sh->closed.v[j];
+            /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
+            sstate_t *st = state_find(sh, c->id);
+            if (st && st->disk_known && c->b.ts < disk_lo_of(r, st)[c->res_idx])
+                disk_lo_of(r, st)[c->res_idx] = c->b.ts;
+            if (closed_push(&r->inflight, c) != 0)
+                log_error("rollup", "out of memory; bucket dropped", LF_I("series", c->id));
+        }
         sh->closed.n = 0;
         for (size_t b = 0; b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
@@ -1371,6 +1431,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     if (rc == 0) {
         atomic_fetch_add(&r->st_written, r->inflight.n);
         r->inflight.n = 0;
+        atomic_fetch_add(&r->disk_gen, 1); /* readers' older snapshots lack what inflight held */
         r->force_checkpoint = false;
     } else {
         int ecode = sqlite3_errcode(db) & 0xff; /* before ROLLBACK replaces it */
@@ -1625,17 +1686,19 @@ static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, u
     return 0;
 }
 
-/* Appends the stored buckets with ts in [mint, maxt] to out, in time order (read_mu held). A
- * series' month of 1h buckets is one or two blobs: one index seek and one inflate, where plain
- * rows cost a b-tree step and seven column fetches per hour. */
-static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *out)
+/* Appends the stored buckets with ts in [mint, maxt] to out, in time order, through the reader's
+ * connection (its transaction begun). A series' month of 1h buckets is one or two blobs: one
+ * index seek and one inflate, where plain rows cost a b-tree step and seven column fetches per
+ * hour. */
+static int read_disk(rollup_reader_t *rdr, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *out)
 {
+    rollup_t *r = rdr->r;
     int64_t res = r->rs.v[ri].res_ms;
     int rc = SQLITE_DONE;
     int64_t from = atomic_load(&r->blob_from);
     if (has_plain(r, ri) && mint < from) {
         /* Hours written before this database had 1h blobs: only in rows. */
-        sqlite3_stmt *st = r->rd_plain;
+        sqlite3_stmt *st = rdr->c->plain;
         sqlite3_bind_int64(st, 1, res);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
         sqlite3_bind_int64(st, 3, mint);
@@ -1661,7 +1724,7 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
     if (mint > maxt)
         return 0;
     int64_t span = res * span_of(res);
-    sqlite3_stmt *st = r->rd_blob;
+    sqlite3_stmt *st = rdr->c->blob;
     sqlite3_bind_int64(st, 1, res);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
     sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
@@ -1669,7 +1732,7 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         size_t n0 = out->n;
         int64_t start = sqlite3_column_int64(st, 0);
-        if (blob_decode(&r->rcodec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), start, res,
+        if (blob_decode(&rdr->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), start, res,
                         span_of(res), out) != 0) {
             log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", start));
             continue;
@@ -1686,8 +1749,172 @@ static int read_disk(rollup_t *r, uint64_t id, size_t ri, int64_t mint, int64_t 
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out)
+/* ---- readers ----------------------------------------------------------------------------- */
+
+#define READERS_IDLE_MAX 8 /* pooled connections kept beyond what is in use */
+
+static void conn_free(rconn_t *c)
 {
+    if (!c)
+        return;
+    sqlite3_finalize(c->blob);
+    sqlite3_finalize(c->plain);
+    sqlite3_close(c->db);
+    codec_free(&c->codec);
+    free(c);
+}
+
+static rconn_t *conn_open(rollup_t *r, char *err, size_t errlen)
+{
+    rconn_t *c = calloc(1, sizeof(*c));
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (sqlite3_open_v2(catalog_path(r->cat), &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "open %s: %s", catalog_path(r->cat), sqlite3_errmsg(c->db));
+        conn_free(c);
+        return NULL;
+    }
+    sqlite3_busy_timeout(c->db, 10000);
+    /* No mmap_size: mapping halved a read right after a bulk write, but every commit that grows
+     * the file makes SQLite remap it (munmap with TLB shootdowns, then page faults again), and
+     * reads after the writer's small per-second commits, the usual case, were slower with it. */
+    if (sqlite3_prepare_v3(c->db,
+                           "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
+                           " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
+                           -1, SQLITE_PREPARE_PERSISTENT, &c->plain, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(c->db,
+                           "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
+                           " AND start <= ? ORDER BY start",
+                           -1, SQLITE_PREPARE_PERSISTENT, &c->blob, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "preparing roll-up reads: %s", sqlite3_errmsg(c->db));
+        conn_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+rollup_reader_t *rollup_reader_open(rollup_t *r)
+{
+    rollup_reader_t *rd = calloc(1, sizeof(*rd));
+    if (!rd)
+        return NULL;
+    rd->r = r;
+    pthread_mutex_lock(&r->pool_mu);
+    rd->c = r->idle;
+    if (rd->c) {
+        r->idle = rd->c->next;
+        r->nidle--;
+    }
+    pthread_mutex_unlock(&r->pool_mu);
+    if (!rd->c) {
+        char err[256];
+        rd->c = conn_open(r, err, sizeof(err));
+        if (!rd->c) {
+            log_error("rollup", "cannot open a read connection", LF_S("err", err));
+            free(rd);
+            return NULL;
+        }
+    }
+    return rd;
+}
+
+/* Ends the read transaction (releasing its snapshot, so WAL checkpoints can pass it). */
+static void reader_end(rollup_reader_t *rd)
+{
+    if (!rd->txn)
+        return;
+    if (sqlite3_exec(rd->c->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        sqlite3_exec(rd->c->db, "ROLLBACK", NULL, NULL, NULL);
+    rd->txn = false;
+}
+
+void rollup_reader_close(rollup_reader_t *rd)
+{
+    if (!rd)
+        return;
+    reader_end(rd);
+    rollup_buckets_free(&rd->scratch);
+    rollup_t *r = rd->r;
+    rconn_t *c = rd->c;
+    pthread_mutex_lock(&r->pool_mu);
+    if (r->nidle < READERS_IDLE_MAX) {
+        c->next = r->idle;
+        r->idle = c;
+        r->nidle++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&r->pool_mu);
+    conn_free(c);
+    free(rd);
+}
+
+/* View lock held shared: a transaction whose snapshot matches the current inflight. BEGIN is
+ * deferred; the snapshot is taken by the first SELECT after it, under the same shared lock. */
+static int reader_begin(rollup_reader_t *rd)
+{
+    uint64_t g = atomic_load(&rd->r->disk_gen);
+    if (rd->txn && rd->gen == g)
+        return 0;
+    reader_end(rd);
+    if (sqlite3_exec(rd->c->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
+        return -1;
+    rd->txn = true;
+    rd->gen = g;
+    return 0;
+}
+
+/* View lock held shared, transaction begun: per resolution, the ts of the oldest bucket of series
+ * id on disk or about to be (inflight), INT64_MAX if there is none. The oldest blob is decoded
+ * (its start is up to a span, 30 days for 1h, before its first bucket). Returns 0 or -1. */
+static int reader_disk_lo(rollup_reader_t *rd, uint64_t id, int64_t *lo)
+{
+    rollup_t *r = rd->r;
+    sqlite3_stmt *st = rd->c->blob;
+    for (size_t i = 0; i < r->rs.n; i++) {
+        int64_t res = r->rs.v[i].res_ms;
+        lo[i] = INT64_MAX;
+        sqlite3_bind_int64(st, 1, res);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+        sqlite3_bind_int64(st, 3, INT64_MIN);
+        sqlite3_bind_int64(st, 4, INT64_MAX);
+        int rc;
+        /* Blobs in start order; a corrupt one is skipped, as read_disk does. */
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            rd->scratch.n = 0;
+            if (blob_decode(&rd->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                            sqlite3_column_int64(st, 0), res, span_of(res), &rd->scratch) == 0 &&
+                rd->scratch.n > 0) {
+                lo[i] = rd->scratch.v[0].ts;
+                break;
+            }
+        }
+        sqlite3_reset(st);
+        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+            return -1;
+    }
+    /* inflight is sorted by (id, res_idx, ts): the series' entries are one run. */
+    size_t a = 0, b = r->inflight.n;
+    while (a < b) {
+        size_t mid = (a + b) / 2;
+        if (r->inflight.v[mid].id < id)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    for (; a < r->inflight.n && r->inflight.v[a].id == id; a++) {
+        const closed_t *c = &r->inflight.v[a];
+        if (c->b.ts < lo[c->res_idx])
+            lo[c->res_idx] = c->b.ts;
+    }
+    return 0;
+}
+
+int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt,
+                       rollup_buckets_t *out)
+{
+    rollup_t *r = rd->r;
     if (res_idx >= r->rs.n)
         return -1;
     /* What the last retention pass deleted (or will, once its whole blob expires) is gone. */
@@ -1701,11 +1928,36 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
     rd_t *v = NULL;
     size_t n = 0, cap = 0, n0 = out->n;
     int ret = 0;
+    shard_t *sh = &r->shards[shard_of(series_id)];
     pthread_rwlock_rdlock(&r->view_rw);
-    pthread_mutex_lock(&r->read_mu);
-    if (read_disk(r, series_id, res_idx, mint, maxt, out) != 0)
-        ret = -1;
-    pthread_mutex_unlock(&r->read_mu);
+    /* Does memory know the disk holds nothing this old? (States are evicted, and disk_lo
+     * lowered, only under the exclusive view lock.) */
+    bool blobs_only = atomic_load(&r->blob_from) == INT64_MIN, skip = false, learn = false;
+    pthread_mutex_lock(&sh->mu);
+    sstate_t *s = state_find(sh, series_id);
+    if (s && blobs_only) {
+        skip = s->disk_known && disk_lo_of(r, s)[res_idx] > maxt;
+        learn = !s->disk_known;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (skip) {
+        atomic_fetch_add_explicit(&r->st_mem_reads, 1, memory_order_relaxed);
+    } else {
+        if (reader_begin(rd) != 0 || read_disk(rd, series_id, res_idx, mint, maxt, out) != 0)
+            ret = -1;
+        int64_t lo[ROLLUP_MAX_RESOLUTIONS];
+        if (ret == 0 && learn && out->n == n0 && reader_disk_lo(rd, series_id, lo) == 0) {
+            pthread_mutex_lock(&sh->mu);
+            /* The same state, or one created since by an ingest thread: disk_lo is about the
+             * disk and inflight, not the state, and this state's closed buckets will lower it. */
+            s = state_find(sh, series_id);
+            if (s && !s->disk_known) {
+                s->disk_known = true;
+                memcpy(disk_lo_of(r, s), lo, r->rs.n * sizeof(int64_t));
+            }
+            pthread_mutex_unlock(&sh->mu);
+        }
+    }
     /* inflight is sorted by (id, res_idx, ts): binary search for the first entry of the series. */
     size_t lo = 0, hi = r->inflight.n;
     while (lo < hi) {
@@ -1723,7 +1975,6 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
         if (c->b.ts >= mint && c->b.ts <= maxt && rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
             ret = -1;
     }
-    shard_t *sh = &r->shards[shard_of(series_id)];
     pthread_mutex_lock(&sh->mu);
     for (size_t i = 0; ret == 0 && i < sh->closed.n; i++) {
         const closed_t *c = &sh->closed.v[i];
@@ -1731,7 +1982,7 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
             rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
             ret = -1;
     }
-    sstate_t *s = state_find(sh, series_id);
+    s = state_find(sh, series_id);
     rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
     if (s) {
         open = s->open[res_idx];
@@ -1788,6 +2039,16 @@ int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, i
     }
     free(v);
     return ret;
+}
+
+int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out)
+{
+    rollup_reader_t *rd = rollup_reader_open(r);
+    if (!rd)
+        return -1;
+    int rc = rollup_reader_read(rd, series_id, res_idx, mint, maxt, out);
+    rollup_reader_close(rd);
+    return rc;
 }
 
 /* ---- open / close / thread ---------------------------------------------------------------- */
@@ -1847,11 +2108,11 @@ out:
     return ret;
 }
 
-static int load_states(rollup_t *r)
+static int load_states(rollup_t *r, sqlite3 *db)
 {
     sqlite3_stmt *st = NULL;
     int rc;
-    if (sqlite3_prepare_v2(r->rdb, "SELECT series_id, last_t, prev, prev_ok, open FROM rollup_state", -1, &st, NULL) !=
+    if (sqlite3_prepare_v2(db, "SELECT series_id, last_t, prev, prev_ok, open FROM rollup_state", -1, &st, NULL) !=
         SQLITE_OK)
         return -1;
     int64_t hw = INT64_MIN;
@@ -1947,7 +2208,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     atomic_store(&r->high_water, INT64_MIN);
     for (size_t i = 0; i < ROLLUP_MAX_RESOLUTIONS; i++)
         atomic_store(&r->ret_cutoff[i], INT64_MIN);
-    pthread_mutex_init(&r->read_mu, NULL);
+    pthread_mutex_init(&r->pool_mu, NULL);
     pthread_mutex_init(&r->cycle_mu, NULL);
     pthread_rwlock_init(&r->view_rw, NULL);
     pthread_mutex_init(&r->stop_mu, NULL);
@@ -1973,27 +2234,14 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
         snprintf(err, errlen, "creating roll-up tables in %s failed", catalog_path(cat));
         goto err;
     }
-    if (sqlite3_open_v2(catalog_path(cat), &r->rdb, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "open %s: %s", catalog_path(cat), sqlite3_errmsg(r->rdb));
+    /* The first pooled read connection also loads the states. */
+    rconn_t *c0 = conn_open(r, err, errlen);
+    if (!c0)
         goto err;
-    }
-    sqlite3_busy_timeout(r->rdb, 10000);
-    /* No mmap_size: mapping halved a read right after a bulk write, but every commit that grows
-     * the file makes SQLite remap it (munmap with TLB shootdowns, then page faults again), and
-     * reads after the writer's small per-second commits, the usual case, were slower with it. */
-    if (sqlite3_prepare_v3(r->rdb,
-                           "SELECT ts, count, sum, min, max, last, increase FROM rollup_plain WHERE res = ?"
-                           " AND series_id = ? AND ts >= ? AND ts <= ? ORDER BY ts",
-                           -1, SQLITE_PREPARE_PERSISTENT, &r->rd_plain, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v3(r->rdb,
-                           "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
-                           " AND start <= ? ORDER BY start",
-                           -1, SQLITE_PREPARE_PERSISTENT, &r->rd_blob, NULL) != SQLITE_OK) {
-        snprintf(err, errlen, "preparing roll-up reads: %s", sqlite3_errmsg(r->rdb));
-        goto err;
-    }
-    if (load_states(r) != 0) {
-        snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(r->rdb));
+    r->idle = c0;
+    r->nidle = 1;
+    if (load_states(r, c0->db) != 0) {
+        snprintf(err, errlen, "loading roll-up state: %s", sqlite3_errmsg(c0->db));
         goto err;
     }
     r->last_ckpt_wall = clock_wall_ms();
@@ -2017,12 +2265,12 @@ err:
         free(r->shards[k].tab);
         pthread_mutex_destroy(&r->shards[k].mu);
     }
-    sqlite3_finalize(r->rd_plain);
-    sqlite3_finalize(r->rd_blob);
-    sqlite3_close(r->rdb);
-    codec_free(&r->rcodec);
+    for (rconn_t *c = r->idle, *next; c; c = next) {
+        next = c->next;
+        conn_free(c);
+    }
     codec_free(&r->wcodec);
-    pthread_mutex_destroy(&r->read_mu);
+    pthread_mutex_destroy(&r->pool_mu);
     pthread_mutex_destroy(&r->cycle_mu);
     pthread_rwlock_destroy(&r->view_rw);
     pthread_mutex_destroy(&r->stop_mu);
@@ -2061,12 +2309,12 @@ void rollup_close(rollup_t *r)
     snaps_clear(r);
     free(r->snaps);
     free(r->evicted);
-    sqlite3_finalize(r->rd_plain);
-    sqlite3_finalize(r->rd_blob);
-    sqlite3_close(r->rdb);
-    codec_free(&r->rcodec);
+    for (rconn_t *c = r->idle, *next; c; c = next) {
+        next = c->next;
+        conn_free(c);
+    }
     codec_free(&r->wcodec);
-    pthread_mutex_destroy(&r->read_mu);
+    pthread_mutex_destroy(&r->pool_mu);
     pthread_mutex_destroy(&r->cycle_mu);
     pthread_rwlock_destroy(&r->view_rw);
     pthread_mutex_destroy(&r->stop_mu);
@@ -2080,5 +2328,6 @@ void rollup_get_stats(rollup_t *r, rollup_stats_t *out)
                             .buckets_written = atomic_load(&r->st_written),
                             .samples_ignored = atomic_load(&r->st_ignored),
                             .flushes = atomic_load(&r->st_flushes),
-                            .flush_errors = atomic_load(&r->st_flush_errors)};
+                            .flush_errors = atomic_load(&r->st_flush_errors),
+                            .reads_from_memory = atomic_load(&r->st_mem_reads)};
 }

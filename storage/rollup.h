@@ -119,6 +119,20 @@ void rollup_buckets_free(rollup_buckets_t *b);
  * Returns 0 or -1. */
 int rollup_read(rollup_t *r, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt, rollup_buckets_t *out);
 
+/* A read session for many series (a query's select): one pooled SQLite connection with its
+ * prepared statements and ONE read transaction across reads, renewed only when the writer has
+ * committed since (so each read still sees every bucket exactly once, as rollup_read does). A
+ * series whose in-memory state knows its stored buckets all start after maxt is answered from
+ * memory without SQLite. Use from one thread at a time; close before rollup_close. NULL on error.
+ * Closing ends the transaction (a reader kept open holds its snapshot, which keeps WAL
+ * checkpoints from passing it). */
+typedef struct rollup_reader rollup_reader_t;
+rollup_reader_t *rollup_reader_open(rollup_t *r);
+/* Same contract as rollup_read. */
+int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt,
+                       rollup_buckets_t *out);
+void rollup_reader_close(rollup_reader_t *rd);
+
 const rollup_resolutions_t *rollup_resolutions(const rollup_t *r);
 /* The resolution to read for a query over [mint, ...] evaluated at now_ms with step step_ms: the
  * finest one whose retention covers mint and whose width is <= step; if none has width <= step,
@@ -130,6 +144,7 @@ typedef struct {
     uint64_t buckets_written; /* since open */
     uint64_t samples_ignored; /* t <= newest seen */
     uint64_t flushes, flush_errors;
+    uint64_t reads_from_memory; /* reader reads that knew the disk holds nothing in range */
 } rollup_stats_t;
 
 void rollup_get_stats(rollup_t *r, rollup_stats_t *out);

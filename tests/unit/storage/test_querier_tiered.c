@@ -633,6 +633,103 @@ static void test_label_names_values_time_range(void **state)
     querier_close(q);
 }
 
+/* One select over series with history (roll-ups + raw), one found only in the catalog, and a
+ * young one with raw data only: the young one gets no synthetic samples, the others are
+ * stitched as always; the same select repeated (the roll-up tier now knows the young series has
+ * nothing on disk and skips SQLite for it) and repeated with the roll-up writer committing in
+ * the middle of the iteration (the set's read transaction is renewed) answers identically. */
+typedef struct {
+    char name[64];
+    int64_t t[2048];
+    double v[2048];
+    size_t n;
+    int64_t rollup_until;
+} one_t;
+
+static size_t select_all(const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt, const querier_hints_t *h,
+                         bool flush_midway, one_t *out, size_t max)
+{
+    querier_t *q = storage_querier(st);
+    querier_set_t *set = querier_select(q, ms, n, mint, maxt, h);
+    const querier_series_t *s;
+    size_t k = 0;
+    while ((s = querier_set_next(set))) {
+        assert_true(k < max);
+        one_t *o = &out[k++];
+        memset(o, 0, sizeof(*o));
+        snprintf(o->name, sizeof(o->name), "%s", labels_get(&s->labels, "__name__"));
+        o->rollup_until = s->rollup_until;
+        querier_iter_t it;
+        querier_iter_init(&it, s, mint, maxt);
+        while (o->n < 2048 && querier_iter_next(&it, &o->t[o->n], &o->v[o->n]))
+            o->n++;
+        if (flush_midway && k == 1)
+            assert_int_equal(storage_flush(st), STORAGE_OK);
+    }
+    assert_null(querier_set_error(set));
+    querier_set_free(set);
+    querier_close(q);
+    return k;
+}
+
+static void test_history_young_and_old_series(void **state)
+{
+    raw_t young = {0};
+    for (int64_t t = fake_now - 5 * MIN_MS; t < fake_now; t += 10000) {
+        label_t l[3] = {{"__name__", "flink_young"}, {"job", "etl"}, {"task", "y"}};
+        storage_sample_t smp = {.labels = {l, 3}, .t = t, .v = (double)(t / 1000 % 300)};
+        storage_append_result_t r;
+        assert_int_equal(storage_append(st, &smp, 1, &r), STORAGE_OK);
+        raw_push(&young, t, smp.v);
+    }
+    matcher_t *m = mk(MATCHER_EQ, "job", "etl");
+    int64_t mint = T0, maxt = fake_now;
+    querier_hints_t h = {
+        .start_ms = mint + 5 * MIN_MS, .end_ms = maxt, .step_ms = 15000, .range_ms = 5 * MIN_MS, .func = "rate"};
+    static one_t runs[3][4];
+    size_t n[3];
+    for (int r = 0; r < 3; r++)
+        n[r] = select_all((const matcher_t *const *)&m, 1, mint, maxt, &h, r == 2, runs[r], 4);
+    const char *want[4] = {"c_gone", "flink_ratio", "flink_records_total", "flink_young"};
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(n[r], 4);
+        for (int k = 0; k < 4; k++) {
+            const one_t *o = &runs[r][k], *o0 = &runs[0][k];
+            assert_string_equal(o->name, want[k]);
+            assert_int_equal(o->n, o0->n);
+            assert_int_equal(o->rollup_until, o0->rollup_until);
+            for (size_t i = 0; i < o->n; i++) {
+                assert_int_equal(o->t[i], o0->t[i]);
+                assert_memory_equal(&o->v[i], &o0->v[i], sizeof(double));
+            }
+        }
+    }
+    /* The young series: its raw samples, nothing synthetic. */
+    const one_t *y = &runs[0][3];
+    assert_int_equal(y->rollup_until, 0);
+    assert_int_equal(y->n, young.n);
+    for (size_t i = 0; i < young.n; i++) {
+        assert_int_equal(y->t[i], young.t[i]);
+        assert_true(y->v[i] == young.v[i]);
+    }
+    /* The old ones: roll-ups, then raw, as the single-series selects give them. */
+    for (int k = 0; k < 3; k++) {
+        got_t g;
+        int which = k == 0 ? S_GONE : k == 1 ? S_GAUGE : S_COUNTER;
+        query_name(which, mint, maxt, &h, &g);
+        assert_int_equal(g.n, runs[0][k].n);
+        assert_true(runs[0][k].rollup_until > 0);
+        for (size_t i = 0; i < g.n; i++) {
+            assert_int_equal(g.t[i], runs[0][k].t[i]);
+            assert_memory_equal(&g.v[i], &runs[0][k].v[i], sizeof(double));
+        }
+        check_stitched(which, &g, MIN_MS, NULL);
+    }
+    matcher_free(m);
+    free(young.t);
+    free(young.v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -645,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_step_mode),
         cmocka_unit_test(test_catalog_only_series),
         cmocka_unit_test(test_label_names_values_time_range),
+        cmocka_unit_test(test_history_young_and_old_series), /* last: adds a series */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

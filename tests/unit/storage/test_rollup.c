@@ -992,6 +992,206 @@ static void test_old_layout(void **state)
     remove_dir(f.dir);
 }
 
+/* ---- readers: one transaction for many series, series without history --------------------- */
+
+static void keep_before(const rollup_buckets_t *in, int64_t maxt, rollup_buckets_t *out)
+{
+    out->n = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        if (in->v[i].ts > maxt)
+            continue;
+        if (out->n == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 64;
+            out->v = realloc(out->v, out->cap * sizeof(*out->v));
+        }
+        out->v[out->n++] = in->v[i];
+    }
+}
+
+static void rd_read(rollup_reader_t *rd, uint64_t id, size_t ri, int64_t mint, int64_t maxt, rollup_buckets_t *out)
+{
+    out->n = 0;
+    assert_int_equal(rollup_reader_read(rd, id, ri, mint, maxt, out), 0);
+}
+
+static uint64_t mem_reads(rollup_t *r)
+{
+    rollup_stats_t st;
+    rollup_get_stats(r, &st);
+    return st.reads_from_memory;
+}
+
+/* A reader keeps one read transaction across series: series 1 has six hours on disk, series 2 is
+ * young (only open buckets). Series 2's read learns that the disk has nothing for it, and the
+ * next read of the old range skips SQLite. Then series 2's hour closes and the writer commits
+ * while the reader's transaction (and its snapshot from before) is still open: the reader must
+ * see the hour (from the closed list before the commit, from disk after it), not lose it between
+ * its old snapshot and the forgotten inflight list, and not skip the disk on a stale bound. */
+static void test_reader_one_transaction(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:10d"};
+    fx_open(&f);
+    ref_t r1m = {.last_t = INT64_MIN}, r1h = {.last_t = INT64_MIN}, r2m = {.last_t = INT64_MIN},
+          r2h = {.last_t = INT64_MIN};
+    double c = 0;
+    int64_t t;
+    for (t = T0; t < T0 + 6 * HOUR_MS; t += 30000) {
+        c += 2;
+        add(f.r, 1, t, c);
+        ref_add(&r1m, MIN_MS, t, c);
+        ref_add(&r1h, HOUR_MS, t, c);
+        if ((t - T0) % (2 * HOUR_MS) == 0)
+            assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    rollup_close_buckets_before(f.r, T0 + 6 * HOUR_MS + HOUR_MS);
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    int64_t young = floor_to_hour(T0) + 7 * HOUR_MS; /* an hour of its own, after series 1's */
+    for (t = young + 10 * MIN_MS; t < young + 20 * MIN_MS; t += 15000) {
+        add(f.r, 2, t, (double)(t / 1000 % 1000));
+        ref_add(&r2m, MIN_MS, t, (double)(t / 1000 % 1000));
+        ref_add(&r2h, HOUR_MS, t, (double)(t / 1000 % 1000));
+    }
+
+    rollup_reader_t *rd = rollup_reader_open(f.r);
+    assert_non_null(rd);
+    rollup_buckets_t got = {0}, want = {0};
+    rd_read(rd, 1, 1, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r1h.b, "series 1, 1h, first read of the transaction");
+    uint64_t m0 = mem_reads(f.r);
+    rd_read(rd, 2, 1, T0 - 30 * 24 * HOUR_MS, young - 1, &got);
+    assert_int_equal(got.n, 0);
+    assert_int_equal(mem_reads(f.r), m0); /* learnt, not yet used */
+    rd_read(rd, 2, 1, T0 - 30 * 24 * HOUR_MS, young - 1, &got);
+    assert_int_equal(got.n, 0);
+    assert_int_equal(mem_reads(f.r), m0 + 1);
+    rd_read(rd, 2, 0, T0 - 30 * 24 * HOUR_MS, young + HOUR_MS, &got); /* open buckets: from memory */
+    assert_int_equal(mem_reads(f.r), m0 + 2);
+    assert_same(&got, &r2m.b, "series 2, 1m, open buckets");
+    rd_read(rd, 1, 0, INT64_MIN, INT64_MAX, &got); /* found on disk: nothing learnt */
+    assert_same(&got, &r1m.b, "series 1, 1m");
+
+    /* Series 2 moves into the next hour: its first hour closes (closed list, memory). */
+    for (t = young + HOUR_MS + MIN_MS; t < young + HOUR_MS + 5 * MIN_MS; t += 15000) {
+        add(f.r, 2, t, (double)(t / 1000 % 1000));
+        ref_add(&r2m, MIN_MS, t, (double)(t / 1000 % 1000));
+        ref_add(&r2h, HOUR_MS, t, (double)(t / 1000 % 1000));
+    }
+    rollup_close_buckets_before(f.r, young + HOUR_MS);
+    keep_before(&r2h.b, young, &want);
+    assert_int_equal(want.n, 1);
+    rd_read(rd, 2, 1, T0 - 30 * 24 * HOUR_MS, young, &got);
+    assert_same(&got, &want, "series 2's closed hour, before the commit");
+    /* The writer commits it while the reader's transaction is open. */
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    uint64_t m1 = mem_reads(f.r);
+    rd_read(rd, 2, 1, T0 - 30 * 24 * HOUR_MS, young, &got);
+    assert_same(&got, &want, "series 2's closed hour, after the commit, same reader");
+    assert_int_equal(mem_reads(f.r), m1); /* the bound was lowered: the disk was read */
+    rd_read(rd, 2, 0, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r2m.b, "series 2, 1m, after the commit");
+    rd_read(rd, 2, 1, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r2h.b, "series 2, 1h, disk and open");
+    rd_read(rd, 1, 1, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r1h.b, "series 1, 1h, after the commit");
+    rollup_reader_close(rd);
+    read1(f.r, 2, 1, &got);
+    assert_same(&got, &r2h.b, "series 2, 1h, rollup_read");
+
+    /* After a restart the states know nothing: reads go to the disk and agree. */
+    fx_close(&f);
+    fx_open(&f);
+    rd = rollup_reader_open(f.r);
+    rd_read(rd, 2, 1, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r2h.b, "series 2, 1h, reopened");
+    rd_read(rd, 1, 1, INT64_MIN, INT64_MAX, &got);
+    assert_same(&got, &r1h.b, "series 1, 1h, reopened");
+    rollup_reader_close(rd);
+    fx_close(&f);
+    rollup_buckets_free(&got);
+    rollup_buckets_free(&want);
+    free(r1m.b.v);
+    free(r1h.b.v);
+    free(r2m.b.v);
+    free(r2h.b.v);
+    remove_dir(f.dir);
+}
+
+/* Readers on several threads while the writer thread commits every few ms: each read sees every
+ * bucket once (the counts add up to what was sent), whether its transaction is renewed or not. */
+typedef struct {
+    rollup_t *r;
+    _Atomic bool *stop;
+    int bad;
+} rdth_t;
+
+static void *reader_main(void *arg)
+{
+    rdth_t *a = arg;
+    rollup_buckets_t b = {0};
+    while (!atomic_load(a->stop)) {
+        rollup_reader_t *rd = rollup_reader_open(a->r);
+        if (!rd) {
+            a->bad++;
+            break;
+        }
+        for (uint64_t id = 1; id <= 4; id++) {
+            b.n = 0;
+            if (rollup_reader_read(rd, id, 0, INT64_MIN, INT64_MAX, &b) != 0) {
+                a->bad++;
+                continue;
+            }
+            for (size_t k = 1; k < b.n; k++)
+                if (b.v[k].ts <= b.v[k - 1].ts)
+                    a->bad++;
+            for (size_t k = 0; k < b.n; k++)
+                if (b.v[k].count > 4) /* 4 samples per minute are sent */
+                    a->bad++;
+        }
+        rollup_reader_close(rd);
+    }
+    rollup_buckets_free(&b);
+    return NULL;
+}
+
+static void test_readers_threaded(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:400d,1h:400d"};
+    char err[256];
+    f.cat = catalog_open(f.dir, err, sizeof(err));
+    assert_non_null(f.cat);
+    rollup_config_t cfg = {.resolutions = f.res, .flush_interval_ms = 2, .checkpoint_interval_ms = 30};
+    f.r = rollup_open(f.cat, &cfg, err, sizeof(err));
+    assert_non_null(f.r);
+    _Atomic bool stop = false;
+    pthread_t th[2];
+    rdth_t args[2] = {{f.r, &stop, 0}, {f.r, &stop, 0}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, reader_main, &args[i]), 0);
+    int64_t t0 = (int64_t)time(NULL) * 1000 / HOUR_MS * HOUR_MS - 6 * HOUR_MS;
+    for (int64_t t = t0; t < t0 + 4 * HOUR_MS; t += 15000)
+        for (uint64_t id = 1; id <= 4; id++)
+            add(f.r, id, t, (double)t);
+    rollup_close_buckets_before(f.r, t0 + 5 * HOUR_MS);
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].bad, 0);
+    }
+    for (uint64_t id = 1; id <= 4; id++) {
+        rollup_buckets_t b = {0};
+        assert_int_equal(rollup_read(f.r, id, 0, INT64_MIN, INT64_MAX, &b), 0);
+        uint64_t total = 0;
+        for (size_t i = 0; i < b.n; i++)
+            total += b.v[i].count;
+        assert_int_equal(total, 4 * 60 * 4);
+        assert_int_equal(b.n, 4 * 60);
+        rollup_buckets_free(&b);
+    }
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1008,6 +1208,8 @@ int main(void)
         cmocka_unit_test(test_writer_retention_clock),
         cmocka_unit_test(test_hour_blobs),
         cmocka_unit_test(test_old_layout),
+        cmocka_unit_test(test_reader_one_transaction),
+        cmocka_unit_test(test_readers_threaded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
