@@ -824,17 +824,6 @@ void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
             pthread_mutex_lock(&sh->mu);
             for (uint32_t j = start[k]; j < start[k + 1]; j++) {
                 const rollup_sample_t *x = &s[by_shard[j]];
-                /* States are scattered over the heap: a push's samples cost two cache misses
-                 * each (chain head, state) unless the next ones are fetched while this one is
-                 * updated. Heads 8 samples ahead, the states they name 4 ahead. */
-                if (j + 8 < start[k + 1])
-                    __builtin_prefetch(&sh->tab[slot_of(sh, s[by_shard[j + 8]].series_id)]);
-                if (j + 4 < start[k + 1]) {
-                    const char *st = (const char *)sh->tab[slot_of(sh, s[by_shard[j + 4]].series_id)];
-                    if (st)
-                        for (size_t off = 0; off < sizeof(sstate_t) + r->rs.n * sizeof(rollup_bucket_t); off += 64)
-                            __builtin_prefetch(st + off, 1);
-                }
                 add_one(r, sh, x);
                 if (x->t > hw)
                     hw = x->t;
