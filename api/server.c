@@ -839,5 +839,10 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
         (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
         (unsigned long long)atomic_load(&s->rejected_total), (unsigned long long)atomic_load(&s->slow_closed_total),
         (long long)atomic_load(&s->inflight), (unsigned long long)atomic_load(&s->unauthorized_total));
-    (void)s;
+    if (s->workers) {
+        buf_puts(out, "# HELP sluice_http_worker_connections HTTP connections held by each worker thread.\n"
+                      "# TYPE sluice_http_worker_connections gauge\n");
+        for (int i = 0; i < s->nworkers; i++)
+            buf_printf(out, "sluice_http_worker_connections{worker=\"%d\"} %d\n", i, atomic_load(&s->workers[i].live));
+    }
 }
