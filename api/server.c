@@ -196,8 +196,9 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
  * burst (a pusher's connection pool) often got all of them on one worker, which then served all
  * their requests on one core while the others idled. So a worker that holds more connections
  * than the least loaded one stops accepting (its listener disabled: libevent's accept loop ends
- * after the connection at hand) and makes sure that one accepts; it accepts again once it is no
- * longer ahead (its 250 ms sweep checks). One worker always accepts, so no connection waits. */
+ * after the connection at hand) and makes sure that one accepts. Its 250 ms sweep lets it accept
+ * again (its next accept pauses it again if it is still ahead), so a connection never waits
+ * longer than that for a worker that is busy with a long request. */
 
 static int server_min_live(api_server_t *s, int except, int *who)
 {
@@ -332,9 +333,7 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
         }
         pp = &c->next;
     }
-    int who;
-    if (atomic_load(&w->paused) && atomic_load(&w->live) <= server_min_live(w->srv, w->index, &who))
-        server_resume(w);
+    server_resume(w); /* still ahead: its next accept pauses it again */
 }
 
 /* --- requests ------------------------------------------------------------------------------------ */
