@@ -557,18 +557,34 @@ int wal_close(wal_t *w, char *err, size_t errlen)
     return res.rc;
 }
 
-/* Queues encoded records and waits until they are written (and fsync'd in ALWAYS mode). */
-static int wal_submit(wal_t *w, buf_t *enc, uint64_t nrec, char *err, size_t errlen)
+/* Encodes records (enc appends them to b and counts them in *nrec; on error b may hold a partial
+ * record) straight into the shared pending buffer, under mu, and waits until they are written
+ * (and fsync'd in ALWAYS mode). Encoding in place, instead of into a fresh buffer that is then
+ * copied into the pending one, saves a copy and, for the large SERIES and state records of a
+ * push that creates its series (~0.5 MiB each), the page faults of a new mmap'd buffer per
+ * call: the pending buffers keep their allocation from batch to batch. `bound` is reserved first
+ * (an estimate: encoders grow the buffer themselves if it is short), so an allocation failure is
+ * WAL_ERR_NOMEM rather than an abort. */
+typedef int (*wal_encode_fn)(buf_t *b, const void *arg, uint64_t *nrec);
+
+static int wal_submit(wal_t *w, size_t bound, wal_encode_fn enc, const void *arg, char *err, size_t errlen)
 {
     wal_waiter_t me = {.err = err, .errlen = errlen};
     pthread_mutex_lock(&w->mu);
     assert(!w->closing);
-    if (buf_try_reserve(&w->pending, enc->len) != 0) {
+    if (buf_try_reserve(&w->pending, bound) != 0) {
         pthread_mutex_unlock(&w->mu);
         err_setf(err, errlen, "wal: out of memory");
         return WAL_ERR_NOMEM;
     }
-    buf_append(&w->pending, enc->data, enc->len);
+    size_t len0 = w->pending.len;
+    uint64_t nrec = 0;
+    int rc = enc(&w->pending, arg, &nrec);
+    if (rc != WAL_OK) {
+        w->pending.len = len0; /* drop the partial record: the batch stays well-formed */
+        pthread_mutex_unlock(&w->mu);
+        return rc;
+    }
     w->pending_records += nrec;
     *w->wait_tail = &me;
     w->wait_tail = &me.next;
@@ -585,33 +601,68 @@ static int wal_submit(wal_t *w, buf_t *enc, uint64_t nrec, char *err, size_t err
     return me.rc;
 }
 
+typedef struct {
+    const void *v;
+    size_t n;
+} wal_encode_arg_t;
+
+static int wal_encode_series(buf_t *b, const void *arg, uint64_t *nrec)
+{
+    const wal_encode_arg_t *a = arg;
+    return wal_record_encode_series(b, a->v, a->n, nrec);
+}
+
 int wal_log_series(wal_t *w, const wal_series_t *series, size_t n, char *err, size_t errlen)
 {
     if (n == 0)
         return WAL_OK;
-    buf_t enc = BUF_INIT;
-    uint64_t nrec = 0;
-    int rc = wal_record_encode_series(&enc, series, n, &nrec);
-    if (rc == WAL_OK)
-        rc = wal_submit(w, &enc, nrec, err, errlen);
-    else if (rc == WAL_ERR_TOO_LARGE)
+    /* Upper bound of the encoding (wal_record.h: a record header per record, at worst one per
+     * series; uvarints of at most 10 bytes). */
+    size_t bound = WAL_REC_HEADER_BYTES + 4;
+    for (size_t i = 0; i < n; i++) {
+        bound += WAL_REC_HEADER_BYTES + 4 + 20;
+        for (size_t k = 0; k < series[i].labels.n; k++) {
+            const label_t *l = &series[i].labels.v[k];
+            bound += 20 + (l->name ? strlen(l->name) : 0) + (l->value ? strlen(l->value) : 0);
+        }
+    }
+    wal_encode_arg_t a = {series, n};
+    int rc = wal_submit(w, bound, wal_encode_series, &a, err, errlen);
+    if (rc == WAL_ERR_TOO_LARGE)
         err_setf(err, errlen, "wal: a series record exceeds %u bytes", WAL_MAX_RECORD_BYTES);
-    else
+    else if (rc == WAL_ERR_ARG)
         err_setf(err, errlen, "wal: label with a NULL name or value");
-    buf_free(&enc);
     return rc;
+}
+
+static int wal_encode_samples(buf_t *b, const void *arg, uint64_t *nrec)
+{
+    const wal_encode_arg_t *a = arg;
+    wal_record_encode_samples(b, a->v, a->n, nrec);
+    return WAL_OK;
 }
 
 int wal_log_samples(wal_t *w, const wal_sample_t *samples, size_t n, char *err, size_t errlen)
 {
     if (n == 0)
         return WAL_OK;
-    buf_t enc = BUF_INIT;
-    uint64_t nrec = 0;
-    wal_record_encode_samples(&enc, samples, n, &nrec);
-    int rc = wal_submit(w, &enc, nrec, err, errlen);
-    buf_free(&enc);
-    return rc;
+    wal_encode_arg_t a = {samples, n};
+    size_t bound = (n / 65536 + 1) * (WAL_REC_HEADER_BYTES + 4) + n * 28;
+    return wal_submit(w, bound, wal_encode_samples, &a, err, errlen);
+}
+
+typedef struct {
+    uint8_t type;
+    const void *data;
+    size_t len;
+} wal_blob_arg_t;
+
+static int wal_encode_blob(buf_t *b, const void *arg, uint64_t *nrec)
+{
+    const wal_blob_arg_t *a = arg;
+    wal_record_encode_blob(b, a->type, a->data, a->len);
+    (*nrec)++;
+    return WAL_OK;
 }
 
 int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err, size_t errlen)
@@ -620,15 +671,8 @@ int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err
         err_setf(err, errlen, "wal: blob of %zu bytes exceeds %u", len, WAL_MAX_RECORD_BYTES - 1);
         return WAL_ERR_TOO_LARGE;
     }
-    buf_t enc = BUF_INIT;
-    if (buf_try_reserve(&enc, WAL_REC_HEADER_BYTES + 1 + len) != 0) {
-        err_setf(err, errlen, "wal: out of memory");
-        return WAL_ERR_NOMEM;
-    }
-    wal_record_encode_blob(&enc, type, data, len);
-    int rc = wal_submit(w, &enc, 1, err, errlen);
-    buf_free(&enc);
-    return rc;
+    wal_blob_arg_t a = {type, data, len};
+    return wal_submit(w, WAL_REC_HEADER_BYTES + 1 + len, wal_encode_blob, &a, err, errlen);
 }
 
 int wal_sync(wal_t *w, char *err, size_t errlen)

@@ -893,6 +893,12 @@ static void test_limits_and_abort(void **state)
     label_t bad[] = {{"__name__", NULL}};
     wal_series_t s = {.id = 1, .labels = {bad, 1}};
     assert_int_equal(wal_log_series(w, &s, 1, err, sizeof err), WAL_ERR_ARG);
+    /* Records are encoded in place into the batch being collected: a call refused halfway (a
+     * good series, then a bad one) must leave none of its bytes behind, not even the good
+     * series' (replay below sees exactly the six records logged after). */
+    label_t good[] = {{"__name__", "up"}};
+    wal_series_t two[] = {{.id = 7, .labels = {good, 1}}, {.id = 8, .labels = {bad, 1}}};
+    assert_int_equal(wal_log_series(w, two, 2, err, sizeof err), WAL_ERR_ARG);
     for (int k = 0; k < 6; k++)
         log_record(w, k);
     close_wal(w);
