@@ -807,6 +807,7 @@ static void job_run_series(query_job_t *j)
 static void *pool_main(void *arg)
 {
     api_query_t *q = arg;
+    pthread_setname_np(pthread_self(), "query");
     for (;;) {
         pthread_mutex_lock(&q->mu);
         while (!q->stop && !q->head)

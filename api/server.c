@@ -601,6 +601,9 @@ void api_server_on_shutdown(api_server_t *s, void (*fn)(void *ud), void *ud)
 static void *server_worker_main(void *arg)
 {
     server_worker_t *w = arg;
+    char name[16];
+    snprintf(name, sizeof(name), "http-%d", w->index);
+    pthread_setname_np(pthread_self(), name);
     event_base_dispatch(w->base);
     return NULL;
 }

@@ -742,6 +742,7 @@ void storage_housekeep(storage_t *s)
 static void *storage_thread(void *arg)
 {
     storage_t *s = arg;
+    pthread_setname_np(pthread_self(), "storage-house");
     pthread_mutex_lock(&s->stop_lock);
     while (!s->stopping) {
         struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, 1000);

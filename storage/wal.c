@@ -412,6 +412,7 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
 static void *wal_bg_main(void *arg)
 {
     wal_t *w = arg;
+    pthread_setname_np(pthread_self(), "wal-sync");
     pthread_mutex_lock(&w->mu);
     while (!w->closing) {
         struct timespec ts = clock_deadline_ms(CLOCK_MONOTONIC, (int64_t)w->opts.fsync_interval_ms);

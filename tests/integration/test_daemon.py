@@ -355,3 +355,18 @@ def test_keepalive_connections_spread_over_workers(start_sluice):
     finally:
         for c in conns:
             c.close()
+
+
+def test_background_threads_named_and_writer_niced(sluice):
+    """`top -H` tells sluice's threads apart, and the roll-up writer (catalog rows, roll-up blobs:
+    work no request waits for) runs at nice 10, below the HTTP workers."""
+    threads = {}
+    for tid in os.listdir(f"/proc/{sluice.proc.pid}/task"):
+        with open(f"/proc/{sluice.proc.pid}/task/{tid}/stat") as f:
+            stat = f.read()
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat
+        threads.setdefault(comm, []).append(nice)
+    assert threads.get("rollup-writer") == [10], threads
+    for name in ("http-0", "storage-house", "wal-sync"):
+        assert threads.get(name) == [0], (name, threads)
