@@ -18,6 +18,8 @@ own sluice_job_up, which Prometheus does not have: the run writes a sluice_job_u
 nobody pushes for (so sluice makes none of its own for it) to both, 0 for 40 s of the window.
 """
 # ctest-labels: peer slow
+import datetime
+import math
 import os
 import re
 import subprocess
@@ -83,6 +85,46 @@ def differences(prom_url, sluice_url, exprs, lo, hi):
             if p[k] != s[k]:
                 diffs.append(f"{expr} {dict(k)}:\n  prometheus {p[k]}\n  sluice     {s[k]}")
     return diffs
+
+
+def last_evaluation(url):
+    """Unix seconds of the rule group's last evaluation on a server, or None before the first."""
+    g = requests.get(url + "/api/v1/rules", timeout=10).json()["data"]["groups"][0]
+    m = re.match(r"(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", g["lastEvaluation"])
+    if not m or int(m.group(1)) < 2000:
+        return None
+    whole = datetime.datetime(*map(int, m.groups()[:6]), tzinfo=datetime.timezone.utc)
+    tz = m.group(8)
+    if tz != "Z":
+        sign = 1 if tz[0] == "+" else -1
+        whole -= sign * datetime.timedelta(hours=int(tz[1:3]), minutes=int(tz[4:6]))
+    return whole.timestamp() + float("0." + (m.group(7) or "0"))
+
+
+def write_between_evaluations(prom_url, sluice_url, series, interval=2.0):
+    """Remote-writes series to both servers inside one gap between two rule evaluations.
+
+    Both evaluate the group at the same offsets (same rule file path). An evaluation falling
+    between the two writes would see the data in one server only, and an alert that history
+    makes active at once would get activeAt one interval apart there: a difference of the test,
+    not of the servers. Skips the test if the writes did not fit in one gap (a loaded machine)."""
+    deadline = time.time() + 30
+    last = None
+    while last is None and time.time() < deadline:
+        last = last_evaluation(prom_url)
+        if last is None:
+            time.sleep(0.2)
+    assert last is not None, "prometheus never evaluated the group"
+    now = time.time()
+    tick = last + math.ceil((now - last) / interval) * interval  # the next evaluation
+    time.sleep(max(0.0, tick + 0.15 - time.time()))
+    start = time.time()
+    for url in (prom_url, sluice_url):
+        st, _, body = promproto.remote_write(url, series)
+        assert st in (200, 204), (url, st, body)
+    took = time.time() - start
+    if time.time() > tick + interval - 0.05:
+        pytest.skip(f"writing the data to both servers took {took:.2f} s, more than one evaluation gap")
 
 
 def raw_samples(url, expr, at, window_s):
@@ -184,9 +226,7 @@ def test_flink_pack_matches_prometheus():
         # an expected job that goes missing 30 s into the run and is back 40 s later
         series.append(([("__name__", "sluice_job_up"), ("job", "ghost-job")],
                        [((t0 + k) * 1000, 0.0 if 30 <= k < 70 else 1.0) for k in range(-60, PACK_RUN + 20, TICK)]))
-        for url in (prom_url, sl.url):
-            st, _, body = promproto.remote_write(url, series)
-            assert st in (200, 204), (url, st, body)
+        write_between_evaluations(prom_url, sl.url, series)
         time.sleep(max(0.0, t0 + PACK_RUN - time.time()))
 
         lo, hi = t0 + START_DELAY - 2, t0 + PACK_RUN - 2
