@@ -163,9 +163,6 @@ typedef struct server_worker {
     struct event *sweep;
     server_conn_t *conns;
     hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
-    _Atomic int live;      /* connections on its list (server_balance) */
-    _Atomic bool paused;   /* its listener is disabled by server_balance */
-    bool stopped;          /* stopped accepting for good (this worker's thread only) */
 } server_worker_t;
 
 static server_conn_t *map_find(server_worker_t *w, const struct bufferevent *bev)
@@ -187,54 +184,6 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
 {
     if (info->n_added > 0)
         server_conn_set_busy(arg, true);
-}
-
-/* --- spreading connections over the workers ---------------------------------------------------
- *
- * Every worker accepts from the one listening socket, and libevent's accept loop takes every
- * connection queued when its worker wakes up: a client that opens its keep-alive connections in a
- * burst (a pusher's connection pool) often got all of them on one worker, which then served all
- * their requests on one core while the others idled. So a worker that holds more connections
- * than the least loaded one stops accepting (its listener disabled: libevent's accept loop ends
- * after the connection at hand) and makes sure that one accepts. Its 250 ms sweep lets it accept
- * again (its next accept pauses it again if it is still ahead), so a connection never waits
- * longer than that for a worker that is busy with a long request. */
-
-static int server_min_live(api_server_t *s, int except, int *who)
-{
-    int min = INT32_MAX;
-    for (int i = 0; i < s->nworkers; i++)
-        if (i != except && atomic_load(&s->workers[i].live) < min) {
-            min = atomic_load(&s->workers[i].live);
-            *who = i;
-        }
-    return min;
-}
-
-/* On w's thread. */
-static void server_resume(void *arg)
-{
-    server_worker_t *w = arg;
-    if (w->stopped || !atomic_load(&w->paused))
-        return;
-    evconnlistener_enable(evhttp_bound_socket_get_listener(w->bound));
-    atomic_store(&w->paused, false);
-}
-
-/* On w's thread, after it accepted a connection. */
-static void server_balance(server_worker_t *w)
-{
-    api_server_t *s = w->srv;
-    if (s->nworkers < 2 || !w->bound || w->stopped || atomic_load(&w->paused))
-        return;
-    int who = -1;
-    if (atomic_load(&w->live) <= server_min_live(s, w->index, &who))
-        return;
-    server_worker_t *o = &s->workers[who];
-    if (atomic_load(&o->paused) && api_server_run_on(s, who, server_resume, o) != 0)
-        return; /* cannot wake it: keep accepting */
-    evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
-    atomic_store(&w->paused, true);
 }
 
 /* evhttp asks us for each new connection's bufferevent: keep a reference to track its life. */
@@ -278,8 +227,6 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     w->conns = c;
     c->over_limit = atomic_fetch_add(&w->srv->open_connections, 1) + 1 > w->srv->max_connections;
     atomic_fetch_add(&w->srv->accepted_total, 1);
-    atomic_fetch_add(&w->live, 1);
-    server_balance(w);
     return bev;
 }
 
@@ -308,7 +255,6 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
             server_conn_release(c);
             free(c);
             atomic_fetch_sub(&w->srv->open_connections, 1);
-            atomic_fetch_sub(&w->live, 1);
             continue;
         }
         if (c->over_limit) {
@@ -333,7 +279,6 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
         }
         pp = &c->next;
     }
-    server_resume(w); /* still ahead: its next accept pauses it again */
 }
 
 /* --- requests ------------------------------------------------------------------------------------ */
@@ -710,7 +655,6 @@ int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *
 static void server_stop_accepting(void *arg)
 {
     server_worker_t *w = arg;
-    w->stopped = true; /* server_resume must not enable it again */
     if (w->bound) {
         evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
     }
@@ -841,10 +785,5 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
         (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
         (unsigned long long)atomic_load(&s->rejected_total), (unsigned long long)atomic_load(&s->slow_closed_total),
         (long long)atomic_load(&s->inflight), (unsigned long long)atomic_load(&s->unauthorized_total));
-    if (s->workers) {
-        buf_puts(out, "# HELP sluice_http_worker_connections HTTP connections held by each worker thread.\n"
-                      "# TYPE sluice_http_worker_connections gauge\n");
-        for (int i = 0; i < s->nworkers; i++)
-            buf_printf(out, "sluice_http_worker_connections{worker=\"%d\"} %d\n", i, atomic_load(&s->workers[i].live));
-    }
+    (void)s;
 }

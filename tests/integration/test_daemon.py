@@ -325,38 +325,6 @@ def test_port_in_use_and_data_dir_lock(start_sluice, tmp_path):
     assert r.returncode == 1 and "in use by another sluice" in r.stderr
 
 
-def _worker_connections(url):
-    text = requests.get(url + "/metrics", timeout=10).text
-    open_now = int(re.search(r"^sluice_http_open_connections (\d+)$", text, re.M).group(1))
-    per = [int(v) for v in re.findall(r'^sluice_http_worker_connections\{worker="\d+"\} (\d+)$', text, re.M)]
-    return open_now, per
-
-
-def test_keepalive_connections_spread_over_workers(start_sluice):
-    # A pusher's pool opens its keep-alive connections in one burst; every worker accepts from
-    # the same socket, and without balancing one worker often took them all (and then served
-    # every request of the pool on one core).
-    s = start_sluice("--web.workers=2")
-    deadline = time.time() + 10
-    while _worker_connections(s.url)[0] > 1:  # earlier connections released (the scrape's own stays)
-        assert time.time() < deadline, "connections of the readiness probes were not released"
-        time.sleep(0.05)
-    conns = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(8)]
-    try:
-        for c in conns:
-            c.sendall(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
-        for c in conns:
-            assert c.recv(4096).startswith(b"HTTP/1.1 200")
-        _, per = _worker_connections(s.url)
-        assert len(per) == 2
-        # 8 kept-alive connections plus the scrape's: 4 and 5 when balanced (a probe connection
-        # not yet released may shift one more)
-        assert sum(per) >= 9 and min(per) >= 3, per
-    finally:
-        for c in conns:
-            c.close()
-
-
 def test_background_threads_named_and_writer_niced(sluice):
     """`top -H` tells sluice's threads apart, and the roll-up writer (catalog rows, roll-up blobs:
     work no request waits for) runs at nice 10, below the HTTP workers."""
