@@ -831,6 +831,14 @@ static const char *rv_str_arg(const promql_expr_t *e, size_t i)
 /* The labels of every output series come once from its input series' labels; values and
  * presence are the input's. What the step-wise run would refuse (a bad regex, bad label names,
  * two outputs of one label set at one step) makes it decline. */
+/* Appends series s under new labels mt (its values shared, not copied) and counts its samples. */
+static void rv_push_relabeled(rv_t *r, rv_val_t *out, const rv_series_t *s, labels_t mt)
+{
+    out->s[out->n++] = (rv_series_t){mt, s->v, s->has};
+    for (size_t st = 0; st < r->nsteps; st++)
+        r->cnt[st] += s->has[st];
+}
+
 static rv_val_t rv_label_replace(rv_t *r, const promql_expr_t *e)
 {
     pq_ctx_t *c = r->c;
@@ -864,9 +872,7 @@ static rv_val_t rv_label_replace(rv_t *r, const promql_expr_t *e)
             regex_expand(re, &r->text, repl, sv, sp, nsp);
             mt = pq_labels_set(c, mt, dst, r->text.data ? arena_strdup(r->a, r->text.data) : "");
         }
-        out.s[out.n++] = (rv_series_t){mt, s->v, s->has};
-        for (size_t st = 0; st < r->nsteps; st++)
-            r->cnt[st] += s->has[st];
+        rv_push_relabeled(r, &out, s, mt);
     }
     rv_check_dups(r, &out, false);
     return out;
@@ -895,10 +901,8 @@ static rv_val_t rv_label_join(rv_t *r, const promql_expr_t *e)
             if (v)
                 buf_puts(&r->text, v);
         }
-        labels_t mt = pq_labels_set(c, s->metric, dst, r->text.data ? arena_strdup(r->a, r->text.data) : "");
-        out.s[out.n++] = (rv_series_t){mt, s->v, s->has};
-        for (size_t st = 0; st < r->nsteps; st++)
-            r->cnt[st] += s->has[st];
+        rv_push_relabeled(r, &out, s,
+                          pq_labels_set(c, s->metric, dst, r->text.data ? arena_strdup(r->a, r->text.data) : ""));
     }
     rv_check_dups(r, &out, false);
     return out;
