@@ -161,6 +161,9 @@ typedef struct server_worker {
     struct evhttp *http;
     struct evhttp_bound_socket *bound;
     struct event *sweep;
+    struct event *resume; /* re-enables accepting after one accept (server_bevcb) */
+    _Atomic uint64_t accepted;
+    bool stopping; /* api_server_stop disabled accepting for good (this worker's thread only) */
     server_conn_t *conns;
     hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
 } server_worker_t;
@@ -184,6 +187,31 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
 {
     if (info->n_added > 0)
         server_conn_set_busy(arg, true);
+}
+
+/* Every worker accepts from the one listening socket, and libevent's listener accepts until the
+ * backlog is empty: a pool's burst of keep-alive connections (a pusher's 8, opened at once) all
+ * landed on whichever worker woke first, and every request on them then shared one core. So a
+ * worker takes one connection per pass of its loop: the listener is disabled here, inside its
+ * accept loop (which then returns), and enabled again by an event made active now, which runs
+ * in this same pass, before the next wait. The other workers, woken for the same backlog, take
+ * the rest meanwhile; no worker ever waits for another (a busy one simply does not compete). */
+static void server_yield_accept(server_worker_t *w)
+{
+    if (w->srv->nworkers < 2 || !w->bound || !w->resume)
+        return;
+    struct evconnlistener *l = evhttp_bound_socket_get_listener(w->bound);
+    if (evconnlistener_disable(l) == 0)
+        event_active(w->resume, EV_TIMEOUT, 0);
+}
+
+static void server_resume_accept(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    server_worker_t *w = arg;
+    if (!w->stopping)
+        evconnlistener_enable(evhttp_bound_socket_get_listener(w->bound));
 }
 
 /* evhttp asks us for each new connection's bufferevent: keep a reference to track its life. */
@@ -227,6 +255,8 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     w->conns = c;
     c->over_limit = atomic_fetch_add(&w->srv->open_connections, 1) + 1 > w->srv->max_connections;
     atomic_fetch_add(&w->srv->accepted_total, 1);
+    atomic_fetch_add_explicit(&w->accepted, 1, memory_order_relaxed);
+    server_yield_accept(w);
     return bev;
 }
 
@@ -584,6 +614,7 @@ int api_server_start(api_server_t *s, char *err, size_t errlen)
             snprintf(err, errlen, "cannot accept on the listening socket");
             return -1;
         }
+        w->resume = event_new(w->base, -1, 0, server_resume_accept, w);
         w->sweep = event_new(w->base, -1, EV_PERSIST, server_sweep, w);
         struct timeval period = {0, 250 * 1000};
         event_add(w->sweep, &period);
@@ -655,6 +686,7 @@ int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *
 static void server_stop_accepting(void *arg)
 {
     server_worker_t *w = arg;
+    w->stopping = true;
     if (w->bound) {
         evconnlistener_disable(evhttp_bound_socket_get_listener(w->bound));
     }
@@ -698,6 +730,8 @@ void api_server_destroy(api_server_t *s)
         server_worker_t *w = &s->workers[i];
         if (w->sweep)
             event_free(w->sweep);
+        if (w->resume)
+            event_free(w->resume);
         if (w->http)
             evhttp_free(w->http);
         while (w->conns) {
@@ -785,5 +819,11 @@ void api_server_write_metrics(api_server_t *s, buf_t *out)
         (long long)atomic_load(&s->open_connections), (unsigned long long)atomic_load(&s->accepted_total),
         (unsigned long long)atomic_load(&s->rejected_total), (unsigned long long)atomic_load(&s->slow_closed_total),
         (long long)atomic_load(&s->inflight), (unsigned long long)atomic_load(&s->unauthorized_total));
-    (void)s;
+    if (s->workers) {
+        buf_puts(out, "# HELP sluice_http_worker_connections_accepted_total HTTP connections accepted, by worker "
+                      "thread.\n# TYPE sluice_http_worker_connections_accepted_total counter\n");
+        for (int i = 0; i < s->nworkers; i++)
+            buf_printf(out, "sluice_http_worker_connections_accepted_total{worker=\"%d\"} %llu\n", i,
+                       (unsigned long long)atomic_load_explicit(&s->workers[i].accepted, memory_order_relaxed));
+    }
 }

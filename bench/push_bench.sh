@@ -113,6 +113,12 @@ for rep in $(seq "$REPS"); do
             --conns "$CONNS" --seed "$SEED" --bodies "$work/bodies.bin" --max-seconds "$cap" \
             --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" 2>"$dir/bench.err" | tee -a "$results" |
             grep -v '^RESULT'
+        if [ "$target" = sluice ]; then
+            # which HTTP worker took the pool's connections (one worker holding all of them serves
+            # every push on one core); the count includes this scrape's own connection
+            echo "  sluice connections by HTTP worker: $(curl -fs "http://127.0.0.1:$port/metrics" |
+                sed -n 's/^sluice_http_worker_connections_accepted_total{worker="\([0-9]*\)"} /\1=/p' | tr '\n' ' ')"
+        fi
         stop_server
         rm -rf "$dir"
     done
