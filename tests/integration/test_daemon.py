@@ -362,7 +362,8 @@ def test_burst_of_connections_served_by_every_worker(start_sluice):
 
 def test_background_threads_named_and_writer_niced(sluice):
     """`top -H` tells sluice's threads apart, and the roll-up writer (catalog rows, roll-up blobs:
-    work no request waits for) runs at nice 10, below the HTTP workers."""
+    work no request waits for) runs at nice 10 and the /metrics render thread at 5, below the
+    HTTP workers."""
     threads = {}
     for tid in os.listdir(f"/proc/{sluice.proc.pid}/task"):
         with open(f"/proc/{sluice.proc.pid}/task/{tid}/stat") as f:
@@ -371,5 +372,6 @@ def test_background_threads_named_and_writer_niced(sluice):
         nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat
         threads.setdefault(comm, []).append(nice)
     assert threads.get("rollup-writer") == [10], threads
+    assert threads.get("metrics-render") == [5], threads  # sorts a whole /metrics for the scraper
     for name in ("http-0", "storage-house", "wal-sync"):
         assert threads.get(name) == [0], (name, threads)
