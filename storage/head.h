@@ -65,6 +65,13 @@ int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t ne
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v);
+/* head_check / head_append_ref for the samples sel[0..m) of a batch at once: sample k is
+ * refs[k], t[k] (and v[k]); rc[k] receives what the single call would return. The index's shard
+ * locks are taken once per shard (index_visit_refs), not twice per sample. 0, or -1 out of
+ * memory (then nothing was checked or appended). */
+int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc);
+int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
+                      size_t m, int8_t *rc);
 /* Convenience for tests and the in-memory store: resolve (ids from an internal counter) and
  * append. ls must be sorted. */
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v);
