@@ -605,19 +605,27 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
 
 /* ---- public append API --------------------------------------------------------------------- */
 
-int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+static int get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, bool look_first,
+                         index_ref_t *ref, bool *created)
 {
-    index_series_t *is;
-    int rc = index_acquire_or_create(h->ix, ls, hash, new_id, &is, created);
+    int rc = index_get_or_create(h->ix, ls, hash, new_id, look_first, ref, created);
     if (rc == INDEX_ERR_LIMIT)
         return HEAD_ERR_LIMIT;
     if (rc != INDEX_OK)
         return HEAD_ERR_NOMEM;
-    *ref = index_series_ref(is);
-    index_release(h->ix, is);
     if (*created)
         atomic_fetch_add_explicit(&h->created, 1, memory_order_relaxed);
     return HEAD_OK;
+}
+
+int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+{
+    return get_or_create(h, ls, hash, new_id, true, ref, created);
+}
+
+int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+{
+    return get_or_create(h, ls, hash, new_id, false, ref, created);
 }
 
 int head_check(head_t *h, const index_ref_t *ref, int64_t t)

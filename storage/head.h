@@ -61,6 +61,9 @@ void head_free(head_t *h);
  * with id new_id if absent (*created = true). A created series that receives no sample is
  * removed by a later head_expire. Returns HEAD_OK, HEAD_ERR_LIMIT or HEAD_ERR_NOMEM. */
 int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
+/* The same for a caller that has just looked ls up and not found it: skips the first lookup (a
+ * series created meanwhile is still found, *created false). */
+int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
 /* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return (a
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);

@@ -871,13 +871,20 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     free(s);
 }
 
-int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
-                            bool *created)
+/* index_acquire_or_create and index_get_or_create: look_first does the read-locked lookup
+ * first; out (the series, read-locked) or, when out is NULL, ref_out (nothing held). */
+static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
+                             index_series_t **out, index_ref_t *ref_out, bool *created)
 {
     *created = false;
-    index_series_t *s = index_acquire(ix, ls, hash);
+    index_series_t *s = look_first ? index_acquire(ix, ls, hash) : NULL;
     if (s) {
-        *out = s;
+        if (out) {
+            *out = s;
+        } else {
+            *ref_out = index_series_ref(s);
+            index_release(ix, s);
+        }
         return INDEX_OK;
     }
     uint32_t shard = (uint32_t)(hash % INDEX_SHARDS);
@@ -1016,11 +1023,27 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
      * has not been appended to yet), so look it up again rather than trusting the pointer. */
     index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot}; /* s is ours only while locked */
     pthread_rwlock_unlock(&sh->lock);
+    if (!out) {
+        *ref_out = ref;
+        return INDEX_OK;
+    }
     index_series_t *again = index_acquire_ref(ix, &ref);
     if (!again)
-        return index_acquire_or_create(ix, ls, hash, id, out, created);
+        return acquire_or_create(ix, ls, hash, id, true, out, ref_out, created);
     *out = again;
     return INDEX_OK;
+}
+
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
+                            bool *created)
+{
+    return acquire_or_create(ix, ls, hash, id, true, out, NULL, created);
+}
+
+int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
+                        index_ref_t *ref, bool *created)
+{
+    return acquire_or_create(ix, ls, hash, id, look_first, NULL, ref, created);
 }
 
 /* ---- selection ----------------------------------------------------------------------------- */

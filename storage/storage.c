@@ -1178,7 +1178,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         pthread_mutex_unlock(&s->known_lock);
         if (!known)
             id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
-        hrc = head_get_or_create(s->head, &ls, hash, id, &ap->refs[i], &created);
+        hrc = head_create(s->head, &ls, hash, id, &ap->refs[i], &created);
     }
     if (hrc != HEAD_OK) {
         if (hrc == HEAD_ERR_LIMIT)
