@@ -110,7 +110,7 @@ struct catalog {
 #define CAT_MIGRATE_V1                                                                                                 \
     "INSERT OR IGNORE INTO label_pair(name, value) SELECT DISTINCT name, value FROM label_index ORDER BY name, value;" \
     "INSERT OR IGNORE INTO label_posting(pair_id, series_id) SELECT p.id, li.series_id FROM label_index li"            \
-    " JOIN label_pair p ON p.name = li.name AND p.value = li.value;"                                                    \
+    " JOIN label_pair p ON p.name = li.name AND p.value = li.value;"                                                   \
     "DROP TABLE label_index;"
 
 /* ---- small helpers ---------------------------------------------------------------------- */

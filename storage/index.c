@@ -1040,8 +1040,8 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
     return acquire_or_create(ix, ls, hash, id, true, out, NULL, created);
 }
 
-int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
-                        index_ref_t *ref, bool *created)
+int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
+                        bool *created)
 {
     return acquire_or_create(ix, ls, hash, id, look_first, NULL, ref, created);
 }

@@ -72,8 +72,8 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
  * again after a creation (pthread rwlocks cannot downgrade). look_first false skips the
  * read-locked lookup, for a caller that has just missed the series (the write-locked lookup
  * that creation makes still finds one created meanwhile). */
-int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
-                        index_ref_t *ref, bool *created);
+int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
+                        bool *created);
 /* The series ref points at, shard read-locked, or NULL if it is gone. */
 index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref);
 void index_release(index_t *ix, index_series_t *s);

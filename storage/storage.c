@@ -1030,8 +1030,8 @@ typedef struct {
     double *v;
     uint32_t *sel;
     int8_t *hrc;
-    bool prechecked; /* hrc[i] holds head_check of hint[i] for every hinted sample */
-    wal_sample_t *ws;          /* samples to log, then those applied */
+    bool prechecked;  /* hrc[i] holds head_check of hint[i] for every hinted sample */
+    wal_sample_t *ws; /* samples to log, then those applied */
     size_t nws;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
