@@ -14,9 +14,21 @@
  *          enc BLOB,                    canonical encoding of the full sorted set, see below
  *          first_seen INTEGER,          ms; widened by catalog_add_series
  *          last_seen INTEGER)           ms; widened by catalog_touch_series / the roll-up writer
- *   label_index(name, value, series_id) WITHOUT ROWID, primary key in that order: the postings
- *          of every label pair, __name__ included, for matchers over series that left memory.
- *   meta(key, value)                    key 'catalog_version' = 1.
+ *   label_pair(id INTEGER PRIMARY KEY, name, value, UNIQUE(name, value))
+ *                                       every label pair ever written, __name__ included, once
+ *   label_posting(pair_id, series_id) WITHOUT ROWID, primary key in that order: the postings of
+ *          each pair, for matchers over series that left memory.
+ *   label_index(name, value, series_id) a VIEW joining the two (what version 1 stored as a table)
+ *   meta(key, value)                    key 'catalog_version' = 2.
+ *
+ * Why pairs are numbered (version 2): version 1 stored each posting as a (name, value, series_id)
+ * row. A Flink series has ~11 labels whose values are often 50-150 bytes (task and operator
+ * names), so each new series cost ~11 b-tree descents comparing long strings and ~700 bytes of
+ * index: writing 256k series took ~8 s of CPU and 420 MB, as much CPU as ingesting them. Now a
+ * new series' postings are ~11 rows of two integers; a pair's strings are looked up once per
+ * write chunk (a chunk's series share most pairs). A version-1 file is converted when opened
+ * (catalog_open, one transaction); the label_index view keeps queries written against the old
+ * table working.
  *
  * enc, for each label in name order:
  *   | uvarint | name length n            |
@@ -41,7 +53,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "internal/util/buf.h"
+#include "internal/util/hashmap.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 
@@ -76,15 +91,27 @@ struct catalog {
     sqlite3_stmt *get_st; /* SELECT enc by id on rdb, prepared once (under read_mu) */
 };
 
+/* Run in one transaction by catalog_open. A new file gets version 2 directly; a version-1 file
+ * (label_index is a table) is converted by CAT_MIGRATE_V1 first. */
 #define CAT_SCHEMA                                                                                                     \
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"                                      \
-    "INSERT OR IGNORE INTO meta(key, value) VALUES('catalog_version', 1);"                                             \
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('catalog_version', 2);"                                             \
     "CREATE TABLE IF NOT EXISTS series(id INTEGER PRIMARY KEY, metric TEXT NOT NULL,"                                  \
     " labels TEXT NOT NULL, enc BLOB NOT NULL, first_seen INTEGER NOT NULL,"                                           \
     " last_seen INTEGER NOT NULL);"                                                                                    \
     "CREATE INDEX IF NOT EXISTS series_metric ON series(metric);"                                                      \
-    "CREATE TABLE IF NOT EXISTS label_index(name TEXT NOT NULL, value TEXT NOT NULL,"                                  \
-    " series_id INTEGER NOT NULL, PRIMARY KEY(name, value, series_id)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS label_pair(id INTEGER PRIMARY KEY, name TEXT NOT NULL, value TEXT NOT NULL,"           \
+    " UNIQUE(name, value));"                                                                                           \
+    "CREATE TABLE IF NOT EXISTS label_posting(pair_id INTEGER NOT NULL, series_id INTEGER NOT NULL,"                   \
+    " PRIMARY KEY(pair_id, series_id)) WITHOUT ROWID;"
+#define CAT_VIEW                                                                                                       \
+    "CREATE VIEW IF NOT EXISTS label_index(name, value, series_id) AS SELECT p.name, p.value, x.series_id"             \
+    " FROM label_posting x JOIN label_pair p ON p.id = x.pair_id;"
+#define CAT_MIGRATE_V1                                                                                                 \
+    "INSERT OR IGNORE INTO label_pair(name, value) SELECT DISTINCT name, value FROM label_index ORDER BY name, value;" \
+    "INSERT OR IGNORE INTO label_posting(pair_id, series_id) SELECT p.id, li.series_id FROM label_index li"            \
+    " JOIN label_pair p ON p.name = li.name AND p.value = li.value;"                                                   \
+    "DROP TABLE label_index;"
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
@@ -213,6 +240,40 @@ static sqlite3 *open_db(const char *path, char *err, size_t errlen)
 
 /* ---- open / close ----------------------------------------------------------------------- */
 
+/* Creates the tables, converting a version-1 file (label_index a table) on the way; one
+ * transaction, so a crash mid-way leaves the file as it was. */
+static int catalog_schema(sqlite3 *db, const char *path, char *err, size_t errlen)
+{
+    if (exec_sql(db, "BEGIN IMMEDIATE", err, errlen) != 0)
+        return -1;
+    int rc = exec_sql(db, CAT_SCHEMA, err, errlen);
+    sqlite3_stmt *st = NULL;
+    bool v1 = false;
+    if (rc == 0) {
+        rc = sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'label_index'", -1,
+                                &st, NULL) == SQLITE_OK
+                 ? 0
+                 : -1;
+        int step = rc == 0 ? sqlite3_step(st) : SQLITE_ERROR;
+        v1 = step == SQLITE_ROW;
+        if (step != SQLITE_ROW && step != SQLITE_DONE) {
+            snprintf(err, errlen, "sqlite: %s", sqlite3_errmsg(db));
+            rc = -1;
+        }
+        sqlite3_finalize(st);
+    }
+    if (rc == 0 && v1) {
+        log_info("catalog", "converting the label index to catalog version 2 (once)", LF_S("path", path));
+        rc = exec_sql(db, CAT_MIGRATE_V1 "UPDATE meta SET value = 2 WHERE key = 'catalog_version';", err, errlen);
+    }
+    if (rc == 0)
+        rc = exec_sql(db, CAT_VIEW, err, errlen);
+    if (rc == 0)
+        return exec_sql(db, "COMMIT", err, errlen);
+    exec_sql(db, "ROLLBACK", NULL, 0);
+    return -1;
+}
+
 catalog_t *catalog_open(const char *dir, char *err, size_t errlen)
 {
     catalog_t *cat = calloc(1, sizeof(*cat));
@@ -235,7 +296,7 @@ catalog_t *catalog_open(const char *dir, char *err, size_t errlen)
     cat->wdb = open_db(cat->path, err, errlen);
     if (!cat->wdb)
         goto err;
-    if (exec_sql(cat->wdb, CAT_SCHEMA, err, errlen) != 0)
+    if (catalog_schema(cat->wdb, cat->path, err, errlen) != 0)
         goto err;
     cat->rdb = open_db(cat->path, err, errlen);
     if (!cat->rdb)
@@ -437,45 +498,125 @@ static int write_series(sqlite3_stmt *ins, const pending_t *p, const labels_t *l
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-/* A label_index row of a series being written. */
+/* A distinct label pair of the chunk being written, and its id in label_pair. */
 typedef struct {
     const char *name, *value;
-    uint64_t id;
+    int64_t id;
 } catalog_pair_t;
+
+/* A posting to write: (pair, series id); pair is first an index into the chunk's pairs. */
+typedef struct {
+    int64_t pair, series;
+} catalog_posting_t;
 
 static int pair_cmp(const void *pa, const void *pb)
 {
     const catalog_pair_t *a = pa, *b = pb;
     int c = strcmp(a->name, b->name);
-    if (c == 0)
-        c = strcmp(a->value, b->value);
-    return c ? c : (a->id > b->id) - (a->id < b->id);
+    return c ? c : strcmp(a->value, b->value);
 }
 
-/* Series rows go in queue order; their label_index rows are written sorted, a chunk of series at
- * a time: in key order an insert lands next to the previous one and the b-tree pages stay in
- * cache. For Flink-shaped label sets that took ~3x less CPU than inserting them series by series
- * (4096 series per chunk; whole-batch sorting gained little more). */
+static int posting_cmp(const void *pa, const void *pb)
+{
+    const catalog_posting_t *a = pa, *b = pb;
+    if (a->pair != b->pair)
+        return (a->pair > b->pair) - (a->pair < b->pair);
+    return (a->series > b->series) - (a->series < b->series);
+}
+
+/* The statements of one write. */
+typedef struct {
+    sqlite3_stmt *ins, *touch; /* series row; last_seen */
+    sqlite3_stmt *pair_get, *pair_ins, *post_ins;
+} catalog_stmts_t;
+
+/* The id of pair (name, value), numbered now if new. 0 on error. */
+static int64_t pair_id(sqlite3 *db, const catalog_stmts_t *st, const char *name, const char *value)
+{
+    sqlite3_bind_text(st->pair_get, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st->pair_get, 2, value, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st->pair_get);
+    int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st->pair_get, 0) : 0;
+    sqlite3_reset(st->pair_get);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return 0;
+    if (id)
+        return id;
+    sqlite3_bind_text(st->pair_ins, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st->pair_ins, 2, value, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st->pair_ins);
+    sqlite3_reset(st->pair_ins);
+    return rc == SQLITE_DONE ? sqlite3_last_insert_rowid(db) : 0;
+}
+
+/* The distinct pairs of a chunk: pairs[] found by hash through `seen` (a multimap of indexes). */
+typedef struct {
+    catalog_pair_t *v;
+    size_t n, cap;
+    hashmap_t seen;
+} catalog_chunk_pairs_t;
+
+typedef struct {
+    const catalog_chunk_pairs_t *c;
+    const char *name, *value;
+} catalog_pair_key_t;
+
+static bool pair_key_eq(uint64_t i, const void *ctx)
+{
+    const catalog_pair_key_t *k = ctx;
+    const catalog_pair_t *p = &k->c->v[i];
+    return strcmp(p->name, k->name) == 0 && strcmp(p->value, k->value) == 0;
+}
+
+/* The index of (name, value) among the chunk's pairs, added if new; -1 out of memory. */
+static int64_t chunk_pair(catalog_chunk_pairs_t *c, const char *name, const char *value)
+{
+    uint64_t h = XXH3_64bits_withSeed(value, strlen(value), XXH3_64bits(name, strlen(name)));
+    catalog_pair_key_t k = {c, name, value};
+    const uint64_t *v = hashmap_find(&c->seen, h, pair_key_eq, &k);
+    if (v)
+        return (int64_t)*v;
+    if (c->n == c->cap) {
+        size_t ncap = c->cap ? c->cap * 2 : 1024;
+        catalog_pair_t *g = realloc(c->v, ncap * sizeof(*g));
+        if (!g)
+            return -1;
+        c->v = g;
+        c->cap = ncap;
+    }
+    if (hashmap_add(&c->seen, h, c->n) < 0)
+        return -1;
+    c->v[c->n] = (catalog_pair_t){name, value, 0};
+    return (int64_t)c->n++;
+}
+
+/* Series rows go in queue order; their postings a chunk of series at a time: each distinct pair
+ * of the chunk is looked up (or numbered) once, in (name, value) order, then the postings are
+ * inserted in key order, so an insert lands next to the previous one and the b-tree pages stay
+ * in cache. */
 #define CATALOG_WRITE_CHUNK 4096
 
-static int write_chunks(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sqlite3_stmt *touch,
-                        const pending_t *batch, size_t n)
+static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending_t *batch, size_t n)
 {
     buf_t enc = BUF_INIT, text = BUF_INIT;
     arena_t *scratch = arena_create(0);
-    catalog_pair_t *pairs = NULL;
-    size_t cap = 0;
+    catalog_chunk_pairs_t pairs = {.seen = HASHMAP_INIT_HASHED};
+    catalog_posting_t *posts = NULL;
+    int64_t *pid = NULL; /* chunk pair index -> label_pair id, after sorting */
+    size_t cap = 0, pidcap = 0;
     int ret = scratch ? 0 : -1;
     for (size_t i = 0; i < n && ret == 0;) {
         size_t nser = 0, np = 0;
         arena_reset(scratch);
+        pairs.n = 0;
+        hashmap_clear(&pairs.seen);
         for (; i < n && nser < CATALOG_WRITE_CHUNK && ret == 0; i++) {
             const pending_t *p = &batch[i];
             if (p->kind == PENDING_TOUCH) {
-                sqlite3_bind_int64(touch, 1, p->t);
-                sqlite3_bind_int64(touch, 2, (sqlite3_int64)p->id);
-                ret = sqlite3_step(touch) == SQLITE_DONE ? 0 : -1;
-                sqlite3_reset(touch);
+                sqlite3_bind_int64(st->touch, 1, p->t);
+                sqlite3_bind_int64(st->touch, 2, (sqlite3_int64)p->id);
+                ret = sqlite3_step(st->touch) == SQLITE_DONE ? 0 : -1;
+                sqlite3_reset(st->touch);
                 continue;
             }
             labels_t ls = p->ls;
@@ -485,7 +626,7 @@ static int write_chunks(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sq
                           LF_I("id", p->id));
                 continue;
             }
-            if (write_series(ins, p, &ls, &enc, &text) != 0) {
+            if (write_series(st->ins, p, &ls, &enc, &text) != 0) {
                 ret = -1;
                 break;
             }
@@ -493,31 +634,64 @@ static int write_chunks(catalog_t *cat, sqlite3_stmt *ins, sqlite3_stmt *idx, sq
                 size_t ncap = cap ? cap * 2 : 4096;
                 while (ncap < np + ls.n)
                     ncap *= 2;
-                catalog_pair_t *g = realloc(pairs, ncap * sizeof(*g));
+                catalog_posting_t *g = realloc(posts, ncap * sizeof(*g));
                 if (!g) {
                     ret = -1;
                     break;
                 }
-                pairs = g;
+                posts = g;
                 cap = ncap;
             }
-            for (size_t k = 0; k < ls.n; k++)
-                pairs[np++] = (catalog_pair_t){ls.v[k].name, ls.v[k].value, p->id};
+            for (size_t k = 0; k < ls.n && ret == 0; k++) {
+                int64_t pi = chunk_pair(&pairs, ls.v[k].name, ls.v[k].value);
+                if (pi < 0)
+                    ret = -1;
+                posts[np++] = (catalog_posting_t){pi, (int64_t)p->id};
+            }
             nser++;
         }
         if (ret != 0)
             break;
-        if (np > 1)
-            qsort(pairs, np, sizeof(*pairs), pair_cmp);
+        /* Number the pairs in (name, value) order: neighbours in label_pair's index. */
+        if (pairs.n > pidcap) {
+            int64_t *g = realloc(pid, pairs.n * sizeof(*g));
+            if (!g) {
+                ret = -1;
+                break;
+            }
+            pid = g;
+            pidcap = pairs.n;
+        }
+        catalog_pair_t *sorted = arena_try_alloc(scratch, (pairs.n ? pairs.n : 1) * sizeof(*sorted));
+        if (!sorted) {
+            ret = -1;
+            break;
+        }
+        for (size_t k = 0; k < pairs.n; k++)
+            sorted[k] = (catalog_pair_t){pairs.v[k].name, pairs.v[k].value, (int64_t)k};
+        if (pairs.n > 1)
+            qsort(sorted, pairs.n, sizeof(*sorted), pair_cmp);
+        for (size_t k = 0; k < pairs.n && ret == 0; k++) {
+            int64_t id = pair_id(cat->wdb, st, sorted[k].name, sorted[k].value);
+            if (id == 0)
+                ret = -1;
+            pid[sorted[k].id] = id;
+        }
+        for (size_t k = 0; k < np && ret == 0; k++)
+            posts[k].pair = pid[posts[k].pair];
+        if (ret == 0 && np > 1)
+            qsort(posts, np, sizeof(*posts), posting_cmp);
         for (size_t k = 0; k < np && ret == 0; k++) {
-            sqlite3_bind_text(idx, 1, pairs[k].name, -1, SQLITE_STATIC);
-            sqlite3_bind_text(idx, 2, pairs[k].value, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(idx, 3, (sqlite3_int64)pairs[k].id);
-            ret = sqlite3_step(idx) == SQLITE_DONE ? 0 : -1;
-            sqlite3_reset(idx);
+            sqlite3_bind_int64(st->post_ins, 1, posts[k].pair);
+            sqlite3_bind_int64(st->post_ins, 2, posts[k].series);
+            ret = sqlite3_step(st->post_ins) == SQLITE_DONE ? 0 : -1;
+            sqlite3_reset(st->post_ins);
         }
     }
-    free(pairs);
+    free(pairs.v);
+    hashmap_free(&pairs.seen);
+    free(posts);
+    free(pid);
     arena_destroy(scratch);
     buf_free(&enc);
     buf_free(&text);
@@ -540,26 +714,32 @@ int catalog__write_pending(catalog_t *cat)
     if (n == 0)
         return 0;
 
-    sqlite3_stmt *ins = NULL, *idx = NULL, *touch = NULL;
+    catalog_stmts_t st = {0};
     int ret = -1;
     if (sqlite3_prepare_v2(cat->wdb,
                            "INSERT INTO series(id, metric, labels, enc, first_seen, last_seen)"
                            " VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(id) DO UPDATE SET"
                            " first_seen = min(first_seen, excluded.first_seen),"
                            " last_seen = max(last_seen, excluded.last_seen)",
-                           -1, &ins, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(cat->wdb, "INSERT OR IGNORE INTO label_index(name, value, series_id) VALUES(?, ?, ?)", -1,
-                           &idx, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(cat->wdb, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &touch,
+                           -1, &st.ins, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "SELECT id FROM label_pair WHERE name = ?1 AND value = ?2", -1, &st.pair_get,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "INSERT INTO label_pair(name, value) VALUES(?1, ?2)", -1, &st.pair_ins, NULL) !=
+            SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "INSERT OR IGNORE INTO label_posting(pair_id, series_id) VALUES(?1, ?2)", -1,
+                           &st.post_ins, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(cat->wdb, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &st.touch,
                            NULL) != SQLITE_OK)
         goto out;
-    ret = write_chunks(cat, ins, idx, touch, batch, n);
+    ret = write_chunks(cat, &st, batch, n);
 out:
     if (ret != 0)
         log_error("catalog", "writing series rows failed", LF_S("err", sqlite3_errmsg(cat->wdb)));
-    sqlite3_finalize(ins);
-    sqlite3_finalize(idx);
-    sqlite3_finalize(touch);
+    sqlite3_finalize(st.ins);
+    sqlite3_finalize(st.pair_get);
+    sqlite3_finalize(st.pair_ins);
+    sqlite3_finalize(st.post_ins);
+    sqlite3_finalize(st.touch);
     if (ret == 0) {
         for (size_t k = 0; k < n; k++)
             pending_free(&batch[k]);
@@ -656,7 +836,9 @@ int catalog_series_by_labels(catalog_t *cat, const label_t *eq, size_t n, int64_
     buf_t sql = BUF_INIT;
     buf_puts(&sql, "SELECT id FROM series WHERE first_seen <= ?1 AND last_seen >= ?2 AND id IN (");
     for (size_t i = 0; i < n; i++)
-        buf_printf(&sql, "%sSELECT series_id FROM label_index WHERE name = ?%zu AND value = ?%zu",
+        buf_printf(&sql,
+                   "%sSELECT series_id FROM label_posting WHERE pair_id ="
+                   " (SELECT id FROM label_pair WHERE name = ?%zu AND value = ?%zu)",
                    i ? " INTERSECT " : "", 3 + 2 * i, 4 + 2 * i);
     buf_puts(&sql, ") ORDER BY id");
     pthread_mutex_lock(&cat->read_mu);
@@ -684,7 +866,8 @@ int catalog_series_with_name(catalog_t *cat, const char *name, int64_t mint, int
     int ret = -1;
     if (sqlite3_prepare_v2(cat->rdb,
                            "SELECT id FROM series WHERE first_seen <= ?1 AND last_seen >= ?2 AND id IN"
-                           " (SELECT series_id FROM label_index WHERE name = ?3) ORDER BY id",
+                           " (SELECT x.series_id FROM label_pair p JOIN label_posting x ON x.pair_id = p.id"
+                           " WHERE p.name = ?3) ORDER BY id",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, maxt);
         sqlite3_bind_int64(st, 2, mint);
@@ -730,11 +913,13 @@ static bool unbounded(int64_t mint, int64_t maxt)
 int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t maxt, arena_t *a, const char ***values,
                          size_t *n)
 {
-    /* Unbounded: DISTINCT over the (name, value, ...) primary key, no join. */
+    /* Unbounded: the pairs alone (a pair exists only with postings), over their (name, value)
+     * index. */
     const char *sql = unbounded(mint, maxt)
-                          ? "SELECT DISTINCT value FROM label_index WHERE name = ?3 ORDER BY value"
-                          : "SELECT DISTINCT li.value FROM label_index li JOIN series s ON s.id = li.series_id"
-                            " WHERE li.name = ?3 AND s.first_seen <= ?1 AND s.last_seen >= ?2 ORDER BY li.value";
+                          ? "SELECT value FROM label_pair WHERE name = ?3 ORDER BY value"
+                          : "SELECT DISTINCT p.value FROM label_pair p JOIN label_posting x ON x.pair_id = p.id"
+                            " JOIN series s ON s.id = x.series_id"
+                            " WHERE p.name = ?3 AND s.first_seen <= ?1 AND s.last_seen >= ?2 ORDER BY p.value";
     pthread_mutex_lock(&cat->read_mu);
     sqlite3_stmt *st = NULL;
     int ret = -1;
@@ -753,18 +938,19 @@ int catalog_label_values(catalog_t *cat, const char *name, int64_t mint, int64_t
 
 int catalog_label_names(catalog_t *cat, int64_t mint, int64_t maxt, arena_t *a, const char ***names, size_t *n)
 {
-    /* A skip scan over the primary key: one seek per distinct name instead of reading every
-     * posting. With a time bound, a name counts if any of its postings belongs to a series seen
-     * in range. */
+    /* A skip scan over the pairs' (name, value) index: one seek per distinct name instead of
+     * reading every pair. With a time bound, a name counts if any of its postings belongs to a
+     * series seen in range. */
     const char *sql = unbounded(mint, maxt)
-                          ? "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_index UNION ALL"
-                            " SELECT (SELECT min(name) FROM label_index WHERE name > nm.name) FROM nm"
+                          ? "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_pair UNION ALL"
+                            " SELECT (SELECT min(name) FROM label_pair WHERE name > nm.name) FROM nm"
                             " WHERE nm.name IS NOT NULL) SELECT name FROM nm WHERE name IS NOT NULL"
-                          : "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_index UNION ALL"
-                            " SELECT (SELECT min(name) FROM label_index WHERE name > nm.name) FROM nm"
+                          : "WITH RECURSIVE nm(name) AS (SELECT min(name) FROM label_pair UNION ALL"
+                            " SELECT (SELECT min(name) FROM label_pair WHERE name > nm.name) FROM nm"
                             " WHERE nm.name IS NOT NULL) SELECT name FROM nm WHERE name IS NOT NULL AND EXISTS"
-                            " (SELECT 1 FROM label_index li JOIN series s ON s.id = li.series_id WHERE"
-                            " li.name = nm.name AND s.first_seen <= ?1 AND s.last_seen >= ?2)";
+                            " (SELECT 1 FROM label_pair p JOIN label_posting x ON x.pair_id = p.id"
+                            " JOIN series s ON s.id = x.series_id WHERE"
+                            " p.name = nm.name AND s.first_seen <= ?1 AND s.last_seen >= ?2)";
     pthread_mutex_lock(&cat->read_mu);
     sqlite3_stmt *st = NULL;
     int ret = -1;

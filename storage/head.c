@@ -605,19 +605,27 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
 
 /* ---- public append API --------------------------------------------------------------------- */
 
-int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+static int get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, bool look_first,
+                         index_ref_t *ref, bool *created)
 {
-    index_series_t *is;
-    int rc = index_acquire_or_create(h->ix, ls, hash, new_id, &is, created);
+    int rc = index_get_or_create(h->ix, ls, hash, new_id, look_first, ref, created);
     if (rc == INDEX_ERR_LIMIT)
         return HEAD_ERR_LIMIT;
     if (rc != INDEX_OK)
         return HEAD_ERR_NOMEM;
-    *ref = index_series_ref(is);
-    index_release(h->ix, is);
     if (*created)
         atomic_fetch_add_explicit(&h->created, 1, memory_order_relaxed);
     return HEAD_OK;
+}
+
+int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+{
+    return get_or_create(h, ls, hash, new_id, true, ref, created);
+}
+
+int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created)
+{
+    return get_or_create(h, ls, hash, new_id, false, ref, created);
 }
 
 int head_check(head_t *h, const index_ref_t *ref, int64_t t)
@@ -648,6 +656,62 @@ int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v)
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
     return rc;
+}
+
+typedef struct {
+    head_t *h;
+    const int64_t *t;
+    const double *v;
+    int8_t *rc;
+    uint64_t too_old, ooo;
+} head_batch_t;
+
+static void batch_check_one(void *ud, uint32_t k, index_series_t *is)
+{
+    head_batch_t *b = ud;
+    if (!is) {
+        b->rc[k] = HEAD_ERR_NOT_FOUND;
+        return;
+    }
+    pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
+    pthread_mutex_lock(mu);
+    int rc = check_locked(b->h, index_series_payload(is), b->t[k]);
+    pthread_mutex_unlock(mu);
+    b->too_old += rc == HEAD_ERR_TOO_OLD;
+    b->ooo += rc == HEAD_ERR_OUT_OF_ORDER;
+    b->rc[k] = (int8_t)rc;
+}
+
+int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc)
+{
+    head_batch_t b = {.h = h, .t = t, .rc = rc};
+    if (index_visit_refs(h->ix, refs, sel, m, batch_check_one, &b) != 0)
+        return -1;
+    if (b.too_old)
+        atomic_fetch_add_explicit(&h->too_old, b.too_old, memory_order_relaxed);
+    if (b.ooo)
+        atomic_fetch_add_explicit(&h->ooo, b.ooo, memory_order_relaxed);
+    return 0;
+}
+
+static void batch_append_one(void *ud, uint32_t k, index_series_t *is)
+{
+    head_batch_t *b = ud;
+    if (!is) {
+        b->rc[k] = HEAD_ERR_NOT_FOUND;
+        return;
+    }
+    pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
+    pthread_mutex_lock(mu);
+    b->rc[k] = (int8_t)append_locked(b->h, index_series_payload(is), b->t[k], b->v[k]);
+    pthread_mutex_unlock(mu);
+}
+
+int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
+                      size_t m, int8_t *rc)
+{
+    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc};
+    return index_visit_refs(h->ix, refs, sel, m, batch_append_one, &b);
 }
 
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v)

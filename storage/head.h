@@ -61,10 +61,20 @@ void head_free(head_t *h);
  * with id new_id if absent (*created = true). A created series that receives no sample is
  * removed by a later head_expire. Returns HEAD_OK, HEAD_ERR_LIMIT or HEAD_ERR_NOMEM. */
 int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
+/* The same for a caller that has just looked ls up and not found it: skips the first lookup (a
+ * series created meanwhile is still found, *created false). */
+int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
 /* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return (a
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v);
+/* head_check / head_append_ref for the samples sel[0..m) of a batch at once: sample k is
+ * refs[k], t[k] (and v[k]); rc[k] receives what the single call would return. The index's shard
+ * locks are taken once per shard (index_visit_refs), not twice per sample. 0, or -1 out of
+ * memory (then nothing was checked or appended). */
+int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc);
+int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
+                      size_t m, int8_t *rc);
 /* Convenience for tests and the in-memory store: resolve (ids from an internal counter) and
  * append. ls must be sorted. */
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v);

@@ -675,6 +675,14 @@ static void slot_free(shard_t *sh, uint32_t slot)
 
 /* ---- acquire / create / release ------------------------------------------------------------ */
 
+/* The series ref names in a shard its caller holds, or NULL. */
+static index_series_t *shard_ref_locked(const shard_t *sh, const index_ref_t *ref)
+{
+    if (ref->slot < sh->nslots && !slot_is_free(sh, ref->slot) && sh->slots[ref->slot]->id == ref->id)
+        return sh->slots[ref->slot];
+    return NULL;
+}
+
 index_series_t *index_acquire(index_t *ix, const labels_t *ls, uint64_t hash)
 {
     shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
@@ -691,15 +699,65 @@ index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref)
         return NULL;
     shard_t *sh = &ix->shards[ref->shard];
     pthread_rwlock_rdlock(&sh->lock);
-    if (ref->slot < sh->nslots && !slot_is_free(sh, ref->slot) && sh->slots[ref->slot]->id == ref->id)
-        return sh->slots[ref->slot];
-    pthread_rwlock_unlock(&sh->lock);
-    return NULL;
+    index_series_t *s = shard_ref_locked(sh, ref);
+    if (!s)
+        pthread_rwlock_unlock(&sh->lock);
+    return s;
 }
 
 void index_release(index_t *ix, index_series_t *s)
 {
     pthread_rwlock_unlock(&ix->shards[s->shard].lock);
+}
+
+int index_visit_refs(index_t *ix, const index_ref_t *refs, const uint32_t *sel, size_t m, index_ref_fn fn, void *ud)
+{
+    /* Counting sort of sel by shard (refs with an impossible shard go last, visited unlocked as
+     * NULL). */
+    size_t start[INDEX_SHARDS + 2] = {0};
+    for (size_t j = 0; j < m; j++) {
+        uint32_t sh = refs[sel[j]].shard;
+        start[(sh < INDEX_SHARDS ? sh : INDEX_SHARDS) + 1]++;
+    }
+    for (size_t k = 1; k < INDEX_SHARDS + 2; k++)
+        start[k] += start[k - 1];
+    uint32_t stack[1024], *order = m <= 1024 ? stack : malloc(m * sizeof(uint32_t));
+    if (!order)
+        return -1;
+    size_t fill[INDEX_SHARDS + 1];
+    memcpy(fill, start, sizeof(fill));
+    for (size_t j = 0; j < m; j++) {
+        uint32_t sh = refs[sel[j]].shard;
+        order[fill[sh < INDEX_SHARDS ? sh : INDEX_SHARDS]++] = sel[j];
+    }
+    for (uint32_t k = 0; k < INDEX_SHARDS; k++) {
+        if (start[k] == start[k + 1])
+            continue;
+        shard_t *sh = &ix->shards[k];
+        pthread_rwlock_rdlock(&sh->lock);
+        for (size_t j = start[k]; j < start[k + 1]; j++) {
+            /* The series are scattered over the heap: ask for the next ones while this one is
+             * worked on. */
+            if (j + 4 < start[k + 1]) {
+                const index_ref_t *r = &refs[order[j + 4]];
+                if (r->slot < sh->nslots)
+                    __builtin_prefetch(&sh->slots[r->slot]);
+            }
+            if (j + 2 < start[k + 1]) {
+                const index_ref_t *r = &refs[order[j + 2]];
+                if (r->slot < sh->nslots && !slot_is_free(sh, r->slot))
+                    __builtin_prefetch(sh->slots[r->slot]);
+            }
+            uint32_t i = order[j];
+            fn(ud, i, shard_ref_locked(sh, &refs[i]));
+        }
+        pthread_rwlock_unlock(&sh->lock);
+    }
+    for (size_t j = start[INDEX_SHARDS]; j < m; j++)
+        fn(ud, order[j], NULL);
+    if (order != stack)
+        free(order);
+    return 0;
 }
 
 /* Undoes the symbol and name references of the first `n` labels of syms. */
@@ -813,13 +871,20 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     free(s);
 }
 
-int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
-                            bool *created)
+/* index_acquire_or_create and index_get_or_create: look_first does the read-locked lookup
+ * first; out (the series, read-locked) or, when out is NULL, ref_out (nothing held). */
+static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
+                             index_series_t **out, index_ref_t *ref_out, bool *created)
 {
     *created = false;
-    index_series_t *s = index_acquire(ix, ls, hash);
+    index_series_t *s = look_first ? index_acquire(ix, ls, hash) : NULL;
     if (s) {
-        *out = s;
+        if (out) {
+            *out = s;
+        } else {
+            *ref_out = index_series_ref(s);
+            index_release(ix, s);
+        }
         return INDEX_OK;
     }
     uint32_t shard = (uint32_t)(hash % INDEX_SHARDS);
@@ -958,11 +1023,27 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
      * has not been appended to yet), so look it up again rather than trusting the pointer. */
     index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot}; /* s is ours only while locked */
     pthread_rwlock_unlock(&sh->lock);
+    if (!out) {
+        *ref_out = ref;
+        return INDEX_OK;
+    }
     index_series_t *again = index_acquire_ref(ix, &ref);
     if (!again)
-        return index_acquire_or_create(ix, ls, hash, id, out, created);
+        return acquire_or_create(ix, ls, hash, id, true, out, ref_out, created);
     *out = again;
     return INDEX_OK;
+}
+
+int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
+                            bool *created)
+{
+    return acquire_or_create(ix, ls, hash, id, true, out, NULL, created);
+}
+
+int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
+                        bool *created)
+{
+    return acquire_or_create(ix, ls, hash, id, look_first, NULL, ref, created);
 }
 
 /* ---- selection ----------------------------------------------------------------------------- */

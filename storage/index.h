@@ -68,9 +68,23 @@ index_series_t *index_acquire(index_t *ix, const labels_t *ls, uint64_t hash);
  * payload is zeroed). Returns INDEX_OK with *out locked, INDEX_ERR_LIMIT or INDEX_ERR_NOMEM. */
 int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, index_series_t **out,
                             bool *created);
+/* As index_acquire_or_create, returning the series' ref with nothing held: no read lock to take
+ * again after a creation (pthread rwlocks cannot downgrade). look_first false skips the
+ * read-locked lookup, for a caller that has just missed the series (the write-locked lookup
+ * that creation makes still finds one created meanwhile). */
+int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
+                        bool *created);
 /* The series ref points at, shard read-locked, or NULL if it is gone. */
 index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref);
 void index_release(index_t *ix, index_series_t *s);
+
+/* index_acquire_ref for many refs at once: for each k in sel[0..m), fn(ud, k, s) with s the
+ * series refs[k] names (NULL if none), called with s's shard read-locked as between acquire
+ * and release. Visits shard by shard, taking each shard's lock once (an ingest batch of a
+ * thousand series takes 16 lock rounds, not a thousand), and within a shard in sel order.
+ * 0, or -1 out of memory (then nothing was visited). */
+typedef void (*index_ref_fn)(void *ud, uint32_t k, index_series_t *s);
+int index_visit_refs(index_t *ix, const index_ref_t *refs, const uint32_t *sel, size_t m, index_ref_fn fn, void *ud);
 
 uint64_t index_series_id(const index_series_t *s);
 index_ref_t index_series_ref(const index_series_t *s);

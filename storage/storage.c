@@ -1025,7 +1025,13 @@ typedef struct {
     index_ref_t *refs;         /* each sample's series, valid where ok[i] & APPEND_RESOLVED */
     uint8_t *ok;               /* APPEND_* flags of sample i */
     const storage_ref_t *hint; /* caller's refs (storage_append_refs), or NULL */
-    wal_sample_t *ws;          /* samples to log, then those applied */
+    /* The batch head calls: each sample's time and value, the samples of a call, its results. */
+    int64_t *t;
+    double *v;
+    uint32_t *sel;
+    int8_t *hrc;
+    bool prechecked;  /* hrc[i] holds head_check of hint[i] for every hinted sample */
+    wal_sample_t *ws; /* samples to log, then those applied */
     size_t nws;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
@@ -1062,9 +1068,17 @@ static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, 
     ap->refs = malloc(sizeof(index_ref_t) * m);
     ap->ok = calloc(m, 1);
     ap->ws = malloc(sizeof(wal_sample_t) * m);
+    ap->t = malloc(sizeof(int64_t) * m);
+    ap->v = malloc(sizeof(double) * m);
+    ap->sel = malloc(sizeof(uint32_t) * m);
+    ap->hrc = malloc(m);
     ap->a = arena_create(0);
-    if (!ap->refs || !ap->ok || !ap->ws || !ap->a)
+    if (!ap->refs || !ap->ok || !ap->ws || !ap->t || !ap->v || !ap->sel || !ap->hrc || !ap->a)
         return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        ap->t[i] = smp[i].t;
+        ap->v[i] = smp[i].v;
+    }
     return STORAGE_OK;
 }
 
@@ -1073,6 +1087,10 @@ static void append_free(append_t *ap)
     free(ap->refs);
     free(ap->ok);
     free(ap->ws);
+    free(ap->t);
+    free(ap->v);
+    free(ap->sel);
+    free(ap->hrc);
     free(ap->wser);
     arena_destroy(ap->a);
 }
@@ -1096,7 +1114,7 @@ static bool append_check(append_t *ap, size_t i, const labels_t *ls, bool verifi
         fail(ap->res, i, STORAGE_ERR_TOO_NEW, err_text(STORAGE_ERR_TOO_NEW), ls);
         return true;
     }
-    int hrc = head_check(ap->s->head, &ap->refs[i], x->t);
+    int hrc = !verified && ap->prechecked ? ap->hrc[i] : head_check(ap->s->head, &ap->refs[i], x->t);
     if (hrc == HEAD_ERR_NOT_FOUND) {
         if (!verified)
             return false;
@@ -1160,7 +1178,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         pthread_mutex_unlock(&s->known_lock);
         if (!known)
             id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
-        hrc = head_get_or_create(s->head, &ls, hash, id, &ap->refs[i], &created);
+        hrc = head_create(s->head, &ls, hash, id, &ap->refs[i], &created);
     }
     if (hrc != HEAD_OK) {
         if (hrc == HEAD_ERR_LIMIT)
@@ -1223,6 +1241,18 @@ static int append_resolve(append_t *ap)
     int lrc = append_check_series_limit(ap);
     if (lrc != STORAGE_OK)
         return lrc;
+    /* The caller's refs are checked in one batch (one index lock round per shard); the loop
+     * below uses the results in sample order, as if it had checked each in turn (checks change
+     * nothing, so the order does not matter). A sample too far ahead is only verified, below. */
+    if (ap->hint) {
+        size_t m = 0;
+        for (size_t i = 0; i < ap->n; i++)
+            if (ap->hint[i].id != 0 && ap->smp[i].t <= ap->max_t) {
+                ap->refs[i] = ap->hint[i];
+                ap->sel[m++] = (uint32_t)i;
+            }
+        ap->prechecked = head_check_batch(ap->s->head, ap->refs, ap->t, ap->sel, m, ap->hrc) == 0;
+    }
     bool resolved_prev = false; /* refs[i - 1] holds the series of smp[i - 1]'s labels */
     for (size_t i = 0; i < ap->n; i++) {
         const storage_sample_t *x = &ap->smp[i];
@@ -1269,13 +1299,20 @@ static int append_log(append_t *ap)
 static void append_apply(append_t *ap)
 {
     storage_t *s = ap->s;
+    /* One batch: one index lock round per shard (head_append_batch); the results are then taken
+     * in sample order. */
+    size_t m = 0;
+    for (size_t i = 0; i < ap->n; i++)
+        if (ap->ok[i] & APPEND_PASSED)
+            ap->sel[m++] = (uint32_t)i;
+    bool batched = head_append_batch(s->head, ap->refs, ap->t, ap->v, ap->sel, m, ap->hrc) == 0;
     ap->nws = 0;
     for (size_t i = 0; i < ap->n; i++) {
         if (!(ap->ok[i] & APPEND_PASSED))
             continue;
         const storage_sample_t *x = &ap->smp[i];
         index_ref_t *ref = &ap->refs[i];
-        int hrc = head_append_ref(s->head, ref, x->t, x->v);
+        int hrc = batched ? ap->hrc[i] : head_append_ref(s->head, ref, x->t, x->v);
         if (hrc == HEAD_ERR_NOT_FOUND) {
             /* Swept as empty between creation and now (expiry removes series with no samples):
              * bring it back under the same id; its WAL series record is already logged. */

@@ -1,5 +1,6 @@
 /* Unit tests for storage/catalog.c: ids survive a reopen, label lookups (with time bounds),
- * pending rows visible to catalog_get_labels, catalog_load, series queued by reference. */
+ * pending rows visible to catalog_get_labels, catalog_load, series queued by reference, pairs
+ * shared across write chunks, a version-1 file converted on open. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include "storage/catalog.h"
 
@@ -277,12 +280,141 @@ static void test_add_by_reference(void **state)
     remove_dir(dir);
 }
 
+static int64_t sql_int(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(db));
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* More series than one write chunk (4,096), sharing pairs across chunks and within them: every
+ * posting is written once, under one pair id per distinct pair. */
+static void test_pairs_across_chunks(void **state)
+{
+    char *dir = make_dir();
+    catalog_t *cat = open_cat(dir);
+    enum { N = 9000 };
+    for (int i = 0; i < N; i++) {
+        char num[16], grp[16];
+        snprintf(num, sizeof(num), "%d", i);
+        snprintf(grp, sizeof(grp), "g%d", i % 7);
+        label_t l[] = {{"__name__", i % 2 ? "odd" : "even"}, {"g", grp}, {"i", num}, {"job", "flink"}};
+        labels_t ls = {l, 4};
+        assert_int_equal(catalog_add_series(cat, catalog_next_id(cat), &ls, 1000), 0);
+    }
+    assert_int_equal(catalog_flush(cat), 0);
+    catalog_ids_t got = {0};
+    label_t q[] = {{"g", "g3"}, {"job", "flink"}};
+    assert_int_equal(catalog_series_by_labels(cat, q, 2, INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, (N + 3) / 7); /* i = 3, 10, 17, ... */
+    for (size_t k = 0; k < got.n; k++)
+        assert_int_equal(got.v[k], 4 + 7 * k); /* ids start at 1 */
+    got.n = 0;
+    label_t q2[] = {{"__name__", "odd"}, {"i", "8001"}};
+    assert_int_equal(catalog_series_by_labels(cat, q2, 2, INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(got.v[0], 8002);
+    got.n = 0;
+    assert_int_equal(catalog_series_with_name(cat, "g", INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, N);
+    catalog_ids_free(&got);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    /* 2 names + 7 groups + N numbers + 1 job; the view shows every posting once. */
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_pair"), 2 + 7 + N + 1);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_index"), 4 * N);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_index WHERE name = 'g' AND value = 'g3'"), (N + 3) / 7);
+    assert_int_equal(sql_int(path, "SELECT value FROM meta WHERE key = 'catalog_version'"), 2);
+    catalog_close(cat);
+    remove_dir(dir);
+}
+
+/* A file written by a version-1 sluice (postings as (name, value, series_id) rows of a table
+ * called label_index) opens as version 2 with the same answers. */
+static void test_converts_version_1(void **state)
+{
+    char *dir = make_dir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    const char *v1 =
+        "PRAGMA page_size=16384; PRAGMA journal_mode=WAL;"
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+        "INSERT INTO meta(key, value) VALUES('catalog_version', 1);"
+        "CREATE TABLE series(id INTEGER PRIMARY KEY, metric TEXT NOT NULL, labels TEXT NOT NULL, enc BLOB NOT NULL,"
+        " first_seen INTEGER NOT NULL, last_seen INTEGER NOT NULL);"
+        "CREATE INDEX series_metric ON series(metric);"
+        "CREATE TABLE label_index(name TEXT NOT NULL, value TEXT NOT NULL, series_id INTEGER NOT NULL,"
+        " PRIMARY KEY(name, value, series_id)) WITHOUT ROWID;"
+        /* enc of {__name__="up", job="a"} and {__name__="up", job="b"} */
+        "INSERT INTO series VALUES(1, 'up', '{job=\"a\"}', x'085f5f6e616d655f5f027570036a6f620161', 1000, 1000);"
+        "INSERT INTO series VALUES(2, 'up', '{job=\"b\"}', x'085f5f6e616d655f5f027570036a6f620162', 2000, 2000);"
+        "INSERT INTO label_index VALUES('__name__', 'up', 1), ('job', 'a', 1), ('__name__', 'up', 2),"
+        " ('job', 'b', 2);";
+    char *msg = NULL;
+    if (sqlite3_exec(db, v1, NULL, NULL, &msg) != SQLITE_OK)
+        fail_msg("v1 schema: %s", msg);
+    sqlite3_close(db);
+
+    catalog_t *cat = open_cat(dir);
+    assert_int_equal(sql_int(path, "SELECT value FROM meta WHERE key = 'catalog_version'"), 2);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM sqlite_master WHERE name = 'label_index' AND type = 'view'"),
+                     1);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_index"), 4);
+    catalog_ids_t got = {0};
+    label_t q = {"__name__", "up"};
+    assert_int_equal(catalog_series_by_labels(cat, &q, 1, INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, 2);
+    got.n = 0;
+    label_t qb = {"job", "b"};
+    assert_int_equal(catalog_series_by_labels(cat, &qb, 1, INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(got.v[0], 2);
+    got.n = 0;
+    arena_t *a = arena_create(0);
+    const char **vals;
+    size_t n;
+    assert_int_equal(catalog_label_values(cat, "job", 1500, 2500, a, &vals, &n), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(vals[0], "b");
+    /* New series after the conversion share the converted pairs. */
+    label_t l3[] = {{"__name__", "up"}, {"job", "c"}};
+    labels_t ls3 = {l3, 2};
+    assert_int_equal(catalog_next_id(cat), 3);
+    assert_int_equal(catalog_add_series(cat, 3, &ls3, 3000), 0);
+    assert_int_equal(catalog_flush(cat), 0);
+    assert_int_equal(catalog_series_by_labels(cat, &q, 1, INT64_MIN, INT64_MAX, &got), 0);
+    assert_int_equal(got.n, 3);
+    assert_int_equal(catalog_label_values(cat, "job", INT64_MIN, INT64_MAX, a, &vals, &n), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(vals[2], "c");
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_pair"), 4);
+    catalog_ids_free(&got);
+    arena_destroy(a);
+    catalog_close(cat);
+    /* Opening again changes nothing. */
+    cat = open_cat(dir);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_index"), 6);
+    catalog_close(cat);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_and_lookups),
         cmocka_unit_test(test_reopen),
         cmocka_unit_test(test_add_by_reference),
+        cmocka_unit_test(test_pairs_across_chunks),
+        cmocka_unit_test(test_converts_version_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -500,6 +500,83 @@ static void test_many_series_chains(void **state)
     head_free(h);
 }
 
+/* head_check_batch / head_append_batch give what the single calls give, sample by sample: over
+ * many series (every index shard), a stale ref, a selection that skips samples, and two samples
+ * of one series in one batch (applied in selection order). */
+static void test_batch_check_append(void **state)
+{
+    enum { N = 300 };
+    head_t *h = head_new(NULL);
+    head_t *one = head_new(NULL); /* the same appends through the single calls */
+    index_ref_t refs[N + 2], refs1[N + 2];
+    char names[N][16];
+    for (int i = 0; i < N; i++) {
+        label_t v[2];
+        snprintf(names[i], sizeof(names[i]), "s%d", i);
+        labels_t ls = lbl(v, names[i], "a");
+        bool created;
+        assert_int_equal(head_get_or_create(h, &ls, labels_hash(&ls), 100 + i, &refs[i], &created), HEAD_OK);
+        assert_int_equal(head_get_or_create(one, &ls, labels_hash(&ls), 100 + i, &refs1[i], &created), HEAD_OK);
+        assert_int_equal(head_append_ref(h, &refs[i], 5000, 1), HEAD_OK);
+        assert_int_equal(head_append_ref(one, &refs1[i], 5000, 1), HEAD_OK);
+    }
+    refs[N] = (index_ref_t){.id = 99999, .shard = refs[0].shard, .slot = refs[0].slot}; /* stale */
+    refs1[N] = refs[N];
+    refs[N + 1] = refs[8]; /* series 8 again, later */
+    refs1[N + 1] = refs1[8];
+    int64_t t[N + 2];
+    double v[N + 2];
+    uint32_t sel[N + 2];
+    size_t m = 0;
+    for (int i = 0; i < N + 2; i++) {
+        /* every 5th sample goes back in time; every 3rd is not selected */
+        t[i] = i % 5 == 0 ? 4000 : 6000 + i;
+        v[i] = i;
+        if (i % 3 != 1 || i == N + 1)
+            sel[m++] = (uint32_t)i;
+    }
+    t[N + 1] = 9000;
+    int8_t rc[N + 2];
+    memset(rc, 99, sizeof(rc));
+    assert_int_equal(head_check_batch(h, refs, t, sel, m, rc), 0);
+    for (size_t j = 0; j < m; j++) {
+        uint32_t i = sel[j];
+        assert_int_equal(rc[i], head_check(one, &refs1[i], t[i]));
+        assert_int_equal(rc[i], i == N ? HEAD_ERR_NOT_FOUND : i % 5 == 0 ? HEAD_ERR_OUT_OF_ORDER : HEAD_OK);
+    }
+    for (int i = 0; i < N + 2; i++)
+        if (i % 3 == 1 && i != N + 1)
+            assert_int_equal(rc[i], 99); /* not selected: untouched */
+    memset(rc, 99, sizeof(rc));
+    assert_int_equal(head_append_batch(h, refs, t, v, sel, m, rc), 0);
+    for (size_t j = 0; j < m; j++) {
+        uint32_t i = sel[j];
+        assert_int_equal(rc[i], head_append_ref(one, &refs1[i], t[i], v[i]));
+    }
+    head_stats_t a, b;
+    head_get_stats(h, &a);
+    head_get_stats(one, &b);
+    assert_int_equal(a.out_of_order, b.out_of_order);
+    assert_int_equal(a.samples_appended, b.samples_appended);
+    dump_t *d = malloc(sizeof(dump_t)), *d1 = malloc(sizeof(dump_t));
+    for (int i = 0; i < N; i += 7) {
+        dump(h, names[i], 0, 100000, d);
+        dump(one, names[i], 0, 100000, d1);
+        assert_int_equal(d->n, d1->n);
+        for (size_t k = 0; k < d->n; k++) {
+            assert_int_equal(d->t[k], d1->t[k]);
+            assert_true(d->v[k] == d1->v[k]);
+        }
+    }
+    dump(h, names[8], 0, 100000, d); /* 5000, 6008 then 9000 (the second sample of the batch) */
+    assert_int_equal(d->n, 3);
+    assert_int_equal(d->t[2], 9000);
+    free(d);
+    free(d1);
+    head_free(h);
+    head_free(one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -513,6 +590,7 @@ int main(void)
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_hard_samples_round_trip),
         cmocka_unit_test(test_many_series_chains),
+        cmocka_unit_test(test_batch_check_append),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -813,6 +813,67 @@ static void test_append_refs(void **state)
     storage_close(s);
 }
 
+/* A push-sized request by refs (storage_append_refs checks and appends its refs in one batch per
+ * index shard): valid, stale and missing refs, out-of-order and too-new samples mixed over
+ * hundreds of series; the result (first failure in sample order, counts, refs) and what the WAL
+ * replays are those of the sample-by-sample path. */
+static void test_append_refs_batch(void **state)
+{
+    enum { N = 600 };
+    char path[300];
+    snprintf(path, sizeof(path), "%s/refs_batch", dir);
+    storage_t *s = open_store(path, 0);
+    static label_t ls[N][2];
+    static char jobs[N][16];
+    storage_sample_t smp[N];
+    storage_ref_t refs[N];
+    int64_t t0 = fake_now - 600000;
+    for (int i = 0; i < N; i++) {
+        snprintf(jobs[i], sizeof(jobs[i]), "j%d", i);
+        ls[i][0] = (label_t){"__name__", "rb"};
+        ls[i][1] = (label_t){"job", jobs[i]};
+        smp[i] = (storage_sample_t){.labels = {ls[i], 2}, .t = t0, .v = 1};
+    }
+    memset(refs, 0, sizeof(refs));
+    storage_append_result_t r;
+    assert_int_equal(storage_append_refs(s, smp, N, refs, &r), STORAGE_OK);
+    assert_int_equal(r.accepted, N);
+    storage_ref_t first[N];
+    memcpy(first, refs, sizeof(refs));
+    /* Second request: samples 3 and 11 out of order; every 10th ref stale (another series' id),
+     * every 7th missing. */
+    for (int i = 0; i < N; i++) {
+        smp[i].t = i == 3 ? t0 - 1000 : t0 + 10000;
+        smp[i].v = 2;
+        if (i % 10 == 0)
+            refs[i].id = first[(i + 1) % N].id;
+        if (i % 7 == 0)
+            memset(&refs[i], 0, sizeof(refs[i]));
+    }
+    smp[11].t = t0 - 2000;
+    assert_int_equal(storage_append_refs(s, smp, N, refs, &r), STORAGE_ERR_OUT_OF_ORDER);
+    assert_int_equal(r.failed, 2);
+    assert_int_equal(r.first_failed, 3);
+    assert_int_equal(r.accepted, N - 2);
+    assert_non_null(strstr(r.msg, "job=\"j3\""));
+    for (int i = 0; i < N; i++)
+        assert_memory_equal(&refs[i], &first[i], sizeof(refs[i])); /* resolved again where stale */
+    size_t n, series;
+    double sum;
+    totals(s, "rb", &n, &sum, &series);
+    assert_int_equal(series, N);
+    assert_int_equal(n, 2 * N - 2);
+    assert_true(sum == N + 2.0 * (N - 2));
+    storage_close(s);
+    /* The WAL holds what was applied, nothing else. */
+    s = open_store(path, 0);
+    totals(s, "rb", &n, &sum, &series);
+    assert_int_equal(series, N);
+    assert_int_equal(n, 2 * N - 2);
+    assert_true(sum == N + 2.0 * (N - 2));
+    storage_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -825,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_state_clients),
         cmocka_unit_test(test_shared_label_arrays),
         cmocka_unit_test(test_append_refs),
+        cmocka_unit_test(test_append_refs_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
