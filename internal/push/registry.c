@@ -50,7 +50,12 @@ static double push_stale_nan(void)
 /* ---- data ---------------------------------------------------------------------------------- */
 
 typedef struct push_batch {
+    /* Either an arena holding names, label sets and bounds (the "base", shared by every family
+     * built from one body and by its repeats), or, arena NULL, one exact-size block `mem` with a
+     * push's families, metrics, values and refs (batch_pack), holding a ref on its base. */
     arena_t *arena;
+    void *mem;
+    push_ref_t *srefs; /* in mem: the series refs of every family, in family order */
     int refs; /* under the registry mutex: families holding it, plus renders pinning it */
     /* A repeated push (shape cache) copies the families of the push it repeats but keeps
      * pointing at their labels, bounds and names: it holds a ref on the batch that has them. */
@@ -294,6 +299,7 @@ static void batch_unref(push_batch_t *b)
     if (b && --b->refs == 0) {
         push_batch_t *base = b->base;
         arena_destroy(b->arena);
+        free(b->mem);
         free(b);
         batch_unref(base);
     }
@@ -306,6 +312,69 @@ static void cache_unref(push_cache_t *c)
         free(c->dest);
         free(c);
     }
+}
+
+static size_t pack_size(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static void *pack_take(char **cur, size_t n)
+{
+    void *p = *cur;
+    *cur += pack_size(n);
+    return p;
+}
+
+/* Copies families (their metrics and values; names, label sets and bounds stay shared) into a
+ * new batch of one exact-size block, with room for nseries refs: every family's slice of them,
+ * copied from the originals when copy_refs, else zero. out[i] gets the copy of fams[i] (out may
+ * be fams). The caller sets the batch's base (and holds a ref on it for it). NULL on OOM.
+ * Exact size, not an arena: its doubling blocks would leave up to half of every group's
+ * families unused, and a group holds one such block for as long as it lives. */
+static push_batch_t *batch_pack(push_family_t *const *fams, size_t nfams, size_t nseries, bool copy_refs,
+                                push_family_t **out)
+{
+    size_t bytes = pack_size((nseries ? nseries : 1) * sizeof(push_ref_t));
+    for (size_t i = 0; i < nfams; i++) {
+        const push_family_t *of = fams[i];
+        bytes += pack_size(sizeof(push_family_t)) + pack_size((of->n ? of->n : 1) * sizeof(push_metric_t));
+        for (size_t m = 0; m < of->n; m++)
+            if (of->metrics[m].nq)
+                bytes += pack_size(of->metrics[m].nq * sizeof(double));
+    }
+    push_batch_t *nb = calloc(1, sizeof(*nb));
+    char *cur = nb ? malloc(bytes) : NULL;
+    if (!cur) {
+        free(nb);
+        return NULL;
+    }
+    nb->mem = cur;
+    nb->srefs = pack_take(&cur, (nseries ? nseries : 1) * sizeof(push_ref_t));
+    size_t off = 0;
+    for (size_t i = 0; i < nfams; i++) {
+        const push_family_t *of = fams[i];
+        push_family_t *nf = pack_take(&cur, sizeof(*nf));
+        *nf = *of;
+        nf->batch = nb;
+        nf->metrics = pack_take(&cur, (of->n ? of->n : 1) * sizeof(push_metric_t));
+        memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
+        for (size_t m = 0; m < of->n; m++)
+            if (of->metrics[m].nq) {
+                nf->metrics[m].qv = pack_take(&cur, of->metrics[m].nq * sizeof(double));
+                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
+            }
+        assert(off + of->nseries <= (nseries ? nseries : 1));
+        nf->refs = nb->srefs + off;
+        if (copy_refs && of->refs)
+            memcpy(nf->refs, of->refs, of->nseries * sizeof(push_ref_t));
+        else
+            memset(nf->refs, 0, of->nseries * sizeof(push_ref_t));
+        off += of->nseries;
+        out[i] = nf;
+    }
+    assert(cur <= (char *)nb->mem + bytes);
+    return nb;
 }
 
 static void family_release(push_registry_t *r, push_family_t *f)
@@ -404,12 +473,27 @@ static push_family_t *group_family(const push_group_t *g, const char *name)
 
 /* ---- building families from a body ----------------------------------------------------------- */
 
-/* Interning within one push: identical strings (job names, hosts, operator names) are stored once. */
+/* Interning within one push: identical strings (job names, hosts, operator names) are stored once,
+ * and so are identical label sets. A Flink TaskManager's push has ~860 metrics but ~50 distinct
+ * label sets (every operator metric of one subtask carries the same ~13 labels), so a metric's
+ * labels are mostly a pointer to a set another metric already stored: ~200 bytes saved per
+ * metric. Sets are immutable once stored and live in the batch, like the strings. */
 typedef struct {
     const char **slot;
     size_t cap, n;
     arena_t *a;
+    label_t **sets; /* open addressing; a set's length is stored in the word before it */
+    size_t scap, sn;
 } push_strtab_t;
+
+static void strtab_free(push_strtab_t *t)
+{
+    free(t->slot);
+    free(t->sets);
+    t->slot = NULL;
+    t->sets = NULL;
+    t->cap = t->n = t->scap = t->sn = 0;
+}
 
 static const char *strtab_intern(push_strtab_t *t, const char *s)
 {
@@ -439,6 +523,54 @@ static const char *strtab_intern(push_strtab_t *t, const char *s)
     const char *c = arena_strndup(t->a, s, len);
     t->slot[j] = c;
     t->n++;
+    return c;
+}
+
+/* Number of labels of a set stored by labelset_intern. */
+static uint32_t labelset_len(const label_t *set)
+{
+    uint32_t n;
+    memcpy(&n, (const char *)set - sizeof(label_t), sizeof(n));
+    return n;
+}
+
+static uint64_t labelset_hash(const label_t *ls, uint32_t n)
+{
+    return XXH3_64bits(ls, n * sizeof(label_t));
+}
+
+/* The batch's copy of label set ls (n labels, strings interned in t: compared by pointer). */
+static label_t *labelset_intern(push_strtab_t *t, const label_t *ls, uint32_t n)
+{
+    if ((t->sn + 1) * 2 > t->scap) {
+        size_t ncap = t->scap ? t->scap * 2 : 64;
+        label_t **ns = calloc(ncap, sizeof(*ns));
+        if (!ns)
+            abort();
+        for (size_t i = 0; i < t->scap; i++)
+            if (t->sets[i]) {
+                size_t j = labelset_hash(t->sets[i], labelset_len(t->sets[i])) & (ncap - 1);
+                while (ns[j])
+                    j = (j + 1) & (ncap - 1);
+                ns[j] = t->sets[i];
+            }
+        free(t->sets);
+        t->sets = ns;
+        t->scap = ncap;
+    }
+    size_t j = labelset_hash(ls, n) & (t->scap - 1);
+    for (; t->sets[j]; j = (j + 1) & (t->scap - 1)) {
+        const label_t *c = t->sets[j];
+        if (labelset_len(c) == n && memcmp(c, ls, n * sizeof(label_t)) == 0)
+            return t->sets[j];
+    }
+    /* One label_t-sized header (holding the length) keeps the set itself 16-byte aligned. */
+    label_t *c = arena_alloc(t->a, (n + 1) * sizeof(label_t));
+    memcpy(c, &n, sizeof(n));
+    c++;
+    memcpy(c, ls, n * sizeof(label_t));
+    t->sets[j] = c;
+    t->sn++;
     return c;
 }
 
@@ -550,10 +682,12 @@ static int metric_idx_cmp(const void *pa, const void *pb, void *ud)
 /* Builds one family's metrics from the body's component samples; dest[i] gets where sample i's
  * value went (metric and part; the caller fills in the family). */
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
-                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest)
+                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest, arena_t *tmp)
 {
+    /* What the family's repeats share (names, label sets, bounds) goes to the batch's arena; the
+     * family, its metrics and values to tmp, copied to their own block by batch_pack. */
     arena_t *a = batch->arena;
-    push_family_t *f = arena_calloc(a, 1, sizeof(*f));
+    push_family_t *f = arena_calloc(tmp, 1, sizeof(*f));
     f->name = strtab_intern(st, bf->name);
     f->help = bf->help ? arena_strdup(a, bf->help) : NULL;
     f->type = bf->type;
@@ -605,7 +739,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
                     }
                 if (!m) {
                     m = &ms[n++];
-                    m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
+                    m->labels = labelset_intern(st, ls, nl);
                     m->nlabels = nl;
                     mtab[j] = m;
                 }
@@ -613,7 +747,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         }
         if (!m) {
             m = &ms[n++];
-            m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
+            m->labels = labelset_intern(st, ls, nl);
             m->nlabels = nl;
         }
         dest[i] = (push_dest_t){0, (uint32_t)(m - ms), PART_NONE};
@@ -647,7 +781,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     free(mtab);
     /* Sort through an index, to tell dest where each metric went. */
     uint32_t *perm = malloc((n ? n : 1) * 2 * sizeof(uint32_t)), *inv = perm + (n ? n : 1);
-    push_metric_t *sorted = arena_alloc(a, (n ? n : 1) * sizeof(*sorted));
+    push_metric_t *sorted = arena_alloc(tmp, (n ? n : 1) * sizeof(*sorted));
     if (!perm)
         abort();
     for (size_t i = 0; i < n; i++)
@@ -659,7 +793,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         inv[perm[i]] = (uint32_t)i;
         if (m->nq) {
             m->qb = arena_memdup(a, m->qb, m->nq * sizeof(double));
-            m->qv = arena_memdup(a, m->qv, m->nq * sizeof(double));
+            m->qv = arena_memdup(tmp, m->qv, m->nq * sizeof(double));
             m->qs = arena_memdup(a, m->qs, m->nq * sizeof(char *));
         }
     }
@@ -948,8 +1082,8 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->ndest = body->nsamples;
     p->dest = arena_alloc(a, (body->nsamples ? body->nsamples : 1) * sizeof(push_dest_t));
     for (size_t i = 0, k = 0; i < body->nfamilies; k += body->families[i].nsamples, i++)
-        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k);
-    free(st.slot);
+        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k, a);
+    strtab_free(&st);
     /* families sorted by name (bodies have unique names), through an index for dest */
     uint32_t *order = arena_alloc(a, nf1 * sizeof(uint32_t)), *rank = arena_alloc(a, nf1 * sizeof(uint32_t));
     for (size_t i = 0; i < p->nfams; i++)
@@ -973,10 +1107,18 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->samples = c.v;
     p->nsamples = c.n;
     p->samples_cap = c.cap;
-    /* Each family's slice of the refs; filled by settle from the group's previous push. */
-    p->refs = arena_calloc(batch->arena, c.n ? c.n : 1, sizeof(push_ref_t));
-    for (size_t i = 0, off = 0; i < p->nfams; off += p->fams[i]->nseries, i++)
-        p->fams[i]->refs = p->refs + off;
+    /* The families move to a block of their own; each gets its slice of the refs, filled by
+     * settle from the group's previous push. */
+    push_batch_t *vb = batch_pack(p->fams, p->nfams, c.n, false, p->fams);
+    if (!vb) {
+        arena_destroy(batch->arena);
+        free(batch);
+        return PUSH_ERR_NOMEM;
+    }
+    vb->base = batch;
+    batch->refs = 1; /* not yet visible to anyone: no lock needed */
+    p->batch = vb;
+    p->refs = vb->srefs;
     *pending = p;
     return PUSH_OK;
 }
@@ -1262,11 +1404,6 @@ void push_registry_fast_release(push_registry_t *r, push_fast_t *f)
 int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms, arena_t *a, push_pending_t **pending,
                               push_effect_t *effect)
 {
-    push_batch_t *nb = calloc(1, sizeof(*nb));
-    if (!nb || !(nb->arena = arena_create(0))) {
-        free(nb);
-        return PUSH_ERR_NOMEM;
-    }
     pthread_mutex_lock(&r->mu);
     push_group_t *g = group_find(r, f->key, f->hash);
     /* The group may have changed since the match (a DELETE, a POST, another full PUT). */
@@ -1274,16 +1411,27 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
     push_batch_t *old = same ? g->fams[0]->batch : NULL;
     for (size_t i = 0; same && i < g->nfams; i++)
         same = g->fams[i]->batch == old && g->fams[i]->refs;
-    if (!same) {
-        pthread_mutex_unlock(&r->mu);
-        arena_destroy(nb->arena);
-        free(nb);
-        return PUSH_MISS;
-    }
-    nb->base = old->base ? old->base : old;
-    nb->base->refs++;
+    push_batch_t *base = same ? (old->base ? old->base : old) : NULL;
+    if (base)
+        base->refs++; /* the repeat's batch will hold it */
     pthread_mutex_unlock(&r->mu);
+    if (!same)
+        return PUSH_MISS;
     /* The caller's push lock keeps the group's families as they are from here to the commit. */
+    size_t nseries = 0;
+    for (size_t i = 0; i < g->nfams; i++)
+        nseries += g->fams[i]->nseries;
+    push_family_t **fams = arena_alloc(a, g->nfams * sizeof(*fams));
+    push_batch_t *nb = batch_pack(g->fams, g->nfams, nseries, true, fams);
+    if (!nb) {
+        pthread_mutex_lock(&r->mu);
+        batch_unref(base);
+        pthread_mutex_unlock(&r->mu);
+        return PUSH_ERR_NOMEM;
+    }
+    nb->base = base; /* the ref taken above */
+    for (size_t i = 0; i < g->nfams; i++)
+        fams[i]->push_ms = now_ms;
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
     p->key = f->key;
     p->hash = f->hash;
@@ -1295,28 +1443,8 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
     p->reg = r;
     p->fast = f->cache;
     p->nfams = g->nfams;
-    p->fams = arena_alloc(a, g->nfams * sizeof(*p->fams));
-    size_t nseries = 0;
-    for (size_t i = 0; i < g->nfams; i++)
-        nseries += g->fams[i]->nseries;
-    p->refs = arena_alloc(nb->arena, (nseries ? nseries : 1) * sizeof(push_ref_t));
-    for (size_t i = 0, off = 0; i < g->nfams; off += g->fams[i]->nseries, i++) {
-        const push_family_t *of = g->fams[i];
-        push_family_t *nf = arena_alloc(nb->arena, sizeof(*nf));
-        *nf = *of;
-        nf->push_ms = now_ms;
-        nf->batch = nb;
-        nf->metrics = arena_alloc(nb->arena, (of->n ? of->n : 1) * sizeof(push_metric_t));
-        memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
-        for (size_t m = 0; m < of->n; m++)
-            if (of->metrics[m].nq) {
-                nf->metrics[m].qv = arena_alloc(nb->arena, of->metrics[m].nq * sizeof(double));
-                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
-            }
-        nf->refs = p->refs + off;
-        memcpy(nf->refs, of->refs, of->nseries * sizeof(push_ref_t));
-        p->fams[i] = nf;
-    }
+    p->fams = fams;
+    p->refs = nb->srefs;
     const push_cache_t *c = f->cache;
     size_t n = push_shape_nvalues(c->shape);
     for (size_t k = 0; k < n; k++) {
@@ -2147,11 +2275,12 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         for (size_t m = 0; m < f->n && !rd->bad; m++) {
             push_metric_t *pm = &f->metrics[m];
             pm->nlabels = rd_count(rd, 8);
-            pm->labels = arena_alloc(batch->arena, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
+            label_t *ls = arena_alloc(scratch, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
             for (uint32_t l = 0; l < pm->nlabels; l++) {
-                pm->labels[l].name = rd_str(rd, &st);
-                pm->labels[l].value = rd_str(rd, &st);
+                ls[l].name = rd_str(rd, &st);
+                ls[l].value = rd_str(rd, &st);
             }
+            pm->labels = labelset_intern(&st, ls, pm->nlabels);
             pm->value = rd_f64(rd);
             pm->sum = rd_f64(rd);
             pm->count = rd_f64(rd);
@@ -2189,7 +2318,7 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     }
     if (g)
         g->shape = group_shape(g);
-    free(st.slot);
+    strtab_free(&st);
     if (batch && batch->refs == 0) {
         arena_destroy(batch->arena);
         free(batch);
@@ -2231,7 +2360,7 @@ static void rd_values(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
 {
     push_strtab_t st = {.a = scratch};
     const char *key = rd_str(rd, &st);
-    free(st.slot);
+    strtab_free(&st);
     int64_t push_ms = (int64_t)rd_u64(rd);
     double interval = rd_f64(rd);
     int64_t first = (int64_t)rd_u64(rd);
@@ -2277,7 +2406,7 @@ int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len)
             push_strtab_t st = {.a = scratch};
             labels_t grouping;
             char *key = rd_grouping(&rd, &st, scratch, &grouping);
-            free(st.slot);
+            strtab_free(&st);
             int64_t fail_ms = kind == 'F' ? (int64_t)rd_u64(&rd) : 0;
             if (rd.bad)
                 break;
