@@ -1,10 +1,16 @@
 /*
  * push registry — groups, families and the incremental consistency index; see registry.h.
  *
- * Memory layout. Every accepted push copies what it keeps into one "batch" arena (strings
- * deduplicated within the push); a group's families point into the batches of the pushes that
- * delivered them and each batch is reference-counted by its families, so a POST that replaces
- * some families frees a batch only when none of its families is left.
+ * Memory layout. Every accepted push copies what it keeps into two reference-counted "batches":
+ * a base, an arena with what does not change while the push's shape does not (names, help, label
+ * sets, quantile/bucket bounds; strings and whole label sets deduplicated within the push: a Flink
+ * TaskManager's ~860 metrics have ~50 distinct label sets), and one exact-size block with the
+ * families, their metrics (pointing into the base), values and series refs, which holds a ref on
+ * the base. A group's families point into the blocks of the pushes that delivered them and each
+ * block is counted by its families, so a POST that replaces some families frees a block only
+ * when none of its families is left. A repeated push (shape cache) makes only a new block over
+ * the same base: per series the registry then holds ~64 bytes of metric, value and ref, and a
+ * share of the base (~40 bytes).
  *
  *   registry ── groups (hash by grouping key) ── group ── families (sorted by name)
  *            └─ types (hash by metric name -> type, number of groups holding it)
@@ -56,6 +62,8 @@ typedef struct push_batch {
     arena_t *arena;
     void *mem;
     push_ref_t *srefs; /* in mem: the series refs of every family, in family order */
+    size_t mem_bytes;  /* of mem */
+    size_t nsets;      /* base: label sets stored (push_registry_memory) */
     int refs; /* under the registry mutex: families holding it, plus renders pinning it */
     /* A repeated push (shape cache) copies the families of the push it repeats but keeps
      * pointing at their labels, bounds and names: it holds a ref on the batch that has them. */
@@ -350,6 +358,7 @@ static push_batch_t *batch_pack(push_family_t *const *fams, size_t nfams, size_t
         return NULL;
     }
     nb->mem = cur;
+    nb->mem_bytes = bytes;
     nb->srefs = pack_take(&cur, (nseries ? nseries : 1) * sizeof(push_ref_t));
     size_t off = 0;
     for (size_t i = 0; i < nfams; i++) {
@@ -1083,6 +1092,7 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->dest = arena_alloc(a, (body->nsamples ? body->nsamples : 1) * sizeof(push_dest_t));
     for (size_t i = 0, k = 0; i < body->nfamilies; k += body->families[i].nsamples, i++)
         inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k, a);
+    batch->nsets = st.sn;
     strtab_free(&st);
     /* families sorted by name (bodies have unique names), through an index for dest */
     uint32_t *order = arena_alloc(a, nf1 * sizeof(uint32_t)), *rank = arena_alloc(a, nf1 * sizeof(uint32_t));
@@ -1591,6 +1601,42 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
     effect->refs = NULL;
     effect->nrefs = 0;
     return n;
+}
+
+/* Adds batch b (and its base) to m once: a group's families share a few batches. */
+static void memory_add_batch(push_registry_mem_t *m, const push_batch_t *b, const push_batch_t **seen, size_t *nseen,
+                             size_t cap)
+{
+    for (; b; b = b->base) {
+        bool dup = false;
+        for (size_t i = 0; i < *nseen && !dup; i++)
+            dup = seen[i] == b;
+        if (dup)
+            continue;
+        if (*nseen < cap)
+            seen[(*nseen)++] = b;
+        m->batches++;
+        m->bytes += b->arena ? arena_used(b->arena) : b->mem_bytes;
+        m->label_sets += b->nsets;
+    }
+}
+
+void push_registry_memory(push_registry_t *r, push_registry_mem_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->gcap; i++)
+        for (const push_group_t *g = r->gtab[i]; g; g = g->next) {
+            const push_batch_t *seen[64];
+            size_t nseen = 0;
+            out->groups++;
+            out->families += g->nfams;
+            for (size_t f = 0; f < g->nfams; f++) {
+                out->metrics += g->fams[f]->n;
+                memory_add_batch(out, g->fams[f]->batch, seen, &nseen, 64);
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
 }
 
 size_t push_registry_group_count(push_registry_t *r)
@@ -2318,6 +2364,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     }
     if (g)
         g->shape = group_shape(g);
+    if (batch)
+        batch->nsets = st.sn;
     strtab_free(&st);
     if (batch && batch->refs == 0) {
         arena_destroy(batch->arena);
