@@ -110,6 +110,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
+#include "internal/util/slab.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 #include "internal/util/parse.h"
@@ -141,23 +142,37 @@ typedef struct {
     size_t rawcap;
 } codec_t;
 
+/* A state's open bucket of one resolution: a rollup_bucket_t without `last`, which every open
+ * bucket of a state shares (each aggregated the state's newest sample: commit_pending adds a
+ * sample to every resolution, and a bucket only leaves by closing), with a 32-bit count (at most
+ * one sample per second is aggregated: 136 years of seconds), and the resolution's disk_lo. */
+typedef struct {
+    int64_t ts; /* NO_BUCKET: none open */
+    double sum, min, max, increase;
+    uint32_t count;
+    /* Every bucket stored for the series at this resolution has ts >= disk_lo * res (INT32_MAX:
+     * none stored), valid while disk_known; see disk_lo_get. */
+    int32_t disk_lo;
+} sbucket_t;
+
+/* 64 bytes + 48 per resolution (160 with the default two), from the shard's slab: no allocator
+ * header or size-class rounding (it was 184 bytes in a 192-byte malloc chunk). */
 typedef struct sstate {
     struct sstate *next; /* hash chain */
     uint64_t id;
     int64_t last_t;
     double prev;
-    bool prev_ok;
-    bool dirty;  /* changed since its last checkpoint */
-    bool closed; /* a bucket went to the closed list since the last snapshot */
-    bool pend;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
-    /* disk_lo is known (see "Knowing a series has no history" above) */
-    bool disk_known;
     int64_t pend_t;
     double pend_v;
-    /* One per resolution; ts == NO_BUCKET when none. After them in the same allocation, disk_lo
-     * (disk_lo_of): per resolution, every bucket stored for this series has ts >= it (INT64_MAX:
-     * none stored), valid while disk_known. */
-    rollup_bucket_t open[];
+    double last; /* the `last` of every open bucket */
+    bool prev_ok : 1;
+    bool dirty : 1;  /* changed since its last checkpoint */
+    bool closed : 1; /* a bucket went to the closed list since the last snapshot */
+    bool pend : 1;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
+    /* disk_lo is known (see "Knowing a series has no history" above) */
+    bool disk_known : 1;
+    bool live : 1; /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    sbucket_t open[]; /* one per resolution */
 } sstate_t;
 
 typedef struct {
@@ -177,6 +192,7 @@ typedef struct {
     sstate_t **tab;
     size_t nbuckets, count;
     closed_vec_t closed;
+    slab_t states; /* the shard's sstate_t records */
 } shard_t;
 
 /* A copy of a state for the state table (or a deletion when evicted). */
@@ -739,9 +755,46 @@ static void shard_grow(shard_t *sh)
     sh->nbuckets = nb;
 }
 
-static int64_t *disk_lo_of(const rollup_t *r, sstate_t *s)
+/* disk_lo of resolution i, in ms (INT64_MAX: nothing stored). Kept as a 32-bit multiple of the
+ * resolution, rounded down and saturated, so it stays a lower bound of every stored ts. */
+static int64_t disk_lo_get(const rollup_t *r, const sstate_t *s, size_t i)
 {
-    return (int64_t *)(void *)&s->open[r->rs.n];
+    int32_t q = s->open[i].disk_lo;
+    return q == INT32_MAX ? INT64_MAX : (int64_t)q * r->rs.v[i].res_ms;
+}
+
+static void disk_lo_set(const rollup_t *r, sstate_t *s, size_t i, int64_t ts)
+{
+    if (ts == INT64_MAX) {
+        s->open[i].disk_lo = INT32_MAX;
+        return;
+    }
+    int64_t q = floor_to(ts, r->rs.v[i].res_ms) / r->rs.v[i].res_ms;
+    s->open[i].disk_lo = q < INT32_MIN ? INT32_MIN : q >= INT32_MAX ? INT32_MAX - 1 : (int32_t)q;
+}
+
+/* Open bucket i of s as a rollup_bucket_t (ts NO_BUCKET: none). */
+static rollup_bucket_t open_get(const sstate_t *s, size_t i)
+{
+    const sbucket_t *b = &s->open[i];
+    return (rollup_bucket_t){.ts = b->ts,
+                             .count = b->count,
+                             .sum = b->sum,
+                             .min = b->min,
+                             .max = b->max,
+                             .last = s->last,
+                             .increase = b->increase};
+}
+
+static size_t state_bytes(const rollup_t *r)
+{
+    return sizeof(sstate_t) + r->rs.n * sizeof(sbucket_t);
+}
+
+static void state_free(shard_t *sh, sstate_t *s)
+{
+    s->live = false;
+    slab_free(&sh->states, s);
 }
 
 static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
@@ -749,10 +802,11 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     sstate_t *s = state_find(sh, id);
     if (s)
         return s;
-    s = calloc(1, sizeof(*s) + r->rs.n * (sizeof(rollup_bucket_t) + sizeof(int64_t)));
+    s = slab_alloc(&sh->states);
     if (!s)
         return NULL;
     s->id = id;
+    s->live = true;
     s->last_t = INT64_MIN;
     for (size_t i = 0; i < r->rs.n; i++)
         s->open[i].ts = NO_BUCKET;
@@ -771,7 +825,7 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (s->open[i].ts == NO_BUCKET)
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = s->open[i]};
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = open_get(s, i)};
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
     s->open[i].ts = NO_BUCKET;
@@ -823,13 +877,21 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
     }
     for (size_t i = 0; i < r->rs.n; i++) {
         int64_t ts = floor_to(s->last_t, r->rs.v[i].res_ms);
-        rollup_bucket_t *b = &s->open[i];
+        sbucket_t *b = &s->open[i];
         if (b->ts != ts) {
-            close_open(r, sh, s, i);
-            bucket_start(b, ts);
+            close_open(r, sh, s, i); /* with the `last` it had */
+            b->ts = ts;
+            b->count = 0;
+            b->sum = b->increase = 0;
+            b->min = b->max = NAN;
         }
-        bucket_add(b, v, inc);
+        b->count++;
+        b->sum += v;
+        b->min = nan_min(b->min, v);
+        b->max = nan_max(b->max, v);
+        b->increase += inc;
     }
+    s->last = v;
 }
 
 /* A sample is held as pending until a sample of a later second arrives (or its bucket is
@@ -934,7 +996,7 @@ static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool ev
                 }
                 r->evicted[r->nevicted++] = s->id;
                 *pp = s->next;
-                free(s);
+                state_free(sh, s);
                 sh->count--;
                 atomic_fetch_sub(&r->st_series, 1);
                 continue;
@@ -1007,8 +1069,10 @@ static void snap_state(rollup_t *r, const sstate_t *s)
         if (!sn->open)
             return;
         for (size_t i = 0; i < r->rs.n; i++)
-            if (s->open[i].ts != NO_BUCKET)
-                put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &s->open[i]);
+            if (s->open[i].ts != NO_BUCKET) {
+                rollup_bucket_t b = open_get(s, i);
+                put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &b);
+            }
         if (s->pend) {
             rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
             put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, PENDING_RES_MS, &pb);
@@ -1397,8 +1461,8 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             const closed_t *c = &sh->closed.v[j];
             /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
             sstate_t *st = state_find(sh, c->id);
-            if (st && st->disk_known && c->b.ts < disk_lo_of(r, st)[c->res_idx])
-                disk_lo_of(r, st)[c->res_idx] = c->b.ts;
+            if (st && st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
+                disk_lo_set(r, st, c->res_idx, c->b.ts);
             if (closed_push(&r->inflight, c) != 0)
                 log_error("rollup", "out of memory; bucket dropped", LF_I("series", c->id));
         }
@@ -1938,7 +2002,7 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     pthread_mutex_lock(&sh->mu);
     sstate_t *s = state_find(sh, series_id);
     if (s && blobs_only) {
-        skip = s->disk_known && disk_lo_of(r, s)[res_idx] > maxt;
+        skip = s->disk_known && disk_lo_get(r, s, res_idx) > maxt;
         learn = !s->disk_known;
     }
     pthread_mutex_unlock(&sh->mu);
@@ -1955,7 +2019,8 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
             s = state_find(sh, series_id);
             if (s && !s->disk_known) {
                 s->disk_known = true;
-                memcpy(disk_lo_of(r, s), lo, r->rs.n * sizeof(int64_t));
+                for (size_t i = 0; i < r->rs.n; i++)
+                    disk_lo_set(r, s, i, lo[i]);
             }
             pthread_mutex_unlock(&sh->mu);
         }
@@ -1987,7 +2052,7 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     s = state_find(sh, series_id);
     rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
     if (s) {
-        open = s->open[res_idx];
+        open = open_get(s, res_idx);
         /* The pending sample is part of what the series has sent: show it as if committed. */
         if (s->pend && dbits(s->pend_v) != STALE_NAN_BITS) {
             int64_t pts = floor_to(s->pend_t, r->rs.v[res_idx].res_ms);
@@ -2153,7 +2218,14 @@ static int load_states(rollup_t *r, sqlite3 *db)
                 dropped++; /* resolution no longer configured */
                 continue;
             }
-            s->open[i] = b;
+            s->open[i] = (sbucket_t){.ts = b.ts,
+                                     .sum = b.sum,
+                                     .min = b.min,
+                                     .max = b.max,
+                                     .increase = b.increase,
+                                     .count = b.count > UINT32_MAX ? UINT32_MAX : (uint32_t)b.count,
+                                     .disk_lo = s->open[i].disk_lo};
+            s->last = b.last; /* the same in every open bucket of a state */
         }
     }
     sqlite3_finalize(st);
@@ -2237,6 +2309,9 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     if (rollup_parse_resolutions(cfg->resolutions ? cfg->resolutions : ROLLUP_DEFAULT_RESOLUTIONS, &r->rs, err,
                                  errlen) != 0)
         goto err;
+    /* ~4k states per shard at 256k series: 16 KiB pages (~100 states) keep the tail small. */
+    for (size_t k = 0; k < SHARDS; k++)
+        slab_init(&r->shards[k].states, state_bytes(r), 16384);
     catalog__write_lock(cat);
     int rc = exec_sql(catalog__write_db(cat), ROLLUP_SCHEMA);
     if (rc == 0)
@@ -2269,11 +2344,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     return r;
 err:
     for (size_t k = 0; k < SHARDS; k++) {
-        for (size_t b = 0; r->shards[k].tab && b < r->shards[k].nbuckets; b++)
-            for (sstate_t *s = r->shards[k].tab[b], *next; s; s = next) {
-                next = s->next;
-                free(s);
-            }
+        slab_destroy(&r->shards[k].states);
         free(r->shards[k].tab);
         pthread_mutex_destroy(&r->shards[k].mu);
     }
@@ -2308,11 +2379,7 @@ void rollup_close(rollup_t *r)
         log_error("rollup", "final flush failed; recent roll-ups lost", LF_I("buckets", r->inflight.n));
     for (size_t k = 0; k < SHARDS; k++) {
         shard_t *sh = &r->shards[k];
-        for (size_t b = 0; b < sh->nbuckets; b++)
-            for (sstate_t *s = sh->tab[b], *next; s; s = next) {
-                next = s->next;
-                free(s);
-            }
+        slab_destroy(&sh->states);
         free(sh->tab);
         free(sh->closed.v);
         pthread_mutex_destroy(&sh->mu);
