@@ -195,17 +195,8 @@ typedef struct {
     slab_t states; /* the shard's sstate_t records */
 } shard_t;
 
-/* A copy of a state for the state table (or a deletion when evicted). */
-typedef struct {
-    uint64_t id;
-    bool evicted;
-    int64_t last_t;
-    int64_t seen_t; /* newest sample, pending one included (catalog last_seen) */
-    double prev;
-    bool prev_ok;
-    uint8_t *open; /* nopen * STATE_ENTRY_BYTES */
-    size_t nopen;
-} snap_t;
+/* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
+ * buffer: rollup_t.snaps), encoded into rows only when written. Evicted states are r->evicted. */
 
 /* A read connection with its statements and decoder; owned by one reader at a time, kept in the
  * pool (rollup_t.idle) between readers so its prepared statements are reused. */
@@ -248,7 +239,7 @@ struct rollup {
     pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
     shard_t shards[SHARDS];
     closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq) while waiting for COMMIT */
-    snap_t *snaps;
+    unsigned char *snaps; /* nsnaps copies of states, state_bytes(r) each */
     size_t nsnaps, capsnaps;
     uint64_t *evicted;
     size_t nevicted, capevicted;
@@ -1045,48 +1036,64 @@ static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *
                            .increase = bitsd(w[7])};
 }
 
+/* Capacities kept from one writer cycle to the next, in bytes: a cycle after a minute boundary
+ * closes a bucket of every series (and snapshots every state), ~70 MB at 256k series. Beyond
+ * this, the buffers are freed after the cycle (they are big enough to be mmap'd, so the memory
+ * goes back to the system instead of staying in the writer thread's malloc arena). */
+#define KEEP_CAP_BYTES (1u << 20)
+
 static void snap_state(rollup_t *r, const sstate_t *s)
 {
+    size_t sz = state_bytes(r);
     if (r->nsnaps == r->capsnaps) {
         size_t cap = r->capsnaps ? r->capsnaps * 2 : 256;
-        snap_t *v = realloc(r->snaps, cap * sizeof(*v));
+        unsigned char *v = realloc(r->snaps, cap * sz);
         if (!v)
             return; /* state stays dirty; the next checkpoint writes it */
         r->snaps = v;
         r->capsnaps = cap;
     }
-    snap_t *sn = &r->snaps[r->nsnaps];
-    *sn = (snap_t){.id = s->id,
-                   .last_t = s->last_t,
-                   .seen_t = s->pend && s->pend_t > s->last_t ? s->pend_t : s->last_t,
-                   .prev = s->prev,
-                   .prev_ok = s->prev_ok};
-    size_t nopen = s->pend ? 1 : 0;
-    for (size_t i = 0; i < r->rs.n; i++)
-        nopen += s->open[i].ts != NO_BUCKET;
-    if (nopen) {
-        sn->open = malloc(nopen * STATE_ENTRY_BYTES);
-        if (!sn->open)
-            return;
-        for (size_t i = 0; i < r->rs.n; i++)
-            if (s->open[i].ts != NO_BUCKET) {
-                rollup_bucket_t b = open_get(s, i);
-                put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &b);
-            }
-        if (s->pend) {
-            rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
-            put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, PENDING_RES_MS, &pb);
-        }
-    }
+    memcpy(r->snaps + r->nsnaps * sz, s, sz);
     r->nsnaps++;
+}
+
+/* The rollup_state row of a snapshot: its open entries into out (room for rs.n + 1); returns
+ * how many. */
+static size_t snap_entries(const rollup_t *r, const sstate_t *s, uint8_t *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->rs.n; i++)
+        if (s->open[i].ts != NO_BUCKET) {
+            rollup_bucket_t b = open_get(s, i);
+            put_state_entry(out + STATE_ENTRY_BYTES * n++, r->rs.v[i].res_ms, &b);
+        }
+    if (s->pend) {
+        rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
+        put_state_entry(out + STATE_ENTRY_BYTES * n++, PENDING_RES_MS, &pb);
+    }
+    return n;
 }
 
 static void snaps_clear(rollup_t *r)
 {
-    for (size_t i = 0; i < r->nsnaps; i++)
-        free(r->snaps[i].open);
     r->nsnaps = 0;
     r->nevicted = 0;
+    if (r->capsnaps * state_bytes(r) > KEEP_CAP_BYTES) {
+        free(r->snaps);
+        r->snaps = NULL;
+        r->capsnaps = 0;
+    }
+}
+
+/* Empties a list of closed buckets, freeing it when it grew past what a cycle usually needs. */
+static void closed_clear(closed_vec_t *cv, size_t keep_bytes)
+{
+    cv->n = 0;
+    if (cv->cap * sizeof(closed_t) > keep_bytes) {
+        free(cv->v);
+        cv->v = NULL;
+        cv->cap = 0;
+    }
 }
 
 /* ---- SQL ---------------------------------------------------------------------------------- */
@@ -1245,20 +1252,24 @@ static int write_batch(rollup_t *r, sqlite3 *db)
         i = k;
     }
     for (size_t i = 0; i < r->nsnaps; i++) {
-        const snap_t *sn = &r->snaps[i];
+        const sstate_t *sn = (const sstate_t *)(const void *)(r->snaps + i * state_bytes(r));
+        uint8_t open[(ROLLUP_MAX_RESOLUTIONS + 1) * STATE_ENTRY_BYTES];
+        size_t nopen = snap_entries(r, sn, open);
         sqlite3_bind_int64(state, 1, (sqlite3_int64)sn->id);
         sqlite3_bind_int64(state, 2, sn->last_t);
         sqlite3_bind_double(state, 3, sn->prev_ok ? sn->prev : 0);
         sqlite3_bind_int(state, 4, sn->prev_ok);
-        if (sn->nopen)
-            sqlite3_bind_blob(state, 5, sn->open, (int)(sn->nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
+        if (nopen)
+            sqlite3_bind_blob(state, 5, open, (int)(nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
         else
             sqlite3_bind_null(state, 5);
         int rc = sqlite3_step(state);
         sqlite3_reset(state);
         if (rc != SQLITE_DONE)
             goto out;
-        sqlite3_bind_int64(seen, 1, sn->seen_t);
+        /* newest sample, pending one included (catalog last_seen) */
+        int64_t seen_t = sn->pend && sn->pend_t > sn->last_t ? sn->pend_t : sn->last_t;
+        sqlite3_bind_int64(seen, 1, seen_t);
         sqlite3_bind_int64(seen, 2, (sqlite3_int64)sn->id);
         rc = sqlite3_step(seen);
         sqlite3_reset(seen);
@@ -1466,7 +1477,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             if (closed_push(&r->inflight, c) != 0)
                 log_error("rollup", "out of memory; bucket dropped", LF_I("series", c->id));
         }
-        sh->closed.n = 0;
+        closed_clear(&sh->closed, KEEP_CAP_BYTES / SHARDS);
         for (size_t b = 0; b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
                 if (s->closed || all || (checkpoint && s->dirty)) {
@@ -1496,7 +1507,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         rc = exec_sql(db, "COMMIT");
     if (rc == 0) {
         atomic_fetch_add(&r->st_written, r->inflight.n);
-        r->inflight.n = 0;
+        closed_clear(&r->inflight, KEEP_CAP_BYTES);
         atomic_fetch_add(&r->disk_gen, 1); /* readers' older snapshots lack what inflight held */
         r->force_checkpoint = false;
     } else {
