@@ -893,9 +893,14 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
  * closed): the raw tier lets a later sample in the same second replace the earlier one, and the
  * roll-up must aggregate only the survivor. Samples in a second at or before the newest
  * aggregated one, or before the pending one, are ignored (WAL replay, duplicates). */
-static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
+static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp, void **hint)
 {
-    sstate_t *s = state_get(r, sh, smp->series_id);
+    /* A hint points into a slab of this rollup (pages live until close): it is this series'
+     * state if the record is live and has its id, and then the record is of this shard. */
+    sstate_t *h = hint ? *hint : NULL;
+    sstate_t *s = h && h->live && h->id == smp->series_id ? h : state_get(r, sh, smp->series_id);
+    if (hint)
+        *hint = s;
     if (!s) {
         log_error("rollup", "out of memory; sample dropped", LF_I("series", smp->series_id));
         return;
@@ -914,6 +919,11 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
 }
 
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
+{
+    rollup_add_samples_hinted(r, s, n, NULL);
+}
+
+void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, void **hints)
 {
     int64_t hw = atomic_load(&r->high_water);
     /* A push's samples spread over every shard: take each shard's lock once, for its samples in
@@ -936,7 +946,7 @@ void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
             pthread_mutex_lock(&sh->mu);
             for (uint32_t j = start[k]; j < start[k + 1]; j++) {
                 const rollup_sample_t *x = &s[by_shard[j]];
-                add_one(r, sh, x);
+                add_one(r, sh, x, hints ? &hints[by_shard[j]] : NULL);
                 if (x->t > hw)
                     hw = x->t;
             }
@@ -951,7 +961,7 @@ void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         for (; i < n && shard_of(s[i].series_id) == k; i++) {
-            add_one(r, sh, &s[i]);
+            add_one(r, sh, &s[i], hints ? &hints[i] : NULL);
             if (s[i].t > hw)
                 hw = s[i].t;
         }

@@ -473,6 +473,87 @@ static void test_cycle_in_slices(void **state)
     remove_dir(f.dir);
 }
 
+/* Hinted adds (the caller keeps a slot per series): the same aggregates as plain adds; a slot
+ * learns its state; a stale slot (state evicted, its record reused by another series) is
+ * detected and neither series is corrupted. */
+static void test_hinted_adds(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    fx_t f = {.dir = make_dir(), .res = "1m:15d,1h:400d"};
+    fx_open(&f);
+    void *slot[N + 1000];
+    memset(slot, 0, sizeof(slot));
+    rollup_sample_t v[N];
+    /* Series 1..N hinted, N+1..2N plain, the same values: same buckets. */
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < N; i++)
+            v[i] = (rollup_sample_t){(uint64_t)i + 1, T0 + round * 20000, (double)(i * round)};
+        rollup_add_samples_hinted(f.r, v, N, slot);
+        for (int i = 0; i < N; i++)
+            v[i].series_id += N;
+        rollup_add_samples(f.r, v, N);
+    }
+    for (int i = 0; i < N; i++)
+        assert_non_null(slot[i]);
+    for (int i = 0; i < N; i += 7) {
+        rollup_buckets_t a = {0}, b = {0};
+        read1(f.r, (uint64_t)i + 1, 0, &a);
+        read1(f.r, (uint64_t)i + 1 + N, 0, &b);
+        assert_int_equal(a.n, 2);
+        assert_same(&a, &b, "hinted vs plain");
+        rollup_buckets_free(&a);
+        rollup_buckets_free(&b);
+    }
+    /* Series 1..N go quiet; the others move on two hours: every 1..N state is evicted. */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            v[i] = (rollup_sample_t){(uint64_t)i + 1 + N, T0 + (2 + round) * HOUR_MS, 1};
+        rollup_add_samples(f.r, v, N);
+        assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    rollup_stats_t st;
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, N);
+    /* New series take the freed records; the stale slots of 1..N must not reach them. */
+    for (int i = 0; i < 1000; i++) {
+        rollup_sample_t x = {(uint64_t)i + 5000, T0 + 4 * HOUR_MS, 42};
+        rollup_add_samples_hinted(f.r, &x, 1, &slot[N + i]);
+    }
+    for (int i = 0; i < N; i++)
+        v[i] = (rollup_sample_t){(uint64_t)i + 1, T0 + 4 * HOUR_MS + 1000, 7};
+    void *before[N];
+    memcpy(before, slot, sizeof(before));
+    rollup_add_samples_hinted(f.r, v, N, slot);
+    size_t moved = 0;
+    for (int i = 0; i < N; i++)
+        moved += slot[i] != before[i];
+    assert_true(moved > 0); /* some stale slots pointed at records now holding 5000+ */
+    for (int i = 0; i < 1000; i += 13) {
+        rollup_buckets_t a = {0};
+        read1(f.r, (uint64_t)i + 5000, 0, &a);
+        assert_int_equal(a.n, 1);
+        assert_int_equal(a.v[0].count, 1);
+        assert_true(a.v[0].last == 42);
+        rollup_buckets_free(&a);
+    }
+    for (int i = 0; i < N; i += 11) {
+        rollup_buckets_t a = {0};
+        read1(f.r, (uint64_t)i + 1, 0, &a);
+        bool found = false;
+        for (size_t k = 0; k < a.n; k++)
+            if (a.v[k].ts == T0 + 4 * HOUR_MS) {
+                found = true;
+                assert_int_equal(a.v[k].count, 1);
+                assert_true(a.v[k].last == 7);
+            }
+        assert_true(found);
+        rollup_buckets_free(&a);
+    }
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 /* The raw tier keeps the LAST sample of a second; so must the roll-up, also across a restart. */
 static void test_same_second_replace(void **state)
 {
@@ -1370,6 +1451,7 @@ int main(void)
         cmocka_unit_test(test_three_resolutions_against_direct),
         cmocka_unit_test(test_disk_lo_saturates_as_lower_bound),
         cmocka_unit_test(test_cycle_in_slices),
+        cmocka_unit_test(test_hinted_adds),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_view),
         cmocka_unit_test(test_bytes_per_bucket),
