@@ -2,7 +2,7 @@
  * push registry — groups, families and the incremental consistency index; see registry.h.
  *
  * Memory layout. Every accepted push copies what it keeps into two reference-counted "batches":
- * a base, an arena with what does not change while the push's shape does not (names, help, label
+ * a base, 4 KiB blocks with what does not change while the push's shape does not (names, help, label
  * sets, quantile/bucket bounds; strings and whole label sets deduplicated within the push: a Flink
  * TaskManager's ~860 metrics have ~50 distinct label sets), and one exact-size block with the
  * families, their metrics (pointing into the base), values and series refs, which holds a ref on
@@ -55,11 +55,21 @@ static double push_stale_nan(void)
 
 /* ---- data ---------------------------------------------------------------------------------- */
 
+/* A base's memory: blocks of BLK_BYTES (bigger allocations get their own), filled in order. An
+ * arena's blocks double (8, 16, 32 KiB...), which left a base about half empty on average. */
+typedef struct push_blk {
+    struct push_blk *next;
+    size_t used, cap;
+    _Alignas(16) char data[];
+} push_blk_t;
+
+enum { BLK_BYTES = 4096 - 64 };
+
 typedef struct push_batch {
-    /* Either an arena holding names, label sets and bounds (the "base", shared by every family
-     * built from one body and by its repeats), or, arena NULL, one exact-size block `mem` with a
-     * push's families, metrics, values and refs (batch_pack), holding a ref on its base. */
-    arena_t *arena;
+    /* Either a base: blocks holding names, label sets and bounds (shared by every family built
+     * from one body and by its repeats), or one exact-size block `mem` with a push's families,
+     * metrics, values and refs (batch_pack), holding a ref on its base. */
+    push_blk_t *blks;
     void *mem;
     push_ref_t *srefs; /* in mem: the series refs of every family, in family order */
     size_t mem_bytes;  /* of mem */
@@ -302,15 +312,66 @@ static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, 
     return g;
 }
 
+static void batch_free(push_batch_t *b)
+{
+    for (push_blk_t *k = b->blks, *n; k; k = n) {
+        n = k->next;
+        free(k);
+    }
+    free(b->mem);
+    free(b);
+}
+
 static void batch_unref(push_batch_t *b)
 {
     if (b && --b->refs == 0) {
         push_batch_t *base = b->base;
-        arena_destroy(b->arena);
-        free(b->mem);
-        free(b);
+        batch_free(b);
         batch_unref(base);
     }
+}
+
+/* n bytes (16-byte aligned) in base b; aborts on OOM, like arena_alloc. */
+static void *batch_alloc(push_batch_t *b, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    push_blk_t *k = b->blks;
+    if (!k || k->cap - k->used < n) {
+        size_t cap = n > BLK_BYTES ? n : BLK_BYTES;
+        push_blk_t *nk = malloc(sizeof(*nk) + cap);
+        if (!nk)
+            abort();
+        nk->used = 0;
+        nk->cap = cap;
+        if (k && n > BLK_BYTES) { /* a big one behind the current block, which keeps filling */
+            nk->next = k->next;
+            k->next = nk;
+            nk->used = n;
+            return nk->data;
+        }
+        nk->next = k;
+        b->blks = k = nk;
+    }
+    void *p = k->data + k->used;
+    k->used += n;
+    return p;
+}
+
+static void *batch_memdup(push_batch_t *b, const void *p, size_t n)
+{
+    void *c = batch_alloc(b, n);
+    memcpy(c, p, n);
+    return c;
+}
+
+static char *batch_strndup(push_batch_t *b, const char *s, size_t n)
+{
+    char *c = batch_alloc(b, n + 1);
+    memcpy(c, s, n);
+    c[n] = 0;
+    return c;
 }
 
 static void cache_unref(push_cache_t *c)
@@ -490,7 +551,8 @@ static push_family_t *group_family(const push_group_t *g, const char *name)
 typedef struct {
     const char **slot;
     size_t cap, n;
-    arena_t *a;
+    arena_t *a;       /* where new strings and sets go: a, or (a NULL) the base b */
+    push_batch_t *b;
     label_t **sets; /* open addressing; a set's length is stored in the word before it */
     size_t scap, sn;
 } push_strtab_t;
@@ -529,7 +591,7 @@ static const char *strtab_intern(push_strtab_t *t, const char *s)
             return t->slot[j];
         j = (j + 1) & (t->cap - 1);
     }
-    const char *c = arena_strndup(t->a, s, len);
+    const char *c = t->a ? arena_strndup(t->a, s, len) : batch_strndup(t->b, s, len);
     t->slot[j] = c;
     t->n++;
     return c;
@@ -574,7 +636,7 @@ static label_t *labelset_intern(push_strtab_t *t, const label_t *ls, uint32_t n)
             return t->sets[j];
     }
     /* One label_t-sized header (holding the length) keeps the set itself 16-byte aligned. */
-    label_t *c = arena_alloc(t->a, (n + 1) * sizeof(label_t));
+    label_t *c = t->a ? arena_alloc(t->a, (n + 1) * sizeof(label_t)) : batch_alloc(t->b, (n + 1) * sizeof(label_t));
     memcpy(c, &n, sizeof(n));
     c++;
     memcpy(c, ls, n * sizeof(label_t));
@@ -693,12 +755,11 @@ static int metric_idx_cmp(const void *pa, const void *pb, void *ud)
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
                                         push_batch_t *batch, int64_t now_ms, push_dest_t *dest, arena_t *tmp)
 {
-    /* What the family's repeats share (names, label sets, bounds) goes to the batch's arena; the
-     * family, its metrics and values to tmp, copied to their own block by batch_pack. */
-    arena_t *a = batch->arena;
+    /* What the family's repeats share (names, label sets, bounds) goes to the base; the family,
+     * its metrics and values to tmp, copied to their own block by batch_pack. */
     push_family_t *f = arena_calloc(tmp, 1, sizeof(*f));
     f->name = strtab_intern(st, bf->name);
-    f->help = bf->help ? arena_strdup(a, bf->help) : NULL;
+    f->help = bf->help ? batch_strndup(batch, bf->help, strlen(bf->help)) : NULL;
     f->type = bf->type;
     f->push_ms = now_ms;
     f->batch = batch;
@@ -801,9 +862,9 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         *m = ms[perm[i]];
         inv[perm[i]] = (uint32_t)i;
         if (m->nq) {
-            m->qb = arena_memdup(a, m->qb, m->nq * sizeof(double));
+            m->qb = batch_memdup(batch, m->qb, m->nq * sizeof(double));
             m->qv = arena_memdup(tmp, m->qv, m->nq * sizeof(double));
-            m->qs = arena_memdup(a, m->qs, m->nq * sizeof(char *));
+            m->qs = batch_memdup(batch, m->qs, m->nq * sizeof(char *));
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -1071,11 +1132,9 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
 
     /* Build the families the group will hold. */
     push_batch_t *batch = calloc(1, sizeof(*batch));
-    if (!batch || !(batch->arena = arena_create(0))) {
-        free(batch);
+    if (!batch)
         return PUSH_ERR_NOMEM;
-    }
-    push_strtab_t st = {.a = batch->arena};
+    push_strtab_t st = {.b = batch};
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
     p->key = group_key(&grouping, a);
     p->hash = push_hash_str(p->key);
@@ -1121,8 +1180,7 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
      * settle from the group's previous push. */
     push_batch_t *vb = batch_pack(p->fams, p->nfams, c.n, false, p->fams);
     if (!vb) {
-        arena_destroy(batch->arena);
-        free(batch);
+        batch_free(batch);
         return PUSH_ERR_NOMEM;
     }
     vb->base = batch;
@@ -1616,7 +1674,9 @@ static void memory_add_batch(push_registry_mem_t *m, const push_batch_t *b, cons
         if (*nseen < cap)
             seen[(*nseen)++] = b;
         m->batches++;
-        m->bytes += b->arena ? arena_used(b->arena) : b->mem_bytes;
+        m->bytes += b->mem_bytes;
+        for (const push_blk_t *k = b->blks; k; k = k->next)
+            m->bytes += k->cap;
         m->label_sets += b->nsets;
     }
 }
@@ -2283,9 +2343,9 @@ static char *rd_grouping(push_reader_t *rd, push_strtab_t *st, arena_t *scratch,
 static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
 {
     push_batch_t *batch = calloc(1, sizeof(*batch));
-    if (!batch || !(batch->arena = arena_create(0)))
+    if (!batch)
         abort();
-    push_strtab_t st = {.a = batch->arena};
+    push_strtab_t st = {.b = batch};
     labels_t grouping;
     char *key = rd_grouping(rd, &st, scratch, &grouping);
     uint64_t h = push_hash_str(key);
@@ -2310,14 +2370,16 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         g->cap = nf + 1;
     }
     for (uint32_t fi = 0; g && fi < nf && !rd->bad; fi++) {
-        push_family_t *f = arena_calloc(batch->arena, 1, sizeof(*f));
+        push_family_t *f = batch_alloc(batch, sizeof(*f));
+        memset(f, 0, sizeof(*f));
         f->name = rd_str(rd, &st);
         f->help = rd_u8(rd) ? rd_str(rd, &st) : NULL;
         f->type = (expfmt_type_t)rd_u8(rd);
         f->push_ms = (int64_t)rd_u64(rd);
         f->n = rd_count(rd, 32);
         f->batch = batch;
-        f->metrics = arena_calloc(batch->arena, f->n ? f->n : 1, sizeof(push_metric_t));
+        f->metrics = batch_alloc(batch, (f->n ? f->n : 1) * sizeof(push_metric_t));
+        memset(f->metrics, 0, (f->n ? f->n : 1) * sizeof(push_metric_t));
         for (size_t m = 0; m < f->n && !rd->bad; m++) {
             push_metric_t *pm = &f->metrics[m];
             pm->nlabels = rd_count(rd, 8);
@@ -2331,8 +2393,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
             pm->sum = rd_f64(rd);
             pm->count = rd_f64(rd);
             pm->nq = rd_count(rd, 16);
-            pm->qb = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
-            pm->qv = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+            pm->qb = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
+            pm->qv = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
             for (uint32_t q = 0; q < pm->nq; q++) {
                 pm->qb[q] = rd_f64(rd);
                 pm->qv[q] = rd_f64(rd);
@@ -2367,10 +2429,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     if (batch)
         batch->nsets = st.sn;
     strtab_free(&st);
-    if (batch && batch->refs == 0) {
-        arena_destroy(batch->arena);
-        free(batch);
-    }
+    if (batch && batch->refs == 0)
+        batch_free(batch);
 }
 
 static void registry_clear_locked(push_registry_t *r)

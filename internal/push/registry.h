@@ -195,8 +195,8 @@ void push_registry_write_json(push_registry_t *r, buf_t *out);
 size_t push_registry_group_count(push_registry_t *r);
 /* What the registry holds (tests, diagnostics). A group's families share the batch of the push
  * that delivered them (one exact-size block: families, metrics, values, series refs) and that
- * batch's base (an arena: names, label sets, bounds, interned per push), which repeats of the
- * push share. bytes: of both kinds, as handed out (not counting allocator overhead). */
+ * batch's base (blocks of names, label sets, bounds, interned per push), which repeats of the
+ * push share. bytes: what both kinds hold (block capacities; not counting malloc overhead). */
 typedef struct {
     size_t groups, families, metrics;
     size_t batches;    /* distinct batches and bases */
