@@ -175,7 +175,7 @@ typedef struct sstate {
     bool pend : 1;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
     /* disk_lo is known (see "Knowing a series has no history" above) */
     bool disk_known : 1;
-    bool live : 1; /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    bool live : 1;    /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
     sbucket_t open[]; /* one per resolution */
 } sstate_t;
 
@@ -243,7 +243,7 @@ struct rollup {
     pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
     shard_t shards[SHARDS];
     closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq) while waiting for COMMIT */
-    unsigned char *snaps; /* nsnaps copies of states, state_bytes(r) each */
+    unsigned char *snaps;  /* nsnaps copies of states, state_bytes(r) each */
     size_t nsnaps, capsnaps;
     uint64_t *evicted;
     size_t nevicted, capevicted;

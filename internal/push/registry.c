@@ -74,7 +74,7 @@ typedef struct push_batch {
     push_ref_t *srefs; /* in mem: the series refs of every family, in family order */
     size_t mem_bytes;  /* of mem */
     size_t nsets;      /* base: label sets stored (push_registry_memory) */
-    int refs; /* under the registry mutex: families holding it, plus renders pinning it */
+    int refs;          /* under the registry mutex: families holding it, plus renders pinning it */
     /* A repeated push (shape cache) copies the families of the push it repeats but keeps
      * pointing at their labels, bounds and names: it holds a ref on the batch that has them. */
     struct push_batch *base;
@@ -551,7 +551,7 @@ static push_family_t *group_family(const push_group_t *g, const char *name)
 typedef struct {
     const char **slot;
     size_t cap, n;
-    arena_t *a;       /* where new strings and sets go: a, or (a NULL) the base b */
+    arena_t *a; /* where new strings and sets go: a, or (a NULL) the base b */
     push_batch_t *b;
     label_t **sets; /* open addressing; a set's length is stored in the word before it */
     size_t scap, sn;
