@@ -15,6 +15,10 @@
  *                                          5. a database from before 1h blobs: copy a few
  *                                             series' old 1h rows into blobs (migrate_step)
  *
+ * Steps 2-4 run over slices of shards of about CYCLE_SLICE_ITEMS buckets and snapshots each
+ * (one slice, one transaction, in a quiet cycle; ~8 after a minute boundary at 256k series,
+ * when every series closes a bucket), so a cycle never holds all of them in memory at once.
+ *
  * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
  * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
  * ts from several places (a late sample re-opened an already written bucket) are merged.
@@ -110,6 +114,7 @@
 
 #include "internal/util/buf.h"
 #include "internal/util/clock.h"
+#include "internal/util/slab.h"
 #include "internal/util/log.h"
 #include "internal/util/varint.h"
 #include "internal/util/parse.h"
@@ -141,23 +146,37 @@ typedef struct {
     size_t rawcap;
 } codec_t;
 
+/* A state's open bucket of one resolution: a rollup_bucket_t without `last`, which every open
+ * bucket of a state shares (each aggregated the state's newest sample: commit_pending adds a
+ * sample to every resolution, and a bucket only leaves by closing), with a 32-bit count (at most
+ * one sample per second is aggregated: 136 years of seconds), and the resolution's disk_lo. */
+typedef struct {
+    int64_t ts; /* NO_BUCKET: none open */
+    double sum, min, max, increase;
+    uint32_t count;
+    /* Every bucket stored for the series at this resolution has ts >= disk_lo * res (INT32_MAX:
+     * none stored), valid while disk_known; see disk_lo_get. */
+    int32_t disk_lo;
+} sbucket_t;
+
+/* 64 bytes + 48 per resolution (160 with the default two), from the shard's slab: no allocator
+ * header or size-class rounding (it was 184 bytes in a 192-byte malloc chunk). */
 typedef struct sstate {
     struct sstate *next; /* hash chain */
     uint64_t id;
     int64_t last_t;
     double prev;
-    bool prev_ok;
-    bool dirty;  /* changed since its last checkpoint */
-    bool closed; /* a bucket went to the closed list since the last snapshot */
-    bool pend;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
-    /* disk_lo is known (see "Knowing a series has no history" above) */
-    bool disk_known;
     int64_t pend_t;
     double pend_v;
-    /* One per resolution; ts == NO_BUCKET when none. After them in the same allocation, disk_lo
-     * (disk_lo_of): per resolution, every bucket stored for this series has ts >= it (INT64_MAX:
-     * none stored), valid while disk_known. */
-    rollup_bucket_t open[];
+    double last; /* the `last` of every open bucket */
+    bool prev_ok : 1;
+    bool dirty : 1;  /* changed since its last checkpoint */
+    bool closed : 1; /* a bucket went to the closed list since the last snapshot */
+    bool pend : 1;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
+    /* disk_lo is known (see "Knowing a series has no history" above) */
+    bool disk_known : 1;
+    bool live : 1;    /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    sbucket_t open[]; /* one per resolution */
 } sstate_t;
 
 typedef struct {
@@ -177,19 +196,11 @@ typedef struct {
     sstate_t **tab;
     size_t nbuckets, count;
     closed_vec_t closed;
+    slab_t states; /* the shard's sstate_t records */
 } shard_t;
 
-/* A copy of a state for the state table (or a deletion when evicted). */
-typedef struct {
-    uint64_t id;
-    bool evicted;
-    int64_t last_t;
-    int64_t seen_t; /* newest sample, pending one included (catalog last_seen) */
-    double prev;
-    bool prev_ok;
-    uint8_t *open; /* nopen * STATE_ENTRY_BYTES */
-    size_t nopen;
-} snap_t;
+/* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
+ * buffer: rollup_t.snaps), encoded into rows only when written. Evicted states are r->evicted. */
 
 /* A read connection with its statements and decoder; owned by one reader at a time, kept in the
  * pool (rollup_t.idle) between readers so its prepared statements are reused. */
@@ -232,7 +243,7 @@ struct rollup {
     pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
     shard_t shards[SHARDS];
     closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq) while waiting for COMMIT */
-    snap_t *snaps;
+    unsigned char *snaps;  /* nsnaps copies of states, state_bytes(r) each */
     size_t nsnaps, capsnaps;
     uint64_t *evicted;
     size_t nevicted, capevicted;
@@ -739,9 +750,46 @@ static void shard_grow(shard_t *sh)
     sh->nbuckets = nb;
 }
 
-static int64_t *disk_lo_of(const rollup_t *r, sstate_t *s)
+/* disk_lo of resolution i, in ms (INT64_MAX: nothing stored). Kept as a 32-bit multiple of the
+ * resolution, rounded down and saturated, so it stays a lower bound of every stored ts. */
+static int64_t disk_lo_get(const rollup_t *r, const sstate_t *s, size_t i)
 {
-    return (int64_t *)(void *)&s->open[r->rs.n];
+    int32_t q = s->open[i].disk_lo;
+    return q == INT32_MAX ? INT64_MAX : (int64_t)q * r->rs.v[i].res_ms;
+}
+
+static void disk_lo_set(const rollup_t *r, sstate_t *s, size_t i, int64_t ts)
+{
+    if (ts == INT64_MAX) {
+        s->open[i].disk_lo = INT32_MAX;
+        return;
+    }
+    int64_t q = floor_to(ts, r->rs.v[i].res_ms) / r->rs.v[i].res_ms;
+    s->open[i].disk_lo = q < INT32_MIN ? INT32_MIN : q >= INT32_MAX ? INT32_MAX - 1 : (int32_t)q;
+}
+
+/* Open bucket i of s as a rollup_bucket_t (ts NO_BUCKET: none). */
+static rollup_bucket_t open_get(const sstate_t *s, size_t i)
+{
+    const sbucket_t *b = &s->open[i];
+    return (rollup_bucket_t){.ts = b->ts,
+                             .count = b->count,
+                             .sum = b->sum,
+                             .min = b->min,
+                             .max = b->max,
+                             .last = s->last,
+                             .increase = b->increase};
+}
+
+static size_t state_bytes(const rollup_t *r)
+{
+    return sizeof(sstate_t) + r->rs.n * sizeof(sbucket_t);
+}
+
+static void state_free(shard_t *sh, sstate_t *s)
+{
+    s->live = false;
+    slab_free(&sh->states, s);
 }
 
 static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
@@ -749,10 +797,11 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     sstate_t *s = state_find(sh, id);
     if (s)
         return s;
-    s = calloc(1, sizeof(*s) + r->rs.n * (sizeof(rollup_bucket_t) + sizeof(int64_t)));
+    s = slab_alloc(&sh->states);
     if (!s)
         return NULL;
     s->id = id;
+    s->live = true;
     s->last_t = INT64_MIN;
     for (size_t i = 0; i < r->rs.n; i++)
         s->open[i].ts = NO_BUCKET;
@@ -771,7 +820,7 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (s->open[i].ts == NO_BUCKET)
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = s->open[i]};
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = open_get(s, i)};
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
     s->open[i].ts = NO_BUCKET;
@@ -823,22 +872,35 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
     }
     for (size_t i = 0; i < r->rs.n; i++) {
         int64_t ts = floor_to(s->last_t, r->rs.v[i].res_ms);
-        rollup_bucket_t *b = &s->open[i];
+        sbucket_t *b = &s->open[i];
         if (b->ts != ts) {
-            close_open(r, sh, s, i);
-            bucket_start(b, ts);
+            close_open(r, sh, s, i); /* with the `last` it had */
+            b->ts = ts;
+            b->count = 0;
+            b->sum = b->increase = 0;
+            b->min = b->max = NAN;
         }
-        bucket_add(b, v, inc);
+        b->count++;
+        b->sum += v;
+        b->min = nan_min(b->min, v);
+        b->max = nan_max(b->max, v);
+        b->increase += inc;
     }
+    s->last = v;
 }
 
 /* A sample is held as pending until a sample of a later second arrives (or its bucket is
  * closed): the raw tier lets a later sample in the same second replace the earlier one, and the
  * roll-up must aggregate only the survivor. Samples in a second at or before the newest
  * aggregated one, or before the pending one, are ignored (WAL replay, duplicates). */
-static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
+static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp, void **hint)
 {
-    sstate_t *s = state_get(r, sh, smp->series_id);
+    /* A hint points into a slab of this rollup (pages live until close): it is this series'
+     * state if the record is live and has its id, and then the record is of this shard. */
+    sstate_t *h = hint ? *hint : NULL;
+    sstate_t *s = h && h->live && h->id == smp->series_id ? h : state_get(r, sh, smp->series_id);
+    if (hint)
+        *hint = s;
     if (!s) {
         log_error("rollup", "out of memory; sample dropped", LF_I("series", smp->series_id));
         return;
@@ -857,6 +919,11 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp)
 }
 
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
+{
+    rollup_add_samples_hinted(r, s, n, NULL);
+}
+
+void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, void **hints)
 {
     int64_t hw = atomic_load(&r->high_water);
     /* A push's samples spread over every shard: take each shard's lock once, for its samples in
@@ -879,7 +946,7 @@ void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
             pthread_mutex_lock(&sh->mu);
             for (uint32_t j = start[k]; j < start[k + 1]; j++) {
                 const rollup_sample_t *x = &s[by_shard[j]];
-                add_one(r, sh, x);
+                add_one(r, sh, x, hints ? &hints[by_shard[j]] : NULL);
                 if (x->t > hw)
                     hw = x->t;
             }
@@ -894,7 +961,7 @@ void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         for (; i < n && shard_of(s[i].series_id) == k; i++) {
-            add_one(r, sh, &s[i]);
+            add_one(r, sh, &s[i], hints ? &hints[i] : NULL);
             if (s[i].t > hw)
                 hw = s[i].t;
         }
@@ -934,7 +1001,7 @@ static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool ev
                 }
                 r->evicted[r->nevicted++] = s->id;
                 *pp = s->next;
-                free(s);
+                state_free(sh, s);
                 sh->count--;
                 atomic_fetch_sub(&r->st_series, 1);
                 continue;
@@ -983,46 +1050,64 @@ static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *
                            .increase = bitsd(w[7])};
 }
 
+/* Capacities kept from one writer cycle to the next, in bytes: a cycle after a minute boundary
+ * closes a bucket of every series (and snapshots every state), ~70 MB at 256k series. Beyond
+ * this, the buffers are freed after the cycle (they are big enough to be mmap'd, so the memory
+ * goes back to the system instead of staying in the writer thread's malloc arena). */
+#define KEEP_CAP_BYTES (1u << 20)
+
 static void snap_state(rollup_t *r, const sstate_t *s)
 {
+    size_t sz = state_bytes(r);
     if (r->nsnaps == r->capsnaps) {
         size_t cap = r->capsnaps ? r->capsnaps * 2 : 256;
-        snap_t *v = realloc(r->snaps, cap * sizeof(*v));
+        unsigned char *v = realloc(r->snaps, cap * sz);
         if (!v)
             return; /* state stays dirty; the next checkpoint writes it */
         r->snaps = v;
         r->capsnaps = cap;
     }
-    snap_t *sn = &r->snaps[r->nsnaps];
-    *sn = (snap_t){.id = s->id,
-                   .last_t = s->last_t,
-                   .seen_t = s->pend && s->pend_t > s->last_t ? s->pend_t : s->last_t,
-                   .prev = s->prev,
-                   .prev_ok = s->prev_ok};
-    size_t nopen = s->pend ? 1 : 0;
-    for (size_t i = 0; i < r->rs.n; i++)
-        nopen += s->open[i].ts != NO_BUCKET;
-    if (nopen) {
-        sn->open = malloc(nopen * STATE_ENTRY_BYTES);
-        if (!sn->open)
-            return;
-        for (size_t i = 0; i < r->rs.n; i++)
-            if (s->open[i].ts != NO_BUCKET)
-                put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, r->rs.v[i].res_ms, &s->open[i]);
-        if (s->pend) {
-            rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
-            put_state_entry(sn->open + STATE_ENTRY_BYTES * sn->nopen++, PENDING_RES_MS, &pb);
-        }
-    }
+    memcpy(r->snaps + r->nsnaps * sz, s, sz);
     r->nsnaps++;
+}
+
+/* The rollup_state row of a snapshot: its open entries into out (room for rs.n + 1); returns
+ * how many. */
+static size_t snap_entries(const rollup_t *r, const sstate_t *s, uint8_t *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->rs.n; i++)
+        if (s->open[i].ts != NO_BUCKET) {
+            rollup_bucket_t b = open_get(s, i);
+            put_state_entry(out + STATE_ENTRY_BYTES * n++, r->rs.v[i].res_ms, &b);
+        }
+    if (s->pend) {
+        rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
+        put_state_entry(out + STATE_ENTRY_BYTES * n++, PENDING_RES_MS, &pb);
+    }
+    return n;
 }
 
 static void snaps_clear(rollup_t *r)
 {
-    for (size_t i = 0; i < r->nsnaps; i++)
-        free(r->snaps[i].open);
     r->nsnaps = 0;
     r->nevicted = 0;
+    if (r->capsnaps * state_bytes(r) > KEEP_CAP_BYTES) {
+        free(r->snaps);
+        r->snaps = NULL;
+        r->capsnaps = 0;
+    }
+}
+
+/* Empties a list of closed buckets, freeing it when it grew past what a cycle usually needs. */
+static void closed_clear(closed_vec_t *cv, size_t keep_bytes)
+{
+    cv->n = 0;
+    if (cv->cap * sizeof(closed_t) > keep_bytes) {
+        free(cv->v);
+        cv->v = NULL;
+        cv->cap = 0;
+    }
 }
 
 /* ---- SQL ---------------------------------------------------------------------------------- */
@@ -1181,20 +1266,24 @@ static int write_batch(rollup_t *r, sqlite3 *db)
         i = k;
     }
     for (size_t i = 0; i < r->nsnaps; i++) {
-        const snap_t *sn = &r->snaps[i];
+        const sstate_t *sn = (const sstate_t *)(const void *)(r->snaps + i * state_bytes(r));
+        uint8_t open[(ROLLUP_MAX_RESOLUTIONS + 1) * STATE_ENTRY_BYTES];
+        size_t nopen = snap_entries(r, sn, open);
         sqlite3_bind_int64(state, 1, (sqlite3_int64)sn->id);
         sqlite3_bind_int64(state, 2, sn->last_t);
         sqlite3_bind_double(state, 3, sn->prev_ok ? sn->prev : 0);
         sqlite3_bind_int(state, 4, sn->prev_ok);
-        if (sn->nopen)
-            sqlite3_bind_blob(state, 5, sn->open, (int)(sn->nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
+        if (nopen)
+            sqlite3_bind_blob(state, 5, open, (int)(nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
         else
             sqlite3_bind_null(state, 5);
         int rc = sqlite3_step(state);
         sqlite3_reset(state);
         if (rc != SQLITE_DONE)
             goto out;
-        sqlite3_bind_int64(seen, 1, sn->seen_t);
+        /* newest sample, pending one included (catalog last_seen) */
+        int64_t seen_t = sn->pend && sn->pend_t > sn->last_t ? sn->pend_t : sn->last_t;
+        sqlite3_bind_int64(seen, 1, seen_t);
         sqlite3_bind_int64(seen, 2, (sqlite3_int64)sn->id);
         rc = sqlite3_step(seen);
         sqlite3_reset(seen);
@@ -1375,34 +1464,35 @@ out:
 
 /* ---- the writer cycle --------------------------------------------------------------------- */
 
-int rollup_flush(rollup_t *r, bool checkpoint)
-{
-    pthread_mutex_lock(&r->cycle_mu);
-    bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
-    /* 1. Buckets of series that went quiet: close once the newest sample is a full resolution
-     *    past their end; evict states with nothing open. */
-    int64_t hw = atomic_load(&r->high_water);
-    int64_t before[ROLLUP_MAX_RESOLUTIONS];
-    for (size_t i = 0; i < r->rs.n; i++)
-        before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
+/* A writer cycle moves at most about this many buckets and state snapshots per transaction:
+ * after a minute boundary every series closes a bucket and is snapshotted (~230 bytes each in
+ * memory until written), so a cycle over 256k series is split into ~8 transactions of a few
+ * shards each instead of holding ~60 MB at once. */
+#define CYCLE_SLICE_ITEMS 32768
 
+/* Steps 2-4 of a writer cycle for shards [k0, *k1): moves closed buckets to inflight and takes
+ * the snapshots, stopping after the shard that passes CYCLE_SLICE_ITEMS (*k1 = the next shard),
+ * then writes them in one transaction. Returns 0 or -1 (inflight is kept for the next cycle). */
+static int flush_slice(rollup_t *r, const int64_t *before, bool checkpoint, bool all, size_t k0, size_t *k1)
+{
     /* 2. Closed lists -> inflight, snapshots, under the exclusive view lock. */
     pthread_rwlock_wrlock(&r->view_rw);
     size_t old_inflight = r->inflight.n;
-    for (size_t k = 0; k < SHARDS; k++) {
-        shard_t *sh = &r->shards[k];
+    size_t k = k0;
+    while (k < SHARDS && r->inflight.n - old_inflight + r->nsnaps < CYCLE_SLICE_ITEMS) {
+        shard_t *sh = &r->shards[k++];
         pthread_mutex_lock(&sh->mu);
         shard_sweep(r, sh, before, true);
         for (size_t j = 0; j < sh->closed.n; j++) {
             const closed_t *c = &sh->closed.v[j];
             /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
             sstate_t *st = state_find(sh, c->id);
-            if (st && st->disk_known && c->b.ts < disk_lo_of(r, st)[c->res_idx])
-                disk_lo_of(r, st)[c->res_idx] = c->b.ts;
+            if (st && st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
+                disk_lo_set(r, st, c->res_idx, c->b.ts);
             if (closed_push(&r->inflight, c) != 0)
                 log_error("rollup", "out of memory; bucket dropped", LF_I("series", c->id));
         }
-        sh->closed.n = 0;
+        closed_clear(&sh->closed, KEEP_CAP_BYTES / SHARDS);
         for (size_t b = 0; b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
                 if (s->closed || all || (checkpoint && s->dirty)) {
@@ -1413,6 +1503,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         }
         pthread_mutex_unlock(&sh->mu);
     }
+    *k1 = k;
     if (r->inflight.n > 1)
         qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
     pthread_rwlock_unlock(&r->view_rw);
@@ -1432,14 +1523,11 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         rc = exec_sql(db, "COMMIT");
     if (rc == 0) {
         atomic_fetch_add(&r->st_written, r->inflight.n);
-        r->inflight.n = 0;
+        closed_clear(&r->inflight, KEEP_CAP_BYTES);
         atomic_fetch_add(&r->disk_gen, 1); /* readers' older snapshots lack what inflight held */
-        r->force_checkpoint = false;
     } else {
         int ecode = sqlite3_errcode(db) & 0xff; /* before ROLLBACK replaces it */
         exec_sql(db, "ROLLBACK");
-        /* inflight stays for the next cycle; states may have moved on, so rewrite all of them. */
-        r->force_checkpoint = true;
         atomic_fetch_add(&r->st_flush_errors, 1);
         if (ecode == SQLITE_BUSY || ecode == SQLITE_LOCKED)
             log_warn("rollup", "database locked by another process (busy timeout 10s); roll-ups wait in memory",
@@ -1449,6 +1537,25 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
     snaps_clear(r);
+    return rc;
+}
+
+int rollup_flush(rollup_t *r, bool checkpoint)
+{
+    pthread_mutex_lock(&r->cycle_mu);
+    bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
+    /* 1. Buckets of series that went quiet: close once the newest sample is a full resolution
+     *    past their end; evict states with nothing open. */
+    int64_t hw = atomic_load(&r->high_water);
+    int64_t before[ROLLUP_MAX_RESOLUTIONS];
+    for (size_t i = 0; i < r->rs.n; i++)
+        before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
+    /* 2-4 in slices of shards; a failed slice ends the cycle: its inflight stays for the next
+     * one, and as its snapshots were lost, the next cycle rewrites every state. */
+    int rc = 0;
+    for (size_t k = 0; k < SHARDS && rc == 0;)
+        rc = flush_slice(r, before, checkpoint, all, k, &k);
+    r->force_checkpoint = rc != 0;
     /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */
     if (rc == 0)
         migrate_step(r, MIGRATE_BUDGET);
@@ -1938,7 +2045,7 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     pthread_mutex_lock(&sh->mu);
     sstate_t *s = state_find(sh, series_id);
     if (s && blobs_only) {
-        skip = s->disk_known && disk_lo_of(r, s)[res_idx] > maxt;
+        skip = s->disk_known && disk_lo_get(r, s, res_idx) > maxt;
         learn = !s->disk_known;
     }
     pthread_mutex_unlock(&sh->mu);
@@ -1955,7 +2062,8 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
             s = state_find(sh, series_id);
             if (s && !s->disk_known) {
                 s->disk_known = true;
-                memcpy(disk_lo_of(r, s), lo, r->rs.n * sizeof(int64_t));
+                for (size_t i = 0; i < r->rs.n; i++)
+                    disk_lo_set(r, s, i, lo[i]);
             }
             pthread_mutex_unlock(&sh->mu);
         }
@@ -1987,7 +2095,7 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     s = state_find(sh, series_id);
     rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
     if (s) {
-        open = s->open[res_idx];
+        open = open_get(s, res_idx);
         /* The pending sample is part of what the series has sent: show it as if committed. */
         if (s->pend && dbits(s->pend_v) != STALE_NAN_BITS) {
             int64_t pts = floor_to(s->pend_t, r->rs.v[res_idx].res_ms);
@@ -2153,7 +2261,14 @@ static int load_states(rollup_t *r, sqlite3 *db)
                 dropped++; /* resolution no longer configured */
                 continue;
             }
-            s->open[i] = b;
+            s->open[i] = (sbucket_t){.ts = b.ts,
+                                     .sum = b.sum,
+                                     .min = b.min,
+                                     .max = b.max,
+                                     .increase = b.increase,
+                                     .count = b.count > UINT32_MAX ? UINT32_MAX : (uint32_t)b.count,
+                                     .disk_lo = s->open[i].disk_lo};
+            s->last = b.last; /* the same in every open bucket of a state */
         }
     }
     sqlite3_finalize(st);
@@ -2237,6 +2352,9 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     if (rollup_parse_resolutions(cfg->resolutions ? cfg->resolutions : ROLLUP_DEFAULT_RESOLUTIONS, &r->rs, err,
                                  errlen) != 0)
         goto err;
+    /* ~4k states per shard at 256k series: 16 KiB pages (~100 states) keep the tail small. */
+    for (size_t k = 0; k < SHARDS; k++)
+        slab_init(&r->shards[k].states, state_bytes(r), 16384);
     catalog__write_lock(cat);
     int rc = exec_sql(catalog__write_db(cat), ROLLUP_SCHEMA);
     if (rc == 0)
@@ -2269,11 +2387,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     return r;
 err:
     for (size_t k = 0; k < SHARDS; k++) {
-        for (size_t b = 0; r->shards[k].tab && b < r->shards[k].nbuckets; b++)
-            for (sstate_t *s = r->shards[k].tab[b], *next; s; s = next) {
-                next = s->next;
-                free(s);
-            }
+        slab_destroy(&r->shards[k].states);
         free(r->shards[k].tab);
         pthread_mutex_destroy(&r->shards[k].mu);
     }
@@ -2308,11 +2422,7 @@ void rollup_close(rollup_t *r)
         log_error("rollup", "final flush failed; recent roll-ups lost", LF_I("buckets", r->inflight.n));
     for (size_t k = 0; k < SHARDS; k++) {
         shard_t *sh = &r->shards[k];
-        for (size_t b = 0; b < sh->nbuckets; b++)
-            for (sstate_t *s = sh->tab[b], *next; s; s = next) {
-                next = s->next;
-                free(s);
-            }
+        slab_destroy(&sh->states);
         free(sh->tab);
         free(sh->closed.v);
         pthread_mutex_destroy(&sh->mu);

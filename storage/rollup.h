@@ -82,6 +82,15 @@ typedef struct {
  * Cheap: a shard lock and a hash lookup per sample, no I/O. The series must have been passed to
  * catalog_add_series before (or the writer will still store its buckets, with no catalog row). */
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n);
+/* The same, for a caller that keeps one pointer-sized slot per series (the head's series): each
+ * slot remembers where the series' roll-up state lives, so the sample skips the hash lookup
+ * (a chain walk whose head usually misses the cache). hints[i] is the slot of s[i].series_id:
+ * NULL at first, afterwards only what this function wrote there for that series (never copied
+ * between series). A slot may go stale (its state evicted after the series went quiet, the
+ * record reused): states come from slabs that live until rollup_close, so the pointer is
+ * checked against the record's id and liveness, under the shard lock, and a stale one costs
+ * one lookup. Slots must not be used after rollup_close. */
+void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, void **hints);
 
 /* Synchronously runs one writer cycle: catalog pending rows, closed buckets, and (if
  * checkpoint) every open bucket. Returns 0 or -1. */

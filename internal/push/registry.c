@@ -1,10 +1,16 @@
 /*
  * push registry — groups, families and the incremental consistency index; see registry.h.
  *
- * Memory layout. Every accepted push copies what it keeps into one "batch" arena (strings
- * deduplicated within the push); a group's families point into the batches of the pushes that
- * delivered them and each batch is reference-counted by its families, so a POST that replaces
- * some families frees a batch only when none of its families is left.
+ * Memory layout. Every accepted push copies what it keeps into two reference-counted "batches":
+ * a base, 4 KiB blocks with what does not change while the push's shape does not (names, help, label
+ * sets, quantile/bucket bounds; strings and whole label sets deduplicated within the push: a Flink
+ * TaskManager's ~860 metrics have ~50 distinct label sets), and one exact-size block with the
+ * families, their metrics (pointing into the base), values and series refs, which holds a ref on
+ * the base. A group's families point into the blocks of the pushes that delivered them and each
+ * block is counted by its families, so a POST that replaces some families frees a block only
+ * when none of its families is left. A repeated push (shape cache) makes only a new block over
+ * the same base: per series the registry then holds ~64 bytes of metric, value and ref, and a
+ * share of the base (~40 bytes).
  *
  *   registry ── groups (hash by grouping key) ── group ── families (sorted by name)
  *            └─ types (hash by metric name -> type, number of groups holding it)
@@ -49,9 +55,26 @@ static double push_stale_nan(void)
 
 /* ---- data ---------------------------------------------------------------------------------- */
 
+/* A base's memory: blocks of BLK_BYTES (bigger allocations get their own), filled in order. An
+ * arena's blocks double (8, 16, 32 KiB...), which left a base about half empty on average. */
+typedef struct push_blk {
+    struct push_blk *next;
+    size_t used, cap;
+    _Alignas(16) char data[];
+} push_blk_t;
+
+enum { BLK_BYTES = 4096 - 64 };
+
 typedef struct push_batch {
-    arena_t *arena;
-    int refs; /* under the registry mutex: families holding it, plus renders pinning it */
+    /* Either a base: blocks holding names, label sets and bounds (shared by every family built
+     * from one body and by its repeats), or one exact-size block `mem` with a push's families,
+     * metrics, values and refs (batch_pack), holding a ref on its base. */
+    push_blk_t *blks;
+    void *mem;
+    push_ref_t *srefs; /* in mem: the series refs of every family, in family order */
+    size_t mem_bytes;  /* of mem */
+    size_t nsets;      /* base: label sets stored (push_registry_memory) */
+    int refs;          /* under the registry mutex: families holding it, plus renders pinning it */
     /* A repeated push (shape cache) copies the families of the push it repeats but keeps
      * pointing at their labels, bounds and names: it holds a ref on the batch that has them. */
     struct push_batch *base;
@@ -289,14 +312,66 @@ static push_group_t *group_create(push_registry_t *r, const labels_t *grouping, 
     return g;
 }
 
+static void batch_free(push_batch_t *b)
+{
+    for (push_blk_t *k = b->blks, *n; k; k = n) {
+        n = k->next;
+        free(k);
+    }
+    free(b->mem);
+    free(b);
+}
+
 static void batch_unref(push_batch_t *b)
 {
     if (b && --b->refs == 0) {
         push_batch_t *base = b->base;
-        arena_destroy(b->arena);
-        free(b);
+        batch_free(b);
         batch_unref(base);
     }
+}
+
+/* n bytes (16-byte aligned) in base b; aborts on OOM, like arena_alloc. */
+static void *batch_alloc(push_batch_t *b, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    push_blk_t *k = b->blks;
+    if (!k || k->cap - k->used < n) {
+        size_t cap = n > BLK_BYTES ? n : BLK_BYTES;
+        push_blk_t *nk = malloc(sizeof(*nk) + cap);
+        if (!nk)
+            abort();
+        nk->used = 0;
+        nk->cap = cap;
+        if (k && n > BLK_BYTES) { /* a big one behind the current block, which keeps filling */
+            nk->next = k->next;
+            k->next = nk;
+            nk->used = n;
+            return nk->data;
+        }
+        nk->next = k;
+        b->blks = k = nk;
+    }
+    void *p = k->data + k->used;
+    k->used += n;
+    return p;
+}
+
+static void *batch_memdup(push_batch_t *b, const void *p, size_t n)
+{
+    void *c = batch_alloc(b, n);
+    memcpy(c, p, n);
+    return c;
+}
+
+static char *batch_strndup(push_batch_t *b, const char *s, size_t n)
+{
+    char *c = batch_alloc(b, n + 1);
+    memcpy(c, s, n);
+    c[n] = 0;
+    return c;
 }
 
 static void cache_unref(push_cache_t *c)
@@ -306,6 +381,70 @@ static void cache_unref(push_cache_t *c)
         free(c->dest);
         free(c);
     }
+}
+
+static size_t pack_size(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static void *pack_take(char **cur, size_t n)
+{
+    void *p = *cur;
+    *cur += pack_size(n);
+    return p;
+}
+
+/* Copies families (their metrics and values; names, label sets and bounds stay shared) into a
+ * new batch of one exact-size block, with room for nseries refs: every family's slice of them,
+ * copied from the originals when copy_refs, else zero. out[i] gets the copy of fams[i] (out may
+ * be fams). The caller sets the batch's base (and holds a ref on it for it). NULL on OOM.
+ * Exact size, not an arena: its doubling blocks would leave up to half of every group's
+ * families unused, and a group holds one such block for as long as it lives. */
+static push_batch_t *batch_pack(push_family_t *const *fams, size_t nfams, size_t nseries, bool copy_refs,
+                                push_family_t **out)
+{
+    size_t bytes = pack_size((nseries ? nseries : 1) * sizeof(push_ref_t));
+    for (size_t i = 0; i < nfams; i++) {
+        const push_family_t *of = fams[i];
+        bytes += pack_size(sizeof(push_family_t)) + pack_size((of->n ? of->n : 1) * sizeof(push_metric_t));
+        for (size_t m = 0; m < of->n; m++)
+            if (of->metrics[m].nq)
+                bytes += pack_size(of->metrics[m].nq * sizeof(double));
+    }
+    push_batch_t *nb = calloc(1, sizeof(*nb));
+    char *cur = nb ? malloc(bytes) : NULL;
+    if (!cur) {
+        free(nb);
+        return NULL;
+    }
+    nb->mem = cur;
+    nb->mem_bytes = bytes;
+    nb->srefs = pack_take(&cur, (nseries ? nseries : 1) * sizeof(push_ref_t));
+    size_t off = 0;
+    for (size_t i = 0; i < nfams; i++) {
+        const push_family_t *of = fams[i];
+        push_family_t *nf = pack_take(&cur, sizeof(*nf));
+        *nf = *of;
+        nf->batch = nb;
+        nf->metrics = pack_take(&cur, (of->n ? of->n : 1) * sizeof(push_metric_t));
+        memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
+        for (size_t m = 0; m < of->n; m++)
+            if (of->metrics[m].nq) {
+                nf->metrics[m].qv = pack_take(&cur, of->metrics[m].nq * sizeof(double));
+                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
+            }
+        assert(off + of->nseries <= (nseries ? nseries : 1));
+        nf->refs = nb->srefs + off;
+        if (copy_refs && of->refs)
+            memcpy(nf->refs, of->refs, of->nseries * sizeof(push_ref_t));
+        else
+            memset(nf->refs, 0, of->nseries * sizeof(push_ref_t));
+        off += of->nseries;
+        out[i] = nf;
+    }
+    assert(cur <= (char *)nb->mem + bytes);
+    return nb;
 }
 
 static void family_release(push_registry_t *r, push_family_t *f)
@@ -404,12 +543,28 @@ static push_family_t *group_family(const push_group_t *g, const char *name)
 
 /* ---- building families from a body ----------------------------------------------------------- */
 
-/* Interning within one push: identical strings (job names, hosts, operator names) are stored once. */
+/* Interning within one push: identical strings (job names, hosts, operator names) are stored once,
+ * and so are identical label sets. A Flink TaskManager's push has ~860 metrics but ~50 distinct
+ * label sets (every operator metric of one subtask carries the same ~13 labels), so a metric's
+ * labels are mostly a pointer to a set another metric already stored: ~200 bytes saved per
+ * metric. Sets are immutable once stored and live in the batch, like the strings. */
 typedef struct {
     const char **slot;
     size_t cap, n;
-    arena_t *a;
+    arena_t *a; /* where new strings and sets go: a, or (a NULL) the base b */
+    push_batch_t *b;
+    label_t **sets; /* open addressing; a set's length is stored in the word before it */
+    size_t scap, sn;
 } push_strtab_t;
+
+static void strtab_free(push_strtab_t *t)
+{
+    free(t->slot);
+    free(t->sets);
+    t->slot = NULL;
+    t->sets = NULL;
+    t->cap = t->n = t->scap = t->sn = 0;
+}
 
 static const char *strtab_intern(push_strtab_t *t, const char *s)
 {
@@ -436,9 +591,57 @@ static const char *strtab_intern(push_strtab_t *t, const char *s)
             return t->slot[j];
         j = (j + 1) & (t->cap - 1);
     }
-    const char *c = arena_strndup(t->a, s, len);
+    const char *c = t->a ? arena_strndup(t->a, s, len) : batch_strndup(t->b, s, len);
     t->slot[j] = c;
     t->n++;
+    return c;
+}
+
+/* Number of labels of a set stored by labelset_intern. */
+static uint32_t labelset_len(const label_t *set)
+{
+    uint32_t n;
+    memcpy(&n, (const char *)set - sizeof(label_t), sizeof(n));
+    return n;
+}
+
+static uint64_t labelset_hash(const label_t *ls, uint32_t n)
+{
+    return XXH3_64bits(ls, n * sizeof(label_t));
+}
+
+/* The batch's copy of label set ls (n labels, strings interned in t: compared by pointer). */
+static label_t *labelset_intern(push_strtab_t *t, const label_t *ls, uint32_t n)
+{
+    if ((t->sn + 1) * 2 > t->scap) {
+        size_t ncap = t->scap ? t->scap * 2 : 64;
+        label_t **ns = calloc(ncap, sizeof(*ns));
+        if (!ns)
+            abort();
+        for (size_t i = 0; i < t->scap; i++)
+            if (t->sets[i]) {
+                size_t j = labelset_hash(t->sets[i], labelset_len(t->sets[i])) & (ncap - 1);
+                while (ns[j])
+                    j = (j + 1) & (ncap - 1);
+                ns[j] = t->sets[i];
+            }
+        free(t->sets);
+        t->sets = ns;
+        t->scap = ncap;
+    }
+    size_t j = labelset_hash(ls, n) & (t->scap - 1);
+    for (; t->sets[j]; j = (j + 1) & (t->scap - 1)) {
+        const label_t *c = t->sets[j];
+        if (labelset_len(c) == n && memcmp(c, ls, n * sizeof(label_t)) == 0)
+            return t->sets[j];
+    }
+    /* One label_t-sized header (holding the length) keeps the set itself 16-byte aligned. */
+    label_t *c = t->a ? arena_alloc(t->a, (n + 1) * sizeof(label_t)) : batch_alloc(t->b, (n + 1) * sizeof(label_t));
+    memcpy(c, &n, sizeof(n));
+    c++;
+    memcpy(c, ls, n * sizeof(label_t));
+    t->sets[j] = c;
+    t->sn++;
     return c;
 }
 
@@ -550,12 +753,13 @@ static int metric_idx_cmp(const void *pa, const void *pb, void *ud)
 /* Builds one family's metrics from the body's component samples; dest[i] gets where sample i's
  * value went (metric and part; the caller fills in the family). */
 static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
-                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest)
+                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest, arena_t *tmp)
 {
-    arena_t *a = batch->arena;
-    push_family_t *f = arena_calloc(a, 1, sizeof(*f));
+    /* What the family's repeats share (names, label sets, bounds) goes to the base; the family,
+     * its metrics and values to tmp, copied to their own block by batch_pack. */
+    push_family_t *f = arena_calloc(tmp, 1, sizeof(*f));
     f->name = strtab_intern(st, bf->name);
-    f->help = bf->help ? arena_strdup(a, bf->help) : NULL;
+    f->help = bf->help ? batch_strndup(batch, bf->help, strlen(bf->help)) : NULL;
     f->type = bf->type;
     f->push_ms = now_ms;
     f->batch = batch;
@@ -605,7 +809,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
                     }
                 if (!m) {
                     m = &ms[n++];
-                    m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
+                    m->labels = labelset_intern(st, ls, nl);
                     m->nlabels = nl;
                     mtab[j] = m;
                 }
@@ -613,7 +817,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         }
         if (!m) {
             m = &ms[n++];
-            m->labels = arena_memdup(a, ls, nl * sizeof(label_t));
+            m->labels = labelset_intern(st, ls, nl);
             m->nlabels = nl;
         }
         dest[i] = (push_dest_t){0, (uint32_t)(m - ms), PART_NONE};
@@ -647,7 +851,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     free(mtab);
     /* Sort through an index, to tell dest where each metric went. */
     uint32_t *perm = malloc((n ? n : 1) * 2 * sizeof(uint32_t)), *inv = perm + (n ? n : 1);
-    push_metric_t *sorted = arena_alloc(a, (n ? n : 1) * sizeof(*sorted));
+    push_metric_t *sorted = arena_alloc(tmp, (n ? n : 1) * sizeof(*sorted));
     if (!perm)
         abort();
     for (size_t i = 0; i < n; i++)
@@ -658,9 +862,9 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         *m = ms[perm[i]];
         inv[perm[i]] = (uint32_t)i;
         if (m->nq) {
-            m->qb = arena_memdup(a, m->qb, m->nq * sizeof(double));
-            m->qv = arena_memdup(a, m->qv, m->nq * sizeof(double));
-            m->qs = arena_memdup(a, m->qs, m->nq * sizeof(char *));
+            m->qb = batch_memdup(batch, m->qb, m->nq * sizeof(double));
+            m->qv = arena_memdup(tmp, m->qv, m->nq * sizeof(double));
+            m->qs = batch_memdup(batch, m->qs, m->nq * sizeof(char *));
         }
     }
     for (size_t i = 0; i < n; i++) {
@@ -928,11 +1132,9 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
 
     /* Build the families the group will hold. */
     push_batch_t *batch = calloc(1, sizeof(*batch));
-    if (!batch || !(batch->arena = arena_create(0))) {
-        free(batch);
+    if (!batch)
         return PUSH_ERR_NOMEM;
-    }
-    push_strtab_t st = {.a = batch->arena};
+    push_strtab_t st = {.b = batch};
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
     p->key = group_key(&grouping, a);
     p->hash = push_hash_str(p->key);
@@ -948,8 +1150,9 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->ndest = body->nsamples;
     p->dest = arena_alloc(a, (body->nsamples ? body->nsamples : 1) * sizeof(push_dest_t));
     for (size_t i = 0, k = 0; i < body->nfamilies; k += body->families[i].nsamples, i++)
-        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k);
-    free(st.slot);
+        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k, a);
+    batch->nsets = st.sn;
+    strtab_free(&st);
     /* families sorted by name (bodies have unique names), through an index for dest */
     uint32_t *order = arena_alloc(a, nf1 * sizeof(uint32_t)), *rank = arena_alloc(a, nf1 * sizeof(uint32_t));
     for (size_t i = 0; i < p->nfams; i++)
@@ -973,10 +1176,17 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     p->samples = c.v;
     p->nsamples = c.n;
     p->samples_cap = c.cap;
-    /* Each family's slice of the refs; filled by settle from the group's previous push. */
-    p->refs = arena_calloc(batch->arena, c.n ? c.n : 1, sizeof(push_ref_t));
-    for (size_t i = 0, off = 0; i < p->nfams; off += p->fams[i]->nseries, i++)
-        p->fams[i]->refs = p->refs + off;
+    /* The families move to a block of their own; each gets its slice of the refs, filled by
+     * settle from the group's previous push. */
+    push_batch_t *vb = batch_pack(p->fams, p->nfams, c.n, false, p->fams);
+    if (!vb) {
+        batch_free(batch);
+        return PUSH_ERR_NOMEM;
+    }
+    vb->base = batch;
+    batch->refs = 1; /* not yet visible to anyone: no lock needed */
+    p->batch = vb;
+    p->refs = vb->srefs;
     *pending = p;
     return PUSH_OK;
 }
@@ -1262,11 +1472,6 @@ void push_registry_fast_release(push_registry_t *r, push_fast_t *f)
 int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms, arena_t *a, push_pending_t **pending,
                               push_effect_t *effect)
 {
-    push_batch_t *nb = calloc(1, sizeof(*nb));
-    if (!nb || !(nb->arena = arena_create(0))) {
-        free(nb);
-        return PUSH_ERR_NOMEM;
-    }
     pthread_mutex_lock(&r->mu);
     push_group_t *g = group_find(r, f->key, f->hash);
     /* The group may have changed since the match (a DELETE, a POST, another full PUT). */
@@ -1274,16 +1479,27 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
     push_batch_t *old = same ? g->fams[0]->batch : NULL;
     for (size_t i = 0; same && i < g->nfams; i++)
         same = g->fams[i]->batch == old && g->fams[i]->refs;
-    if (!same) {
-        pthread_mutex_unlock(&r->mu);
-        arena_destroy(nb->arena);
-        free(nb);
-        return PUSH_MISS;
-    }
-    nb->base = old->base ? old->base : old;
-    nb->base->refs++;
+    push_batch_t *base = same ? (old->base ? old->base : old) : NULL;
+    if (base)
+        base->refs++; /* the repeat's batch will hold it */
     pthread_mutex_unlock(&r->mu);
+    if (!same)
+        return PUSH_MISS;
     /* The caller's push lock keeps the group's families as they are from here to the commit. */
+    size_t nseries = 0;
+    for (size_t i = 0; i < g->nfams; i++)
+        nseries += g->fams[i]->nseries;
+    push_family_t **fams = arena_alloc(a, g->nfams * sizeof(*fams));
+    push_batch_t *nb = batch_pack(g->fams, g->nfams, nseries, true, fams);
+    if (!nb) {
+        pthread_mutex_lock(&r->mu);
+        batch_unref(base);
+        pthread_mutex_unlock(&r->mu);
+        return PUSH_ERR_NOMEM;
+    }
+    nb->base = base; /* the ref taken above */
+    for (size_t i = 0; i < g->nfams; i++)
+        fams[i]->push_ms = now_ms;
     push_pending_t *p = arena_calloc(a, 1, sizeof(*p));
     p->key = f->key;
     p->hash = f->hash;
@@ -1295,28 +1511,8 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
     p->reg = r;
     p->fast = f->cache;
     p->nfams = g->nfams;
-    p->fams = arena_alloc(a, g->nfams * sizeof(*p->fams));
-    size_t nseries = 0;
-    for (size_t i = 0; i < g->nfams; i++)
-        nseries += g->fams[i]->nseries;
-    p->refs = arena_alloc(nb->arena, (nseries ? nseries : 1) * sizeof(push_ref_t));
-    for (size_t i = 0, off = 0; i < g->nfams; off += g->fams[i]->nseries, i++) {
-        const push_family_t *of = g->fams[i];
-        push_family_t *nf = arena_alloc(nb->arena, sizeof(*nf));
-        *nf = *of;
-        nf->push_ms = now_ms;
-        nf->batch = nb;
-        nf->metrics = arena_alloc(nb->arena, (of->n ? of->n : 1) * sizeof(push_metric_t));
-        memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
-        for (size_t m = 0; m < of->n; m++)
-            if (of->metrics[m].nq) {
-                nf->metrics[m].qv = arena_alloc(nb->arena, of->metrics[m].nq * sizeof(double));
-                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
-            }
-        nf->refs = p->refs + off;
-        memcpy(nf->refs, of->refs, of->nseries * sizeof(push_ref_t));
-        p->fams[i] = nf;
-    }
+    p->fams = fams;
+    p->refs = nb->srefs;
     const push_cache_t *c = f->cache;
     size_t n = push_shape_nvalues(c->shape);
     for (size_t k = 0; k < n; k++) {
@@ -1463,6 +1659,44 @@ size_t push_registry_expire(push_registry_t *r, int64_t now_ms, arena_t *a, push
     effect->refs = NULL;
     effect->nrefs = 0;
     return n;
+}
+
+/* Adds batch b (and its base) to m once: a group's families share a few batches. */
+static void memory_add_batch(push_registry_mem_t *m, const push_batch_t *b, const push_batch_t **seen, size_t *nseen,
+                             size_t cap)
+{
+    for (; b; b = b->base) {
+        bool dup = false;
+        for (size_t i = 0; i < *nseen && !dup; i++)
+            dup = seen[i] == b;
+        if (dup)
+            continue;
+        if (*nseen < cap)
+            seen[(*nseen)++] = b;
+        m->batches++;
+        m->bytes += b->mem_bytes;
+        for (const push_blk_t *k = b->blks; k; k = k->next)
+            m->bytes += k->cap;
+        m->label_sets += b->nsets;
+    }
+}
+
+void push_registry_memory(push_registry_t *r, push_registry_mem_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < r->gcap; i++)
+        for (const push_group_t *g = r->gtab[i]; g; g = g->next) {
+            const push_batch_t *seen[64];
+            size_t nseen = 0;
+            out->groups++;
+            out->families += g->nfams;
+            for (size_t f = 0; f < g->nfams; f++) {
+                out->metrics += g->fams[f]->n;
+                memory_add_batch(out, g->fams[f]->batch, seen, &nseen, 64);
+            }
+        }
+    pthread_mutex_unlock(&r->mu);
 }
 
 size_t push_registry_group_count(push_registry_t *r)
@@ -2109,9 +2343,9 @@ static char *rd_grouping(push_reader_t *rd, push_strtab_t *st, arena_t *scratch,
 static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
 {
     push_batch_t *batch = calloc(1, sizeof(*batch));
-    if (!batch || !(batch->arena = arena_create(0)))
+    if (!batch)
         abort();
-    push_strtab_t st = {.a = batch->arena};
+    push_strtab_t st = {.b = batch};
     labels_t grouping;
     char *key = rd_grouping(rd, &st, scratch, &grouping);
     uint64_t h = push_hash_str(key);
@@ -2136,28 +2370,31 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         g->cap = nf + 1;
     }
     for (uint32_t fi = 0; g && fi < nf && !rd->bad; fi++) {
-        push_family_t *f = arena_calloc(batch->arena, 1, sizeof(*f));
+        push_family_t *f = batch_alloc(batch, sizeof(*f));
+        memset(f, 0, sizeof(*f));
         f->name = rd_str(rd, &st);
         f->help = rd_u8(rd) ? rd_str(rd, &st) : NULL;
         f->type = (expfmt_type_t)rd_u8(rd);
         f->push_ms = (int64_t)rd_u64(rd);
         f->n = rd_count(rd, 32);
         f->batch = batch;
-        f->metrics = arena_calloc(batch->arena, f->n ? f->n : 1, sizeof(push_metric_t));
+        f->metrics = batch_alloc(batch, (f->n ? f->n : 1) * sizeof(push_metric_t));
+        memset(f->metrics, 0, (f->n ? f->n : 1) * sizeof(push_metric_t));
         for (size_t m = 0; m < f->n && !rd->bad; m++) {
             push_metric_t *pm = &f->metrics[m];
             pm->nlabels = rd_count(rd, 8);
-            pm->labels = arena_alloc(batch->arena, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
+            label_t *ls = arena_alloc(scratch, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
             for (uint32_t l = 0; l < pm->nlabels; l++) {
-                pm->labels[l].name = rd_str(rd, &st);
-                pm->labels[l].value = rd_str(rd, &st);
+                ls[l].name = rd_str(rd, &st);
+                ls[l].value = rd_str(rd, &st);
             }
+            pm->labels = labelset_intern(&st, ls, pm->nlabels);
             pm->value = rd_f64(rd);
             pm->sum = rd_f64(rd);
             pm->count = rd_f64(rd);
             pm->nq = rd_count(rd, 16);
-            pm->qb = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
-            pm->qv = arena_alloc(batch->arena, (pm->nq ? pm->nq : 1) * sizeof(double));
+            pm->qb = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
+            pm->qv = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
             for (uint32_t q = 0; q < pm->nq; q++) {
                 pm->qb[q] = rd_f64(rd);
                 pm->qv[q] = rd_f64(rd);
@@ -2189,11 +2426,11 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     }
     if (g)
         g->shape = group_shape(g);
-    free(st.slot);
-    if (batch && batch->refs == 0) {
-        arena_destroy(batch->arena);
-        free(batch);
-    }
+    if (batch)
+        batch->nsets = st.sn;
+    strtab_free(&st);
+    if (batch && batch->refs == 0)
+        batch_free(batch);
 }
 
 static void registry_clear_locked(push_registry_t *r)
@@ -2231,7 +2468,7 @@ static void rd_values(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
 {
     push_strtab_t st = {.a = scratch};
     const char *key = rd_str(rd, &st);
-    free(st.slot);
+    strtab_free(&st);
     int64_t push_ms = (int64_t)rd_u64(rd);
     double interval = rd_f64(rd);
     int64_t first = (int64_t)rd_u64(rd);
@@ -2277,7 +2514,7 @@ int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len)
             push_strtab_t st = {.a = scratch};
             labels_t grouping;
             char *key = rd_grouping(&rd, &st, scratch, &grouping);
-            free(st.slot);
+            strtab_free(&st);
             int64_t fail_ms = kind == 'F' ? (int64_t)rd_u64(&rd) : 0;
             if (rd.bad)
                 break;

@@ -193,6 +193,17 @@ void push_registry_render_end(push_render_t *h);
 /* GET /api/v1/metrics: the JSON array that goes in "data". */
 void push_registry_write_json(push_registry_t *r, buf_t *out);
 size_t push_registry_group_count(push_registry_t *r);
+/* What the registry holds (tests, diagnostics). A group's families share the batch of the push
+ * that delivered them (one exact-size block: families, metrics, values, series refs) and that
+ * batch's base (blocks of names, label sets, bounds, interned per push), which repeats of the
+ * push share. bytes: what both kinds hold (block capacities; not counting malloc overhead). */
+typedef struct {
+    size_t groups, families, metrics;
+    size_t batches;    /* distinct batches and bases */
+    size_t label_sets; /* distinct label sets stored (one per set per base) */
+    size_t bytes;
+} push_registry_mem_t;
+void push_registry_memory(push_registry_t *r, push_registry_mem_t *out);
 /* sluice_push_* self-metrics. */
 void push_registry_write_metrics(push_registry_t *r, buf_t *out);
 

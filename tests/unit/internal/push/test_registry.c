@@ -708,6 +708,124 @@ static void test_repeated_push(void **state)
     push_registry_free(r);
 }
 
+/* A Flink-shaped body: NFAM gauge families and a summary, each with one metric per one of NSET
+ * label sets of 10 labels (every operator metric of a subtask carries the same labels). */
+enum { NFAM = 20, NSET = 6 };
+
+static char *flink_like_body(int tick)
+{
+    buf_t b = BUF_INIT;
+    for (int f = 0; f <= NFAM; f++) {
+        bool summary = f == NFAM;
+        char fam[32];
+        snprintf(fam, sizeof(fam), summary ? "lat_%d" : "op_metric_%d", f);
+        buf_printf(&b, "# HELP %s help of %s\n# TYPE %s %s\n", fam, fam, fam, summary ? "summary" : "gauge");
+        for (int k = 0; k < NSET; k++) {
+            char ls[512];
+            int n = 0;
+            for (int l = 0; l < 10; l++)
+                n += snprintf(ls + n, sizeof(ls) - (size_t)n, "%sl%d=\"v%d_%d\"", l ? "," : "", l, l, l < 5 ? 0 : k);
+            if (summary) {
+                buf_printf(&b, "%s{%s,quantile=\"0.5\"} %d\n%s{%s,quantile=\"0.99\"} %d\n", fam, ls, tick + k, fam, ls,
+                           tick * 2 + k);
+                buf_printf(&b, "%s_sum{%s} %d\n%s_count{%s} %d\n", fam, ls, tick * 3, fam, ls, tick);
+            } else {
+                buf_printf(&b, "%s{%s} %d.5\n", fam, ls, tick * 100 + f * 10 + k);
+            }
+        }
+    }
+    char *s = strdup(b.data);
+    buf_free(&b);
+    return s;
+}
+
+/* The representation: label sets stored once per push, not once per metric; a repeat adds only
+ * a block of metrics and values over the same base, replacing the previous one; a restore
+ * interns the sets again; the text is unchanged throughout. */
+static void test_label_sets_interned(void **state)
+{
+    (void)state;
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[8];
+    char *b1 = flink_like_body(1);
+    push_shaped(r, "j", b1, 1000, &s[0]);
+    push_registry_mem_t m0;
+    push_registry_memory(r, &m0);
+    assert_int_equal(m0.groups, 1);
+    assert_int_equal(m0.families, NFAM + 1);
+    assert_int_equal(m0.metrics, (NFAM + 1) * NSET);
+    assert_int_equal(m0.label_sets, NSET); /* quantile dropped, job and instance="" added: shared */
+    assert_int_equal(m0.batches, 2);       /* the block and its base */
+    /* Everything the registry holds is less than per-metric copies of the label arrays alone
+     * (12 labels each: 10 + job + instance). */
+    assert_true(m0.bytes < (size_t)(NFAM + 1) * NSET * 12 * sizeof(label_t));
+    buf_t t0 = BUF_INIT;
+    push_registry_write_text(r, &t0);
+    assert_non_null(strstr(t0.data, "op_metric_3{instance=\"\",job=\"j\",l0=\"v0_0\",l1=\"v1_0\",l2=\"v2_0\","
+                                    "l3=\"v3_0\",l4=\"v4_0\",l5=\"v5_2\",l6=\"v6_2\",l7=\"v7_2\",l8=\"v8_2\","
+                                    "l9=\"v9_2\"} 132.5\n"));
+
+    /* Repeats: new values, the same base, one block at a time. */
+    char *b2 = flink_like_body(2);
+    assert_int_equal(push_repeat(r, "j", b2, 2000, &s[1]), PUSH_OK);
+    push_registry_mem_t m1;
+    push_registry_memory(r, &m1);
+    assert_int_equal(m1.batches, 2);
+    assert_int_equal(m1.label_sets, NSET);
+    assert_int_equal(m1.metrics, m0.metrics);
+    for (int i = 2; i < 6; i++)
+        assert_int_equal(push_repeat(r, "j", i % 2 ? b2 : b1, 1000 * (i + 1), &s[i]), PUSH_OK);
+    push_registry_mem_t m2;
+    push_registry_memory(r, &m2);
+    assert_int_equal(m2.batches, 2);
+    assert_int_equal(m2.bytes, m1.bytes);
+    buf_t t1 = BUF_INIT;
+    push_registry_write_text(r, &t1);
+    assert_non_null(strstr(t1.data, "l9=\"v9_2\"} 232.5\n"));
+    assert_non_null(strstr(t1.data, "lat_20{instance=\"\",job=\"j\",l0=\"v0_0\",l1=\"v1_0\",l2=\"v2_0\",l3=\"v3_0\","
+                                    "l4=\"v4_0\",l5=\"v5_5\",l6=\"v6_5\",l7=\"v7_5\",l8=\"v8_5\",l9=\"v9_5\","
+                                    "quantile=\"0.99\"} 9\n"));
+    /* The repeat's values, in the sum/count of the summary too. */
+    assert_true(effect_value(&s[5].effect, "lat_20_sum", "l9", "v9_1") == 6);
+    assert_true(effect_value(&s[5].effect, "lat_20_count", "l9", "v9_1") == 2);
+
+    /* A restore rebuilds the same sets and the same text. */
+    pieces_t pc;
+    pieces_serialize(r, 1 << 20, &pc);
+    push_registry_t *r2 = push_registry_new(NULL);
+    assert_int_equal(pieces_restore(r2, &pc), 0);
+    push_registry_mem_t m3;
+    push_registry_memory(r2, &m3);
+    assert_int_equal(m3.metrics, m0.metrics);
+    assert_int_equal(m3.label_sets, NSET);
+    buf_t t2 = BUF_INIT;
+    push_registry_write_text(r2, &t2);
+    assert_int_equal(t2.len, t1.len);
+    assert_memory_equal(t2.data, t1.data, t1.len);
+
+    /* After a full push of a different shape, the old base goes with its last block. */
+    assert_int_equal(push_repeat(r, "j", "g 1\n", 9000, &s[6]), PUSH_MISS);
+    arena_destroy(s[6].a);
+    push_shaped(r, "j", "g 1\n", 9000, &s[6]);
+    push_registry_mem_t m4;
+    push_registry_memory(r, &m4);
+    assert_int_equal(m4.batches, 2);
+    assert_int_equal(m4.metrics, 1);
+    assert_int_equal(m4.label_sets, 1);
+
+    buf_free(&t0);
+    buf_free(&t1);
+    buf_free(&t2);
+    pieces_free(&pc);
+    for (int i = 0; i < 7; i++)
+        arena_destroy(s[i].a);
+    free(b1);
+    free(b2);
+    push_registry_free(r2);
+    push_registry_free(r);
+    journal_free();
+}
+
 /* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
 static void test_repeat_of_changed_group_misses(void **state)
 {
@@ -912,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_series_refs),
         cmocka_unit_test(test_repeated_push),
         cmocka_unit_test(test_repeat_of_changed_group_misses),
+        cmocka_unit_test(test_label_sets_interned),
         cmocka_unit_test(test_render_pieces_equal_one_shot),
         cmocka_unit_test(test_render_survives_changes),
         cmocka_unit_test(test_render_pieces_race_pushes),
