@@ -119,6 +119,8 @@ static bool compare_query(tally_t *t, querier_t *q, const char *query, int64_t a
     } win[] = {
         {-300000, 300000, 60000}, {-3600000, 0, 15000},         {-125013, 65000, 10000}, {0, 0, 1000},
         {-600000, 600000, 37000}, {-7200000, 7200000, 3600000},
+        /* a dashboard's 6 h panel: 1,111 steps, the data in the last few dozen */
+        {-21600000, 600000, 20000},
     };
     bool all = true;
     for (size_t i = 0; i < sizeof(win) / sizeof(win[0]); i++) {
@@ -228,6 +230,13 @@ static promql_memstore_t *own_store(void)
         if (i == 120)
             add(m, "churn", "job", "api", "pod", "a", (int64_t)i * 10000, promql_stale_nan());
     }
+    /* short-lived series: a long range sees them at a few of its steps (range_eval.c's spans) */
+    for (int i = 100; i <= 110; i++) {
+        add(m, "blip", "job", "api", NULL, NULL, (int64_t)i * 10000, i * 2.5);
+        add(m, "blip", "job", "db", NULL, NULL, (int64_t)i * 10000 + 4000, 300 - i);
+    }
+    for (int i = 200; i <= 204; i++)
+        add(m, "blip", "job", "web", NULL, NULL, (int64_t)i * 10000, i == 202 ? promql_stale_nan() : i);
     /* classic histogram, two jobs */
     const char *le[] = {"0.1", "0.5", "1", "+Inf"};
     for (int j = 0; j < 2; j++)
@@ -387,9 +396,39 @@ static const char *const fast_queries[] = {
     "label_join(temp, \"job\", \"-\", \"job\", \"job\", \"none\")",
     "label_join(req_total, \"empty\", \",\")",
     "label_replace(temp, \"a\", \"$1\", \"job\", \"(.*)\")",
+    "label_replace(blip, \"j\", \"$1\", \"job\", \"(.)b\")",
     "label_replace(vector(1), \"a\", \"b\", \"\", \"\") + label_replace(vector(1), \"a\", \"b\", \"\", \"\")",
     "temp * on (job, instance) group_left (i) label_replace(max by (job, instance) (req_total), \"i\", \"$0\", "
     "\"instance\", \".*\")",
+    /* short-lived series over long ranges */
+    "blip",
+    "blip offset 10m",
+    "blip @ 1050",
+    "blip @ 2020 offset 1m",
+    "rate(blip[1m])",
+    "rate(blip[2m] offset 7m)",
+    "last_over_time(blip[30s] @ 1100)",
+    "quantile_over_time(scalar(blip), blip[1m])",
+    "max by (job) (blip)",
+    "max by (job) (blip >= 0) / 1000",
+    "sum(rate(blip[1m]))",
+    "sum by (job) (rate(blip[40s]))",
+    "avg(rate(blip[1m]) * 2)",
+    "topk(1, blip)",
+    "bottomk(1, rate(blip[1m]))",
+    "quantile(0.5, blip)",
+    "-blip",
+    "abs(blip) > 100",
+    "blip + on (job) group_left max by (job) (temp)",
+    "temp * on (job) group_left blip",
+    "blip / blip",
+    "blip or temp",
+    "temp unless on (job) blip",
+    "temp and on (job) blip",
+    "count(max by (job) (blip) / 1000 > 0.1) or vector(0)",
+    "vector(1) + on () group_left sum(blip)",
+    "scalar(sum(blip)) * temp",
+    "histogram_quantile(0.5, label_replace(blip, \"le\", \"+Inf\", \"\", \"\"))",
 };
 
 /* Shapes the fast path declines (or errors it hands to the step-wise run): compared all the same. */
