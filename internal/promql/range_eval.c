@@ -214,6 +214,12 @@ static void rv_settle(rv_t *r, rv_val_t *v, bool count)
         rv_count(r, s);
 }
 
+static int64_t rv_sat_add(int64_t a, int64_t b)
+{
+    int64_t s;
+    return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
 /* The steps [*lo, *hi) whose evaluation time minus `off` (a selector's window end) lies in
  * [tmin, tmax]: where a series whose samples span [tmin, tmax] (lookback or range included) can
  * have a value. */
@@ -229,10 +235,11 @@ static void rv_step_span(rv_t *r, promql_at_t at, int64_t at_ms, int64_t off, in
             *hi = r->nsteps;
         return;
     }
-    /* te(st) = start + st * interval - off, increasing in st */
-    int64_t start = r->ts[0] - off, iv = r->c->interval, last = (int64_t)r->nsteps - 1;
-    int64_t a = tmin <= start ? 0 : (tmin - start + iv - 1) / iv;
-    int64_t b = tmax < start ? -1 : (tmax - start) / iv;
+    /* te(st) = start + st * interval - off, increasing in st; in 128 bits, as offsets, @ times and
+     * sample times a client chose may be anywhere in int64 */
+    __int128 start = (__int128)r->ts[0] - off, iv = r->c->interval, last = (__int128)r->nsteps - 1;
+    __int128 a = tmin <= start ? 0 : ((__int128)tmin - start + iv - 1) / iv;
+    __int128 b = tmax < start ? -1 : ((__int128)tmax - start) / iv;
     if (b > last)
         b = last;
     if (a > b)
@@ -325,7 +332,7 @@ static rv_val_t rv_vector_sel(rv_t *r, const promql_expr_t *e)
         size_t lo = 0, hi = 0; /* the steps whose lookback window [te - lookback, te] holds a sample */
         if (ss->n)
             rv_step_span(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, ss->pts[0].t,
-                         ss->pts[ss->n - 1].t + c->lookback, &lo, &hi);
+                         rv_sat_add(ss->pts[ss->n - 1].t, c->lookback), &lo, &hi);
         rv_series_t *o = rv_add_span(r, &out, ss->metric, lo, hi);
         ssize_t k = -1; /* last point with t <= te */
         for (size_t st = lo; st < hi; st++) {
@@ -415,7 +422,8 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *
         fc.rollup_until = ss->rollup_until;
         size_t slo = 0, shi = 0; /* the steps whose window [te - range, te] holds a point */
         if (n)
-            rv_step_span(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, p[0].t, p[n - 1].t + range, &slo, &shi);
+            rv_step_span(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, p[0].t, rv_sat_add(p[n - 1].t, range),
+                         &slo, &shi);
         for (size_t st = slo; st < shi; st++) {
             int64_t te = rv_te(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, st);
             while (lo < n && p[lo].t < te - range)

@@ -429,6 +429,14 @@ static const char *const fast_queries[] = {
     "vector(1) + on () group_left sum(blip)",
     "scalar(sum(blip)) * temp",
     "histogram_quantile(0.5, label_replace(blip, \"le\", \"+Inf\", \"\", \"\"))",
+    /* the panels bench/query_bench.py --dashboard sends (deploy/grafana/flink-flow.json, $job_name = All,
+     * $__rate_interval = 1m), which must not fall back to the step-wise engine */
+    "sum by (job_name, task_name) (rate(flink_taskmanager_job_task_numRecordsIn{job_name=~\".*\"}[1m]))",
+    "sum by (job_name) (rate(flink_taskmanager_job_task_numBytesIn{job_name=~\".*\"}[1m]))",
+    "max by (job_name, task_name) (flink_taskmanager_job_task_backPressuredTimeMsPerSecond{job_name=~\".*\"}) / 1000",
+    "max by (job_name, task_name) (flink_taskmanager_job_task_busyTimeMsPerSecond{job_name=~\".*\"} >= 0) / 1000",
+    "max by (task_name) (flink_taskmanager_job_task_mailboxLatencyMs{job_name=~\".*\",quantile=\"0.99\"})",
+    "sum by (job_name) (rate(flink_taskmanager_job_task_operator_numLateRecordsDropped{job_name=~\".*\"}[1m]))",
 };
 
 /* Shapes the fast path declines (or errors it hands to the step-wise run): compared all the same. */
