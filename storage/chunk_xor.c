@@ -315,13 +315,10 @@ int chunk_xor_appender_from_bytes(chunk_xor_appender_t *a, const uint8_t *bytes,
 /* Iterator (bounds-checked bit reader)                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Reads n bits (n <= 64) into *out; -1 if the stream ends first. */
-static int xor_read_bits(chunk_xor_iter_t *it, unsigned n, uint64_t *out)
+/* The last bytes of a chunk, where no 64-bit load fits: byte by byte. The caller checked that n
+ * bits are there. */
+static __attribute__((noinline)) uint64_t xor_read_bits_tail(chunk_xor_iter_t *it, unsigned n)
 {
-    assert(n <= 64);
-    uint64_t avail = (uint64_t)(it->len - CHUNK_XOR_HEADER_BYTES) * 8;
-    if (it->bitpos > avail || n > avail - it->bitpos)
-        return -1;
     uint64_t v = 0;
     while (n > 0) {
         size_t at = CHUNK_XOR_HEADER_BYTES + (size_t)(it->bitpos / 8);
@@ -333,6 +330,46 @@ static int xor_read_bits(chunk_xor_iter_t *it, unsigned n, uint64_t *out)
         it->bitpos += take;
         n -= take;
     }
+    return v;
+}
+
+/* Reads n bits (n <= 64) into *out; -1 if the stream ends first. */
+static inline int xor_read_bits(chunk_xor_iter_t *it, unsigned n, uint64_t *out)
+{
+    assert(n <= 64);
+    uint64_t avail = (uint64_t)(it->len - CHUNK_XOR_HEADER_BYTES) * 8;
+    if (it->bitpos > avail || n > avail - it->bitpos)
+        return -1;
+    if (n == 0) {
+        *out = 0;
+        return 0;
+    }
+    size_t at = CHUNK_XOR_HEADER_BYTES + (size_t)(it->bitpos / 8);
+    unsigned used = (unsigned)(it->bitpos % 8);
+    /* Decoding is much of what a query over many series spends reading them: bits within one
+     * byte (most reads: control bits) come from it directly, longer runs from one big-endian
+     * 64-bit load (plus, when they straddle it, the next byte, which the length check above says
+     * is there) instead of byte by byte. */
+    if (used + n <= 8) {
+        it->bitpos += n;
+        *out = ((uint64_t)it->bytes[at] >> (8 - used - n)) & (((uint64_t)1 << n) - 1);
+        return 0;
+    }
+    if (at + 8 > it->len) {
+        *out = xor_read_bits_tail(it, n);
+        return 0;
+    }
+    uint64_t w;
+    memcpy(&w, it->bytes + at, sizeof(w));
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    uint64_t v = (w << used) >> (64 - n);
+    if (used + n > 64) {
+        unsigned rest = used + n - 64; /* 1..7 bits of the next byte */
+        v |= (uint64_t)it->bytes[at + 8] >> (8 - rest);
+    }
+    it->bitpos += n;
     *out = v;
     return 0;
 }

@@ -433,8 +433,17 @@ void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a)
     size_t ng = a->ngroups;
     group_t *st = arena_alloc(c->sa, (ng ? ng : 1) * AGG_BLOCK * sizeof(*st));
     int64_t ks[AGG_BLOCK];
-    for (size_t s0 = 0; s0 < a->nsteps; s0 += AGG_BLOCK) {
-        size_t nb = a->nsteps - s0 < AGG_BLOCK ? a->nsteps - s0 : AGG_BLOCK;
+    for (size_t s = 0; heaps && s < a->nsteps; s++)
+        (void)topk_k(c, a->param[s]); /* a bad k is an error at every step, with inputs or not */
+    size_t ulo = a->nsteps, uhi = 0;  /* the steps some input is present at lie in [ulo, uhi) */
+    for (size_t i = 0; i < a->nin; i++) {
+        if (a->lo[i] < ulo)
+            ulo = a->lo[i];
+        if (a->hi[i] > uhi)
+            uhi = a->hi[i];
+    }
+    for (size_t s0 = ulo; s0 < uhi; s0 += AGG_BLOCK) {
+        size_t nb = uhi - s0 < AGG_BLOCK ? uhi - s0 : AGG_BLOCK;
         arena_mark_t mark = arena_mark(c->sa);
         memset(st, 0, (ng ? ng : 1) * AGG_BLOCK * sizeof(*st));
         int64_t last_first[AGG_BLOCK]; /* the group a step saw first-member last, for `ordered` */
@@ -443,10 +452,13 @@ void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a)
             ks[b] = heaps ? topk_k(c, a->param[s0 + b]) : 0;
         }
         for (size_t i = 0; i < a->nin; i++) {
+            if (a->lo[i] >= s0 + nb || a->hi[i] <= s0)
+                continue; /* nothing in this block */
             const double *v = a->v[i] + s0;
             const uint8_t *has = a->has[i] + s0;
             group_t *gs = st + (size_t)a->gid[i] * AGG_BLOCK;
-            for (size_t b = 0; b < nb; b++) {
+            size_t b0 = a->lo[i] > s0 ? a->lo[i] - s0 : 0, b1 = a->hi[i] - s0 < nb ? a->hi[i] - s0 : nb;
+            for (size_t b = b0; b < b1; b++) {
                 if (!has[b] || (heaps && ks[b] < 1))
                     continue;
                 promql_sample_t smp = {{NULL, 0}, (int64_t)i, v[b]};
@@ -493,6 +505,7 @@ struct pq_agg_stream {
     promql_op_t op;
     size_t ngroups, nsteps;
     group_t *st;         /* [group * nsteps + step] */
+    size_t *glo, *ghi;   /* per group: the steps its members were added at lie in [glo, ghi) */
     int64_t *ks;         /* topk / bottomk: k per step */
     int64_t *last_first; /* per step: the group that saw its first member last */
     bool ordered;
@@ -505,6 +518,10 @@ pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups
     a->ngroups = ngroups;
     a->nsteps = nsteps;
     a->st = arena_calloc(c->sa, (ngroups ? ngroups : 1) * nsteps, sizeof(group_t));
+    a->glo = arena_alloc(c->sa, (ngroups ? ngroups : 1) * sizeof(size_t));
+    a->ghi = arena_calloc(c->sa, ngroups ? ngroups : 1, sizeof(size_t));
+    for (size_t g = 0; g < ngroups; g++)
+        a->glo[g] = nsteps;
     a->ks = arena_calloc(c->sa, nsteps, sizeof(int64_t));
     a->last_first = arena_alloc(c->sa, nsteps * sizeof(int64_t));
     a->ordered = op != PROMQL_AGG_TOPK && op != PROMQL_AGG_BOTTOMK;
@@ -516,11 +533,18 @@ pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups
     return a;
 }
 
-void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has)
+void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has,
+                       size_t lo, size_t hi)
 {
     bool heaps = a->op == PROMQL_AGG_TOPK || a->op == PROMQL_AGG_BOTTOMK;
     group_t *gs = a->st + (size_t)gid * a->nsteps;
-    for (size_t s = 0; s < a->nsteps; s++) {
+    if (lo >= hi)
+        return;
+    if (lo < a->glo[gid])
+        a->glo[gid] = lo;
+    if (hi > a->ghi[gid])
+        a->ghi[gid] = hi;
+    for (size_t s = lo; s < hi; s++) {
         if (!has[s] || (heaps && a->ks[s] < 1))
             continue;
         promql_sample_t smp = {{NULL, 0}, (int64_t)in, v[s]};
@@ -539,7 +563,7 @@ void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid,
 bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas, int64_t *cnt)
 {
     for (size_t g = 0; g < a->ngroups; g++) {
-        for (size_t s = 0; s < a->nsteps; s++) {
+        for (size_t s = a->glo[g]; s < a->ghi[g]; s++) {
             group_t *grp = &a->st[g * a->nsteps + s];
             if (grp->count == 0)
                 continue;

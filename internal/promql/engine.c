@@ -519,17 +519,21 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             }
             pq_sseries_t *ss = &sd->s[sd->n];
             ss->metric.n = qs->labels.n;
-            ss->metric.v = arena_try_alloc(da, (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t));
             ss->pts = arena_try_alloc(da, np * sizeof(promql_point_t));
+            /* the label set in one piece: the label_t array, then every name and value */
+            size_t lbytes = (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t);
+            for (size_t i = 0; i < qs->labels.n; i++)
+                lbytes += strlen(qs->labels.v[i].name) + strlen(qs->labels.v[i].value) + 2;
+            ss->metric.v = arena_try_alloc(da, lbytes);
             bool ok = ss->metric.v && ss->pts;
+            char *str = ok ? (char *)(ss->metric.v + (qs->labels.n ? qs->labels.n : 1)) : NULL;
             for (size_t i = 0; ok && i < qs->labels.n; i++) {
-                ss->metric.v[i].name = arena_try_alloc(da, strlen(qs->labels.v[i].name) + 1);
-                ss->metric.v[i].value = arena_try_alloc(da, strlen(qs->labels.v[i].value) + 1);
-                ok = ss->metric.v[i].name && ss->metric.v[i].value;
-                if (ok) {
-                    strcpy((char *)ss->metric.v[i].name, qs->labels.v[i].name);
-                    strcpy((char *)ss->metric.v[i].value, qs->labels.v[i].value);
-                }
+                size_t nl = strlen(qs->labels.v[i].name) + 1, vl = strlen(qs->labels.v[i].value) + 1;
+                memcpy(str, qs->labels.v[i].name, nl);
+                memcpy(str + nl, qs->labels.v[i].value, vl);
+                ss->metric.v[i].name = str;
+                ss->metric.v[i].value = str + nl;
+                str += nl + vl;
             }
             if (!ok) {
                 refused = refusal_of(c);

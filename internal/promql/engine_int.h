@@ -192,6 +192,7 @@ typedef struct {
     size_t nsteps, nin, ngroups;
     double *const *v;
     const uint8_t *const *has;
+    const size_t *lo, *hi; /* per input: has[i] is 0 outside steps [lo[i], hi[i]) */
     const uint32_t *gid;
     const double *param; /* per step (topk, bottomk, quantile), else NULL */
     double **ov;
@@ -206,7 +207,8 @@ void pq_aggregate_range(pq_ctx_t *c, promql_op_t op, pq_agg_range_t *a);
  * that come out; returns `ordered`. Cells take pq_agg_stream_cell_bytes() each, in c->sa. */
 typedef struct pq_agg_stream pq_agg_stream_t;
 pq_agg_stream_t *pq_agg_stream_begin(pq_ctx_t *c, promql_op_t op, size_t ngroups, size_t nsteps, const double *param);
-void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has);
+void pq_agg_stream_add(pq_ctx_t *c, pq_agg_stream_t *a, size_t in, uint32_t gid, const double *v, const uint8_t *has,
+                       size_t lo, size_t hi); /* has is 0 outside steps [lo, hi) */
 bool pq_agg_stream_end(pq_ctx_t *c, pq_agg_stream_t *a, const double *param, double **ov, uint8_t **ohas,
                        int64_t *cnt);
 size_t pq_agg_stream_cell_bytes(void);

@@ -39,6 +39,7 @@
  * Memory: all values live in one arena of the query (charged to its budget), released when the
  * result is built or the evaluation declines.
  */
+#include <assert.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdlib.h>
@@ -53,6 +54,10 @@ typedef struct {
     labels_t metric;
     double *v;    /* per step */
     uint8_t *has; /* per step: 1 where the series has a value */
+    /* has[] is 0 outside [lo, hi): the steps a series can be present at. A dashboard's 24 h window
+     * over one hour of data has values at a twentieth of its steps; every loop over a series'
+     * steps stays inside its span, so the empty steps cost nothing per series. */
+    size_t lo, hi;
 } rv_series_t;
 
 typedef struct {
@@ -157,14 +162,45 @@ static rv_val_t rv_vector(rv_t *r, size_t cap)
     return v;
 }
 
-/* A new series at the end of v (cap permitting), values to be filled, nothing present. */
-static rv_series_t *rv_add(rv_t *r, rv_val_t *v, labels_t metric)
+/* A new series at the end of v (cap permitting), values to be filled at steps [lo, hi) at most,
+ * nothing present. */
+static rv_series_t *rv_add_span(rv_t *r, rv_val_t *v, labels_t metric, size_t lo, size_t hi)
 {
     rv_series_t *s = &v->s[v->n++];
     s->metric = metric;
     s->v = arena_alloc(r->a, r->nsteps * sizeof(double));
     s->has = arena_calloc(r->a, r->nsteps, 1);
+    s->lo = lo < hi ? lo : 0;
+    s->hi = lo < hi ? hi : 0;
     return s;
+}
+
+static rv_series_t *rv_add(rv_t *r, rv_val_t *v, labels_t metric)
+{
+    return rv_add_span(r, v, metric, 0, r->nsteps);
+}
+
+/* Narrows s's span to its first and last present step (empty: lo = hi = 0); returns how many
+ * steps it is present at. */
+static size_t rv_tighten(rv_series_t *s)
+{
+    size_t lo = s->lo, hi = s->hi, k = 0;
+    while (lo < hi && !s->has[lo])
+        lo++;
+    while (hi > lo && !s->has[hi - 1])
+        hi--;
+    for (size_t st = lo; st < hi; st++)
+        k += s->has[st];
+    s->lo = k ? lo : 0;
+    s->hi = k ? hi : 0;
+    return k;
+}
+
+/* Counts s's samples as the step-wise pushes count them. */
+static void rv_count(rv_t *r, const rv_series_t *s)
+{
+    for (size_t st = s->lo; st < s->hi; st++)
+        r->cnt[st] += s->has[st];
 }
 
 /* Drops the last series again when it has no value at any step (the step-wise vectors never hold
@@ -172,15 +208,57 @@ static rv_series_t *rv_add(rv_t *r, rv_val_t *v, labels_t metric)
 static void rv_settle(rv_t *r, rv_val_t *v, bool count)
 {
     rv_series_t *s = &v->s[v->n - 1];
-    size_t k = 0;
-    for (size_t i = 0; i < r->nsteps; i++) {
-        if (count)
-            r->cnt[i] += s->has[i];
-        k += s->has[i];
-    }
-    if (k == 0)
+    if (rv_tighten(s) == 0)
         v->n--;
+    else if (count)
+        rv_count(r, s);
 }
+
+static int64_t rv_sat_add(int64_t a, int64_t b)
+{
+    int64_t s;
+    return __builtin_add_overflow(a, b, &s) ? (b > 0 ? INT64_MAX : INT64_MIN) : s;
+}
+
+/* The steps [*lo, *hi) whose evaluation time minus `off` (a selector's window end) lies in
+ * [tmin, tmax]: where a series whose samples span [tmin, tmax] (lookback or range included) can
+ * have a value. */
+static void rv_step_span(rv_t *r, promql_at_t at, int64_t at_ms, int64_t off, int64_t tmin, int64_t tmax, size_t *lo,
+                         size_t *hi)
+{
+    *lo = *hi = 0;
+    if (tmin > tmax)
+        return;
+    if (at != PROMQL_AT_NONE) { /* one window end for every step */
+        int64_t te = pq_resolve_at(r->c, at, at_ms, r->ts[0]) - off;
+        if (te >= tmin && te <= tmax)
+            *hi = r->nsteps;
+        return;
+    }
+    /* te(st) = start + st * interval - off, increasing in st; in 128 bits, as offsets, @ times and
+     * sample times a client chose may be anywhere in int64 */
+    __int128 start = (__int128)r->ts[0] - off, iv = r->c->interval, last = (__int128)r->nsteps - 1;
+    __int128 a = tmin <= start ? 0 : ((__int128)tmin - start + iv - 1) / iv;
+    __int128 b = tmax < start ? -1 : ((__int128)tmax - start) / iv;
+    if (b > last)
+        b = last;
+    if (a > b)
+        return;
+    *lo = (size_t)a;
+    *hi = (size_t)b + 1;
+}
+
+#ifndef NDEBUG
+/* The span invariant: nothing present outside [lo, hi). */
+static void rv_assert_spans(const rv_t *r, const rv_val_t *v)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        assert(v->s[i].lo <= v->s[i].hi && v->s[i].hi <= r->nsteps);
+        for (size_t st = 0; st < r->nsteps; st++)
+            assert(!v->s[i].has[st] || (st >= v->s[i].lo && st < v->s[i].hi));
+    }
+}
+#endif
 
 /* The step-wise evaluation would already fail on max_samples somewhere: no need to go on. */
 static void rv_check_samples(rv_t *r)
@@ -213,7 +291,7 @@ static void rv_check_keys(rv_t *r, const uint64_t *keys, const rv_series_t *s, s
             uni[j] = arena_alloc(r->a, r->nsteps);
             memcpy(uni[j], s[j].has, r->nsteps);
         }
-        for (size_t k = 0; k < r->nsteps; k++) {
+        for (size_t k = s[i].lo; k < s[i].hi; k++) {
             if ((uni[j][k] & s[i].has[k]) && (!when || when[k]))
                 rv_decline(r);
             uni[j][k] |= s[i].has[k];
@@ -240,7 +318,7 @@ static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e);
 
 static int64_t rv_te(rv_t *r, promql_at_t at, int64_t at_ms, int64_t off, size_t step)
 {
-    return pq_resolve_at(r->c, at, at_ms, r->ts[step]) - off;
+    return (at == PROMQL_AT_NONE ? r->ts[step] : pq_resolve_at(r->c, at, at_ms, r->ts[step])) - off;
 }
 
 /* Newest sample in [te - lookback, te] that is no stale marker; one pointer per series. */
@@ -251,9 +329,13 @@ static rv_val_t rv_vector_sel(rv_t *r, const promql_expr_t *e)
     rv_val_t out = rv_vector(r, sd->n);
     for (size_t i = 0; i < sd->n; i++) {
         const pq_sseries_t *ss = &sd->s[i];
-        rv_series_t *o = rv_add(r, &out, ss->metric);
+        size_t lo = 0, hi = 0; /* the steps whose lookback window [te - lookback, te] holds a sample */
+        if (ss->n)
+            rv_step_span(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, ss->pts[0].t,
+                         rv_sat_add(ss->pts[ss->n - 1].t, c->lookback), &lo, &hi);
+        rv_series_t *o = rv_add_span(r, &out, ss->metric, lo, hi);
         ssize_t k = -1; /* last point with t <= te */
-        for (size_t st = 0; st < r->nsteps; st++) {
+        for (size_t st = lo; st < hi; st++) {
             int64_t te = rv_te(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, st);
             while (k + 1 < (ssize_t)ss->n && ss->pts[k + 1].t <= te)
                 k++;
@@ -338,7 +420,11 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *
         size_t any = 0;
         size_t lo = 0, hi = 0; /* window: p[lo, hi) */
         fc.rollup_until = ss->rollup_until;
-        for (size_t st = 0; st < r->nsteps; st++) {
+        size_t slo = 0, shi = 0; /* the steps whose window [te - range, te] holds a point */
+        if (n)
+            rv_step_span(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, p[0].t, rv_sat_add(p[n - 1].t, range),
+                         &slo, &shi);
+        for (size_t st = slo; st < shi; st++) {
             int64_t te = rv_te(r, ms->u.sel.at, ms->u.sel.at_ms, ms->u.sel.offset_ms, st);
             while (lo < n && p[lo].t < te - range)
                 lo++;
@@ -369,14 +455,16 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *
             arena_rewind(r->a, smark);
         } else {
             arena_rewind(r->a, fmark);
-            if (sink)
-                pq_agg_stream_add(c, sink->agg, out.n, sink->gid[i], vals, has);
             rv_series_t *o = &out.s[out.n++];
             o->metric = rv_range_out_labels(r, f, ss->metric);
             o->v = sink ? NULL : vals;
             o->has = has;
-            for (size_t st = 0; st < r->nsteps; st++)
-                r->cnt[st] += has[st];
+            o->lo = slo;
+            o->hi = shi;
+            rv_tighten(o);
+            if (sink)
+                pq_agg_stream_add(c, sink->agg, out.n - 1, sink->gid[i], vals, has, o->lo, o->hi);
+            rv_count(r, o);
         }
         pq_check_interrupt(c);
     }
@@ -392,8 +480,9 @@ static rv_val_t rv_call_elementwise(rv_t *r, const promql_expr_t *e)
     out.ordered = in.ordered;
     for (size_t i = 0; i < in.n; i++) {
         const rv_series_t *s = &in.s[i];
-        rv_series_t *o = rv_add(r, &out, f->keep_name ? s->metric : pq_labels_drop_name(r->c, s->metric));
-        for (size_t st = 0; st < r->nsteps; st++) {
+        rv_series_t *o =
+            rv_add_span(r, &out, f->keep_name ? s->metric : pq_labels_drop_name(r->c, s->metric), s->lo, s->hi);
+        for (size_t st = s->lo; st < s->hi; st++) {
             if (s->has[st]) {
                 o->v[st] = f->efn(s->v[st]);
                 o->has[st] = 1;
@@ -437,7 +526,14 @@ static rv_val_t rv_histogram_quantile(rv_t *r, const promql_expr_t *e)
     size_t *bn = arena_alloc(r->a, (out.n ? out.n : 1) * sizeof(*bn));
     for (size_t g = 0; g < out.n; g++)
         bk[g] = arena_alloc(r->a, members[g] * sizeof(pq_bucket_t));
-    for (size_t st = 0; st < r->nsteps; st++) {
+    size_t ulo = r->nsteps, uhi = 0; /* the steps some bucket is present at lie in [ulo, uhi) */
+    for (size_t i = 0; i < in.n; i++) {
+        if (gid[i] != UINT32_MAX && in.s[i].lo < ulo)
+            ulo = in.s[i].lo;
+        if (gid[i] != UINT32_MAX && in.s[i].hi > uhi)
+            uhi = in.s[i].hi;
+    }
+    for (size_t st = ulo; st < uhi; st++) {
         memset(bn, 0, (out.n ? out.n : 1) * sizeof(*bn));
         int64_t last_first = -1;
         for (size_t i = 0; i < in.n; i++) {
@@ -459,6 +555,8 @@ static rv_val_t rv_histogram_quantile(rv_t *r, const promql_expr_t *e)
             r->cnt[st]++;
         }
     }
+    for (size_t g = 0; g < out.n; g++)
+        rv_tighten(&out.s[g]);
     pq_check_interrupt(c);
     rv_check_dups(r, &out, false);
     return out;
@@ -504,9 +602,13 @@ static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *pa
         pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
         *out = rv_vector(r, in.n);
         out->ordered = false;
-        for (size_t i = 0; i < in.n; i++)
-            if (ov[i])
-                out->s[out->n++] = (rv_series_t){in.s[i].metric, ov[i], oh[i]};
+        for (size_t i = 0; i < in.n; i++) {
+            if (!ov[i])
+                continue;
+            rv_series_t *o = &out->s[out->n++]; /* in some top k: at steps where in.s[i] is present */
+            *o = (rv_series_t){in.s[i].metric, ov[i], oh[i], in.s[i].lo, in.s[i].hi};
+            rv_tighten(o);
+        }
         return true;
     }
     *out = rv_vector(r, ng);
@@ -519,13 +621,9 @@ static bool rv_aggregate_fused(rv_t *r, const promql_expr_t *e, const double *pa
     }
     out->ordered = pq_agg_stream_end(c, sink.agg, param, ov, oh, r->cnt);
     size_t k = 0; /* groups whose series never had a value */
-    for (size_t g = 0; g < out->n; g++) {
-        bool any = false;
-        for (size_t st = 0; st < r->nsteps && !any; st++)
-            any = out->s[g].has[st];
-        if (any)
+    for (size_t g = 0; g < out->n; g++)
+        if (rv_tighten(&out->s[g]))
             out->s[k++] = out->s[g];
-    }
     out->n = k;
     return true;
 }
@@ -546,6 +644,7 @@ static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
     uint32_t *gid = arena_alloc(r->a, nin * sizeof(*gid));
     double **iv = arena_alloc(r->a, nin * sizeof(*iv));
     uint8_t **ih = arena_alloc(r->a, nin * sizeof(*ih));
+    size_t *ilo = arena_alloc(r->a, nin * sizeof(*ilo)), *ihi = arena_alloc(r->a, nin * sizeof(*ihi));
     labels_t *glabels = arena_alloc(r->a, nin * sizeof(*glabels));
     size_t ng = 0;
     hashmap_t m;
@@ -560,11 +659,17 @@ static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
         gid[i] = (uint32_t)*p;
         iv[i] = in.s[i].v;
         ih[i] = in.s[i].has;
+        ilo[i] = in.s[i].lo;
+        ihi[i] = in.s[i].hi;
     }
     size_t nout = heaps ? in.n : ng;
     rv_val_t out = rv_vector(r, nout);
-    for (size_t i = 0; i < nout; i++)
-        rv_add(r, &out, heaps ? in.s[i].metric : glabels[i]);
+    for (size_t i = 0; i < nout; i++) { /* topk: an input comes out only where it is present */
+        if (heaps)
+            rv_add_span(r, &out, in.s[i].metric, ilo[i], ihi[i]);
+        else
+            rv_add(r, &out, glabels[i]);
+    }
     double **ov = arena_alloc(r->a, (nout ? nout : 1) * sizeof(*ov));
     uint8_t **oh = arena_alloc(r->a, (nout ? nout : 1) * sizeof(*oh));
     for (size_t i = 0; i < nout; i++) {
@@ -576,6 +681,8 @@ static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
                         .ngroups = ng,
                         .v = iv,
                         .has = (const uint8_t *const *)ih,
+                        .lo = ilo,
+                        .hi = ihi,
                         .gid = gid,
                         .param = param,
                         .ov = ov,
@@ -584,13 +691,9 @@ static rv_val_t rv_aggregate(rv_t *r, const promql_expr_t *e)
     pq_aggregate_range(c, op, &a);
     out.ordered = a.ordered;
     size_t k = 0; /* drop series that never came out (topk) */
-    for (size_t i = 0; i < out.n; i++) {
-        bool any = false;
-        for (size_t st = 0; st < r->nsteps && !any; st++)
-            any = out.s[i].has[st];
-        if (any)
+    for (size_t i = 0; i < out.n; i++)
+        if (rv_tighten(&out.s[i]))
             out.s[k++] = out.s[i];
-    }
     out.n = k;
     return out;
 }
@@ -602,7 +705,7 @@ static uint8_t *rv_any_present(rv_t *r, const rv_val_t *v)
 {
     uint8_t *any = arena_calloc(r->a, r->nsteps, 1);
     for (size_t i = 0; i < v->n; i++)
-        for (size_t st = 0; st < r->nsteps; st++)
+        for (size_t st = v->s[i].lo; st < v->s[i].hi; st++)
             any[st] |= v->s[i].has[st];
     return any;
 }
@@ -639,20 +742,18 @@ static rv_val_t rv_set_binop(rv_t *r, const promql_expr_t *e, const rv_val_t *l,
         if (!ex)
             pres[np++] = arena_calloc(r->a, r->nsteps, 1);
         uint8_t *ps = pres[*p];
-        for (size_t st = 0; st < r->nsteps; st++)
+        for (size_t st = idx->s[i].lo; st < idx->s[i].hi; st++)
             ps[st] |= idx->s[i].has[st];
     }
     rv_val_t out = rv_vector(r, l->n + (is_or ? rr->n : 0));
     out.ordered = l->ordered && (!is_or || rr->ordered);
     if (is_or) { /* the left side as it is */
         for (size_t i = 0; i < l->n; i++) {
-            size_t any = 0;
-            for (size_t st = 0; st < r->nsteps; st++) {
-                any += l->s[i].has[st];
-                r->cnt[st] += l->s[i].has[st];
+            rv_series_t o = l->s[i];
+            if (rv_tighten(&o)) {
+                rv_count(r, &o);
+                out.s[out.n++] = o;
             }
-            if (any)
-                out.s[out.n++] = l->s[i];
         }
     }
     uint64_t *ssig = rv_signatures(r, e, scan);
@@ -662,16 +763,16 @@ static rv_val_t rv_set_binop(rv_t *r, const promql_expr_t *e, const rv_val_t *l,
         const uint8_t *ps = p ? pres[*p] : NULL;
         if (op == PROMQL_OP_AND && !ps)
             continue;
-        uint8_t *has = arena_alloc(r->a, r->nsteps);
-        size_t any = 0;
-        for (size_t st = 0; st < r->nsteps; st++) {
+        uint8_t *has = arena_calloc(r->a, r->nsteps, 1);
+        for (size_t st = s->lo; st < s->hi; st++) {
             bool other = ps && ps[st];
             has[st] = s->has[st] && (op == PROMQL_OP_AND ? other : !other);
-            any += has[st];
-            r->cnt[st] += has[st];
         }
-        if (any)
-            out.s[out.n++] = (rv_series_t){s->metric, s->v, has};
+        rv_series_t o = {s->metric, s->v, has, s->lo, s->hi};
+        if (rv_tighten(&o)) {
+            rv_count(r, &o);
+            out.s[out.n++] = o;
+        }
     }
     rv_check_dups(r, &out, false);
     return out;
@@ -729,10 +830,10 @@ static rv_val_t rv_vector_binop(rv_t *r, const promql_expr_t *e, const rv_val_t 
         size_t first = out.n; /* outputs of this series from here */
         for (size_t j = p ? (size_t)*p : SIZE_MAX; j != SIZE_MAX; j = next[j]) {
             const rv_series_t *b = &one->s[j];
-            size_t st0 = 0;
-            while (st0 < r->nsteps && !(a->has[st0] && b->has[st0]))
+            size_t st0 = a->lo > b->lo ? a->lo : b->lo, st1 = a->hi < b->hi ? a->hi : b->hi;
+            while (st0 < st1 && !(a->has[st0] && b->has[st0]))
                 st0++;
-            if (st0 == r->nsteps)
+            if (st0 >= st1)
                 continue; /* never present together */
             labels_t mt = pq_binop_result_metric(c, e, a->metric, b->metric);
             if (rb)
@@ -750,7 +851,7 @@ static rv_val_t rv_vector_binop(rv_t *r, const promql_expr_t *e, const rv_val_t 
                               : msig[i] ^ (h * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL);
             }
             rv_series_t *o = &out.s[k];
-            for (size_t st = st0; st < r->nsteps; st++) {
+            for (size_t st = st0; st < st1; st++) {
                 if (!a->has[st] || !b->has[st])
                     continue;
                 double vl = a->v[st], vr = b->v[st];
@@ -772,12 +873,8 @@ static rv_val_t rv_vector_binop(rv_t *r, const promql_expr_t *e, const rv_val_t 
     }
     size_t k = 0; /* drop outputs that never had a sample (comparisons) */
     for (size_t i = 0; i < out.n; i++) {
-        size_t any = 0;
-        for (size_t st = 0; st < r->nsteps; st++) {
-            any += out.s[i].has[st];
-            r->cnt[st] += out.s[i].has[st];
-        }
-        if (any) {
+        if (rv_tighten(&out.s[i])) {
+            rv_count(r, &out.s[i]);
             okey[k] = okey[i];
             out.s[k++] = out.s[i];
         }
@@ -797,7 +894,7 @@ static rv_val_t rv_call_vector(rv_t *r, const promql_expr_t *e)
     rv_val_t out = rv_vector(r, 1);
     uint8_t *has = arena_alloc(r->a, r->nsteps);
     memset(has, 1, r->nsteps);
-    out.s[out.n++] = (rv_series_t){(labels_t){NULL, 0}, s.sv, has};
+    out.s[out.n++] = (rv_series_t){(labels_t){NULL, 0}, s.sv, has, 0, r->nsteps};
     for (size_t st = 0; st < r->nsteps; st++)
         r->cnt[st]++;
     return out;
@@ -810,7 +907,7 @@ static rv_val_t rv_call_scalar(rv_t *r, const promql_expr_t *e)
     rv_val_t out = rv_scalar(r);
     uint32_t *n = arena_calloc(r->a, r->nsteps, sizeof(*n));
     for (size_t i = 0; i < in.n; i++) {
-        for (size_t st = 0; st < r->nsteps; st++) {
+        for (size_t st = in.s[i].lo; st < in.s[i].hi; st++) {
             if (in.s[i].has[st]) {
                 n[st]++;
                 out.sv[st] = in.s[i].v[st];
@@ -834,9 +931,8 @@ static const char *rv_str_arg(const promql_expr_t *e, size_t i)
 /* Appends series s under new labels mt (its values shared, not copied) and counts its samples. */
 static void rv_push_relabeled(rv_t *r, rv_val_t *out, const rv_series_t *s, labels_t mt)
 {
-    out->s[out->n++] = (rv_series_t){mt, s->v, s->has};
-    for (size_t st = 0; st < r->nsteps; st++)
-        r->cnt[st] += s->has[st];
+    out->s[out->n++] = (rv_series_t){mt, s->v, s->has, s->lo, s->hi};
+    rv_count(r, s);
 }
 
 static rv_val_t rv_label_replace(rv_t *r, const promql_expr_t *e)
@@ -933,8 +1029,8 @@ static rv_val_t rv_binary(rv_t *r, const promql_expr_t *e)
     out.ordered = vec->ordered;
     for (size_t i = 0; i < vec->n; i++) {
         const rv_series_t *s = &vec->s[i];
-        rv_series_t *o = rv_add(r, &out, drop ? pq_labels_drop_name(r->c, s->metric) : s->metric);
-        for (size_t st = 0; st < r->nsteps; st++) {
+        rv_series_t *o = rv_add_span(r, &out, drop ? pq_labels_drop_name(r->c, s->metric) : s->metric, s->lo, s->hi);
+        for (size_t st = s->lo; st < s->hi; st++) {
             if (!s->has[st])
                 continue;
             double lv = s->v[st], rv = sc[st];
@@ -983,8 +1079,8 @@ static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e)
         out = rv_vector(r, in.n);
         out.ordered = in.ordered;
         for (size_t i = 0; i < in.n; i++) {
-            rv_series_t *o = rv_add(r, &out, pq_labels_drop_name(r->c, in.s[i].metric));
-            for (size_t st = 0; st < r->nsteps; st++) {
+            rv_series_t *o = rv_add_span(r, &out, pq_labels_drop_name(r->c, in.s[i].metric), in.s[i].lo, in.s[i].hi);
+            for (size_t st = in.s[i].lo; st < in.s[i].hi; st++) {
                 o->v[st] = -in.s[i].v[st];
                 o->has[st] = in.s[i].has[st];
             }
@@ -1021,8 +1117,12 @@ static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e)
     }
     default: rv_decline(r); /* rv_supported let nothing else through */
     }
-    if (!out.scalar)
+    if (!out.scalar) {
+#ifndef NDEBUG
+        rv_assert_spans(r, &out);
+#endif
         rv_check_samples(r);
+    }
     return out;
 }
 
@@ -1066,7 +1166,7 @@ static void rv_result(rv_t *r, rv_val_t *v, promql_result_t *res)
             size_t h = (size_t)*p;
             next[tail[h]] = i;
             tail[h] = i;
-            for (size_t st = 0; st < r->nsteps; st++)
+            for (size_t st = v->s[i].lo; st < v->s[i].hi; st++)
                 if (v->s[i].has[st])
                     for (size_t j = h; j != i; j = next[j])
                         if (v->s[j].has[st])
@@ -1074,7 +1174,7 @@ static void rv_result(rv_t *r, rv_val_t *v, promql_result_t *res)
         } else {
             nout++;
         }
-        for (size_t st = 0; st < r->nsteps; st++)
+        for (size_t st = v->s[i].lo; st < v->s[i].hi; st++)
             outn[st] += v->s[i].has[st];
     }
     int64_t result = 0, peak = 0;
@@ -1094,15 +1194,18 @@ static void rv_result(rv_t *r, rv_val_t *v, promql_result_t *res)
     for (size_t i = 0; i < v->n; i++) {
         if (!head[i])
             continue;
-        size_t np = 0;
-        for (size_t j = i; j != SIZE_MAX; j = next[j])
-            for (size_t st = 0; st < r->nsteps; st++)
+        size_t np = 0, lo = r->nsteps, hi = 0; /* points, and the steps they are at */
+        for (size_t j = i; j != SIZE_MAX; j = next[j]) {
+            for (size_t st = v->s[j].lo; st < v->s[j].hi; st++)
                 np += v->s[j].has[st];
+            lo = v->s[j].lo < lo ? v->s[j].lo : lo;
+            hi = v->s[j].hi > hi ? v->s[j].hi : hi;
+        }
         promql_series_t *s = &out->series[out->nseries++];
         s->metric = pq_copy_labels(c->qa, v->s[i].metric);
         s->points = arena_alloc(c->qa, (np ? np : 1) * sizeof(promql_point_t));
         s->npoints = 0;
-        for (size_t st = 0; st < r->nsteps; st++)
+        for (size_t st = lo; st < hi; st++)
             for (size_t j = i; j != SIZE_MAX; j = next[j])
                 if (v->s[j].has[st])
                     s->points[s->npoints++] = (promql_point_t){r->ts[st], v->s[j].v[st]};
