@@ -164,6 +164,9 @@ typedef struct server_worker {
     struct event *sweep;
     struct event *resume; /* re-enables accepting after one accept (server_bevcb) */
     _Atomic uint64_t accepted;
+    _Atomic int64_t open; /* connections this worker holds (read by the others' server_yield_accept) */
+    int paused_for;      /* server_yield_accept: the worker the last pause waited for, */
+    uint64_t paused_at;  /* and its accepted count then (this worker's thread only) */
     bool stopping; /* api_server_stop disabled accepting for good (this worker's thread only) */
     server_conn_t *conns;
     hashmap_t conn_by_bev; /* bufferevent -> its conn (this worker's thread only) */
@@ -194,16 +197,44 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
  * backlog is empty: a pool's burst of keep-alive connections (a pusher's 8, opened at once) all
  * landed on whichever worker woke first, and every request on them then shared one core. So a
  * worker takes one connection per pass of its loop: the listener is disabled here, inside its
- * accept loop (which then returns), and enabled again by an event made active now, which runs
- * in this same pass, before the next wait. The other workers, woken for the same backlog, take
- * the rest meanwhile; no worker ever waits for another (a busy one simply does not compete). */
+ * accept loop (which then returns), and enabled again before the next wait by an event made
+ * active now. That alone was not enough on this VM: the worker that woke first looped through
+ * a burst of 8 before the other one's thread ran (9 to 2 per run). So a worker that holds
+ * SERVER_ACCEPT_SLACK more connections than the least loaded one waits SERVER_ACCEPT_PAUSE_MS
+ * before it accepts again, and the backlog goes to the others. A pause must never hold a burst up
+ * (an earlier version waited until woken or its 250 ms sweep, and 1,000 long-polls opened at
+ * once then took 19 s to park): it is short, and a worker pauses again only after the least
+ * loaded one has accepted something since its last pause: one that is busy, or not competing,
+ * costs one pause, not one per connection. */
+#define SERVER_ACCEPT_SLACK 2
+#define SERVER_ACCEPT_PAUSE_MS 5
+
 static void server_yield_accept(server_worker_t *w)
 {
-    if (w->srv->nworkers < 2 || !w->bound || !w->resume)
+    api_server_t *s = w->srv;
+    if (s->nworkers < 2 || !w->bound || !w->resume)
         return;
     struct evconnlistener *l = evhttp_bound_socket_get_listener(w->bound);
-    if (evconnlistener_disable(l) == 0)
+    if (evconnlistener_disable(l) != 0)
+        return;
+    int64_t mine = atomic_load_explicit(&w->open, memory_order_relaxed), least = mine;
+    int li = w->index;
+    for (int i = 0; i < s->nworkers; i++) {
+        int64_t n = atomic_load_explicit(&s->workers[i].open, memory_order_relaxed);
+        if (n < least) {
+            least = n;
+            li = i;
+        }
+    }
+    uint64_t progress = atomic_load_explicit(&s->workers[li].accepted, memory_order_relaxed);
+    if (mine > least + SERVER_ACCEPT_SLACK && !(li == w->paused_for && progress == w->paused_at)) {
+        w->paused_for = li;
+        w->paused_at = progress;
+        struct timeval pause = {0, SERVER_ACCEPT_PAUSE_MS * 1000};
+        event_add(w->resume, &pause);
+    } else {
         event_active(w->resume, EV_TIMEOUT, 0);
+    }
 }
 
 static void server_resume_accept(evutil_socket_t fd, short what, void *arg)
@@ -259,6 +290,7 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     c->next = w->conns;
     w->conns = c;
     c->over_limit = atomic_fetch_add(&w->srv->open_connections, 1) + 1 > w->srv->max_connections;
+    atomic_fetch_add_explicit(&w->open, 1, memory_order_relaxed);
     atomic_fetch_add(&w->srv->accepted_total, 1);
     atomic_fetch_add_explicit(&w->accepted, 1, memory_order_relaxed);
     server_yield_accept(w);
@@ -290,6 +322,7 @@ static void server_sweep(evutil_socket_t fd, short what, void *arg)
             server_conn_release(c);
             free(c);
             atomic_fetch_sub(&w->srv->open_connections, 1);
+            atomic_fetch_sub_explicit(&w->open, 1, memory_order_relaxed);
             continue;
         }
         if (c->over_limit) {
@@ -620,6 +653,7 @@ int api_server_start(api_server_t *s, char *err, size_t errlen)
             return -1;
         }
         w->resume = event_new(w->base, -1, 0, server_resume_accept, w);
+        w->paused_for = -1;
         w->sweep = event_new(w->base, -1, EV_PERSIST, server_sweep, w);
         struct timeval period = {0, 250 * 1000};
         event_add(w->sweep, &period);
