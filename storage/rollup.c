@@ -15,10 +15,6 @@
  *                                          5. a database from before 1h blobs: copy a few
  *                                             series' old 1h rows into blobs (migrate_step)
  *
- * Steps 2-4 run over slices of shards of about CYCLE_SLICE_ITEMS buckets and snapshots each
- * (one slice, one transaction, in a quiet cycle; ~8 after a minute boundary at 256k series,
- * when every series closes a bucket), so a cycle never holds all of them in memory at once.
- *
  * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
  * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
  * ts from several places (a late sample re-opened an already written bucket) are merged.
@@ -1464,23 +1460,22 @@ out:
 
 /* ---- the writer cycle --------------------------------------------------------------------- */
 
-/* A writer cycle moves at most about this many buckets and state snapshots per transaction:
- * after a minute boundary every series closes a bucket and is snapshotted (~230 bytes each in
- * memory until written), so a cycle over 256k series is split into ~8 transactions of a few
- * shards each instead of holding ~60 MB at once. */
-#define CYCLE_SLICE_ITEMS 32768
-
-/* Steps 2-4 of a writer cycle for shards [k0, *k1): moves closed buckets to inflight and takes
- * the snapshots, stopping after the shard that passes CYCLE_SLICE_ITEMS (*k1 = the next shard),
- * then writes them in one transaction. Returns 0 or -1 (inflight is kept for the next cycle). */
-static int flush_slice(rollup_t *r, const int64_t *before, bool checkpoint, bool all, size_t k0, size_t *k1)
+int rollup_flush(rollup_t *r, bool checkpoint)
 {
+    pthread_mutex_lock(&r->cycle_mu);
+    bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
+    /* 1. Buckets of series that went quiet: close once the newest sample is a full resolution
+     *    past their end; evict states with nothing open. */
+    int64_t hw = atomic_load(&r->high_water);
+    int64_t before[ROLLUP_MAX_RESOLUTIONS];
+    for (size_t i = 0; i < r->rs.n; i++)
+        before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
+
     /* 2. Closed lists -> inflight, snapshots, under the exclusive view lock. */
     pthread_rwlock_wrlock(&r->view_rw);
     size_t old_inflight = r->inflight.n;
-    size_t k = k0;
-    while (k < SHARDS && r->inflight.n - old_inflight + r->nsnaps < CYCLE_SLICE_ITEMS) {
-        shard_t *sh = &r->shards[k++];
+    for (size_t k = 0; k < SHARDS; k++) {
+        shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         shard_sweep(r, sh, before, true);
         for (size_t j = 0; j < sh->closed.n; j++) {
@@ -1503,7 +1498,6 @@ static int flush_slice(rollup_t *r, const int64_t *before, bool checkpoint, bool
         }
         pthread_mutex_unlock(&sh->mu);
     }
-    *k1 = k;
     if (r->inflight.n > 1)
         qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
     pthread_rwlock_unlock(&r->view_rw);
@@ -1525,9 +1519,12 @@ static int flush_slice(rollup_t *r, const int64_t *before, bool checkpoint, bool
         atomic_fetch_add(&r->st_written, r->inflight.n);
         closed_clear(&r->inflight, KEEP_CAP_BYTES);
         atomic_fetch_add(&r->disk_gen, 1); /* readers' older snapshots lack what inflight held */
+        r->force_checkpoint = false;
     } else {
         int ecode = sqlite3_errcode(db) & 0xff; /* before ROLLBACK replaces it */
         exec_sql(db, "ROLLBACK");
+        /* inflight stays for the next cycle; states may have moved on, so rewrite all of them. */
+        r->force_checkpoint = true;
         atomic_fetch_add(&r->st_flush_errors, 1);
         if (ecode == SQLITE_BUSY || ecode == SQLITE_LOCKED)
             log_warn("rollup", "database locked by another process (busy timeout 10s); roll-ups wait in memory",
@@ -1537,25 +1534,6 @@ static int flush_slice(rollup_t *r, const int64_t *before, bool checkpoint, bool
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
     snaps_clear(r);
-    return rc;
-}
-
-int rollup_flush(rollup_t *r, bool checkpoint)
-{
-    pthread_mutex_lock(&r->cycle_mu);
-    bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
-    /* 1. Buckets of series that went quiet: close once the newest sample is a full resolution
-     *    past their end; evict states with nothing open. */
-    int64_t hw = atomic_load(&r->high_water);
-    int64_t before[ROLLUP_MAX_RESOLUTIONS];
-    for (size_t i = 0; i < r->rs.n; i++)
-        before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
-    /* 2-4 in slices of shards; a failed slice ends the cycle: its inflight stays for the next
-     * one, and as its snapshots were lost, the next cycle rewrites every state. */
-    int rc = 0;
-    for (size_t k = 0; k < SHARDS && rc == 0;)
-        rc = flush_slice(r, before, checkpoint, all, k, &k);
-    r->force_checkpoint = rc != 0;
     /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */
     if (rc == 0)
         migrate_step(r, MIGRATE_BUDGET);

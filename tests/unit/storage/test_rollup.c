@@ -419,60 +419,6 @@ static void read1(rollup_t *r, uint64_t id, size_t res_idx, rollup_buckets_t *ou
     assert_int_equal(rollup_read(r, id, res_idx, INT64_MIN, INT64_MAX, out), 0);
 }
 
-/* A cycle with more closed buckets and snapshots than one slice (CYCLE_SLICE_ITEMS, 32768) writes
- * them in several transactions: every bucket is written once, every state's checkpoint survives
- * a restart, and reads see each bucket exactly once throughout. */
-static void test_cycle_in_slices(void **state)
-{
-    (void)state;
-    enum { N = 40000 };
-    fx_t f = {.dir = make_dir(), .res = "1m:15d,1h:400d"};
-    fx_open(&f);
-    rollup_sample_t *v = malloc(N * sizeof(*v));
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < N; i++)
-            v[i] = (rollup_sample_t){(uint64_t)i + 1, T0 + round * MIN_MS + 1000, (double)(i + round)};
-        rollup_add_samples(f.r, v, N);
-    }
-    /* round 2's sample is pending and round 1's closed nothing yet; this flush closes round 0's
-     * 1m buckets (round 1 committed), snapshots every state: ~80k items, 3 slices. */
-    assert_int_equal(rollup_flush(f.r, true), 0);
-    rollup_stats_t st;
-    rollup_get_stats(f.r, &st);
-    assert_int_equal(st.buckets_written, N);
-    assert_int_equal(st.flush_errors, 0);
-    for (int i = 0; i < N; i += 997) {
-        rollup_buckets_t got = {0};
-        read1(f.r, (uint64_t)i + 1, 0, &got);
-        assert_int_equal(got.n, 3); /* written, open, pending */
-        assert_true(got.v[0].last == i && got.v[1].last == i + 1 && got.v[2].last == i + 2);
-        got.n = 0;
-        read1(f.r, (uint64_t)i + 1, 1, &got);
-        assert_int_equal(got.n, 1);
-        assert_int_equal(got.v[0].count, 3);
-        rollup_buckets_free(&got);
-    }
-    fx_close(&f);
-    fx_open(&f);
-    rollup_get_stats(f.r, &st);
-    assert_int_equal(st.series, N);
-    for (int i = 0; i < N; i += 991) {
-        rollup_buckets_t got = {0};
-        read1(f.r, (uint64_t)i + 1, 0, &got);
-        assert_int_equal(got.n, 3);
-        assert_true(got.v[2].last == i + 2);
-        got.n = 0;
-        read1(f.r, (uint64_t)i + 1, 1, &got);
-        assert_int_equal(got.n, 1);
-        assert_int_equal(got.v[0].count, 3);
-        assert_true(got.v[0].sum == 3.0 * i + 3);
-        rollup_buckets_free(&got);
-    }
-    free(v);
-    fx_close(&f);
-    remove_dir(f.dir);
-}
-
 /* Hinted adds (the caller keeps a slot per series): the same aggregates as plain adds; a slot
  * learns its state; a stale slot (state evicted, its record reused by another series) is
  * detected and neither series is corrupted. */
@@ -1450,7 +1396,6 @@ int main(void)
         cmocka_unit_test(test_random_against_direct),
         cmocka_unit_test(test_three_resolutions_against_direct),
         cmocka_unit_test(test_disk_lo_saturates_as_lower_bound),
-        cmocka_unit_test(test_cycle_in_slices),
         cmocka_unit_test(test_hinted_adds),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_view),
