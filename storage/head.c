@@ -661,12 +661,13 @@ int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v)
 typedef struct {
     head_t *h;
     const int64_t *t;
-    const double *v;
+    const double *v; /* NULL: check only (head_check_batch) */
     int8_t *rc;
     uint64_t too_old, ooo;
 } head_batch_t;
 
-static void batch_check_one(void *ud, uint32_t k, index_series_t *is)
+/* One sample of a batch, under its stripe lock: checked, or appended when the batch has values. */
+static void batch_one(void *ud, uint32_t k, index_series_t *is)
 {
     head_batch_t *b = ud;
     if (!is) {
@@ -675,17 +676,20 @@ static void batch_check_one(void *ud, uint32_t k, index_series_t *is)
     }
     pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
     pthread_mutex_lock(mu);
-    int rc = check_locked(b->h, index_series_payload(is), b->t[k]);
+    int rc = b->v ? append_locked(b->h, index_series_payload(is), b->t[k], b->v[k])
+                  : check_locked(b->h, index_series_payload(is), b->t[k]);
     pthread_mutex_unlock(mu);
-    b->too_old += rc == HEAD_ERR_TOO_OLD;
-    b->ooo += rc == HEAD_ERR_OUT_OF_ORDER;
+    if (!b->v) {
+        b->too_old += rc == HEAD_ERR_TOO_OLD;
+        b->ooo += rc == HEAD_ERR_OUT_OF_ORDER;
+    }
     b->rc[k] = (int8_t)rc;
 }
 
 int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc)
 {
     head_batch_t b = {.h = h, .t = t, .rc = rc};
-    if (index_visit_refs(h->ix, refs, sel, m, batch_check_one, &b) != 0)
+    if (index_visit_refs(h->ix, refs, sel, m, batch_one, &b) != 0)
         return -1;
     if (b.too_old)
         atomic_fetch_add_explicit(&h->too_old, b.too_old, memory_order_relaxed);
@@ -694,24 +698,12 @@ int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const
     return 0;
 }
 
-static void batch_append_one(void *ud, uint32_t k, index_series_t *is)
-{
-    head_batch_t *b = ud;
-    if (!is) {
-        b->rc[k] = HEAD_ERR_NOT_FOUND;
-        return;
-    }
-    pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
-    pthread_mutex_lock(mu);
-    b->rc[k] = (int8_t)append_locked(b->h, index_series_payload(is), b->t[k], b->v[k]);
-    pthread_mutex_unlock(mu);
-}
-
 int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
                       size_t m, int8_t *rc)
 {
+    assert(v);
     head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc};
-    return index_visit_refs(h->ix, refs, sel, m, batch_append_one, &b);
+    return index_visit_refs(h->ix, refs, sel, m, batch_one, &b);
 }
 
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v)
