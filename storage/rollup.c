@@ -8,16 +8,25 @@
  *     shard lock (id % SHARDS)             1. close open buckets whose series went quiet
  *     state = per-series record            2. move every shard's closed list to `inflight`
  *     update open bucket per resolution       and snapshot the states that changed
- *     bucket start moved on?               3. one transaction: catalog rows, buckets merged into
- *       -> push old bucket on the shard's     blobs / plain rows, state rows, last_seen
- *          closed list                     4. COMMIT and forget `inflight` in one step w.r.t.
+ *     bucket start moved on?                  (per shard: a copy of the closed list, sorted
+ *       -> push old bucket on the shard's      outside the shard lock, becomes its `inflight`
+ *          closed list                         and leaves the closed list in one step)
+ *                                          3. one transaction: catalog rows, buckets merged into
+ *                                             blobs / plain rows, state rows, last_seen
+ *                                          4. COMMIT and forget `inflight` in one step w.r.t.
  *                                             readers (view lock held exclusively)
  *                                          5. a database from before 1h blobs: copy a few
  *                                             series' old 1h rows into blobs (migrate_step)
  *
- * A reader (rollup_read) holds the view lock shared while it reads disk, `inflight`, and the
- * shard (closed list + open bucket), so every bucket is seen exactly once. Buckets with the same
- * ts from several places (a late sample re-opened an already written bucket) are merged.
+ * A reader (rollup_read) holds the view lock shared while it reads the disk and, under one hold
+ * of the shard lock, the shard's inflight and closed lists and the open bucket, so every bucket
+ * is seen exactly once: the writer moves buckets from closed to inflight under the shard lock,
+ * and from inflight to disk under the exclusive view lock. Only the COMMIT holds that: sorting a
+ * bulk load's millions of closed buckets (seconds) used to, and stalled every history query.
+ * A state links its closed buckets (closed_last, then closed_t.prev), so a reader finds a
+ * series' few among the shard's (after a bulk load, hundreds of thousands) without a scan.
+ * Buckets with the same ts from several places (a late sample re-opened an already written
+ * bucket) are merged.
  *
  * ---- Readers: one transaction for many series --------------------------------------------------
  * A rollup_reader_t owns a pooled read connection and keeps ONE SQLite read transaction open
@@ -35,9 +44,11 @@
  * disk holds nothing in range. Each in-memory state may know disk_lo, per resolution a lower
  * bound of the ts of every stored bucket. A reader that found nothing on disk for a series with
  * a state learns it (the first bucket of the oldest blob per resolution, in its snapshot, and the
- * series' inflight buckets); the writer lowers it for every bucket it moves to inflight (step 2,
- * exclusive view lock), so it stays a bound; retention only raises the truth; a state created
- * afresh (new, or after eviction) knows nothing. A read over [mint, maxt] with maxt < disk_lo
+ * series' inflight buckets, under the shard lock; not while the writer sorts a take of that
+ * shard's closed list);
+ * the writer lowers it for every closed bucket it takes (step 2, shard lock), so it stays a
+ * bound; retention only raises the truth; a state created afresh (new, or after eviction) knows
+ * nothing. A read over [mint, maxt] with maxt < disk_lo
  * then skips SQLite. Not used while 1h buckets still live in rows (blob_from != INT64_MIN: the
  * migration adds older blobs).
  *
@@ -171,14 +182,18 @@ typedef struct sstate {
     bool pend : 1;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
     /* disk_lo is known (see "Knowing a series has no history" above) */
     bool disk_known : 1;
-    bool live : 1;    /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
-    sbucket_t open[]; /* one per resolution */
+    bool live : 1;        /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    uint32_t closed_last; /* its newest entry in the shard's closed list, or CLOSED_NONE */
+    sbucket_t open[];     /* one per resolution */
 } sstate_t;
+
+#define CLOSED_NONE UINT32_MAX
 
 typedef struct {
     uint64_t id;
     uint32_t res_idx;
-    uint32_t seq; /* order of arrival, so merging keeps the later `last` */
+    uint32_t seq;  /* order of arrival, so merging keeps the later `last` */
+    uint32_t prev; /* in a shard's closed list: the series' previous entry there, or CLOSED_NONE */
     rollup_bucket_t b;
 } closed_t;
 
@@ -191,8 +206,11 @@ typedef struct {
     pthread_mutex_t mu;
     sstate_t **tab;
     size_t nbuckets, count;
-    closed_vec_t closed;
-    slab_t states; /* the shard's sstate_t records */
+    closed_vec_t closed;   /* buckets not taken by the writer yet (arrival order) */
+    closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq), waiting for the writer's COMMIT */
+    bool taking;           /* the writer sorts a take of the closed list (see shard_take_in) */
+    bool orphans;          /* ... which holds buckets of states it evicted, linked from none */
+    slab_t states;         /* the shard's sstate_t records */
 } shard_t;
 
 /* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
@@ -236,10 +254,9 @@ struct rollup {
     /* Per resolution, the cutoff of the latest retention pass: reads skip older buckets. */
     _Atomic int64_t ret_cutoff[ROLLUP_MAX_RESOLUTIONS];
     pthread_mutex_t cycle_mu; /* one writer cycle at a time */
-    pthread_rwlock_t view_rw; /* readers shared; moving buckets between places exclusive */
+    pthread_rwlock_t view_rw; /* readers shared; the COMMIT that moves inflight to disk exclusive */
     shard_t shards[SHARDS];
-    closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq) while waiting for COMMIT */
-    unsigned char *snaps;  /* nsnaps copies of states, state_bytes(r) each */
+    unsigned char *snaps; /* nsnaps copies of states, state_bytes(r) each */
     size_t nsnaps, capsnaps;
     uint64_t *evicted;
     size_t nevicted, capevicted;
@@ -799,6 +816,7 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     s->id = id;
     s->live = true;
     s->last_t = INT64_MIN;
+    s->closed_last = CLOSED_NONE;
     for (size_t i = 0; i < r->rs.n; i++)
         s->open[i].ts = NO_BUCKET;
     if (sh->count >= sh->nbuckets)
@@ -816,9 +834,16 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (s->open[i].ts == NO_BUCKET)
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = open_get(s, i)};
+    closed_t c = {.id = s->id,
+                  .res_idx = (uint32_t)i,
+                  .seq = atomic_fetch_add(&r->seq, 1),
+                  .prev = s->closed_last,
+                  .b = open_get(s, i)};
+    assert(sh->closed.n < CLOSED_NONE);
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
+    else
+        s->closed_last = (uint32_t)(sh->closed.n - 1);
     s->open[i].ts = NO_BUCKET;
     s->closed = true;
     s->dirty = true;
@@ -996,6 +1021,8 @@ static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool ev
                     r->capevicted = cap;
                 }
                 r->evicted[r->nevicted++] = s->id;
+                if (s->closed_last != CLOSED_NONE)
+                    sh->orphans = true;
                 *pp = s->next;
                 state_free(sh, s);
                 sh->count--;
@@ -1215,6 +1242,43 @@ static int write_plain(rollup_t *r, sqlite3_stmt *st, const closed_t *c)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* The inflight buckets of every shard, merged into (id, res_idx, ts) order (rows arriving in key
+ * order fill SQLite's b-trees best and touch each page once): per series, resolution and blob
+ * span, one blob merge (and, for 1h, the plain rows). A series' buckets are all in one shard. */
+static int write_inflight(rollup_t *r, sqlite3_stmt *plain, sqlite3_stmt *bsel, sqlite3_stmt *bup, buf_t *enc)
+{
+    size_t pos[SHARDS] = {0};
+    for (;;) {
+        const closed_vec_t *cv = NULL;
+        size_t sk = 0;
+        for (size_t k = 0; k < SHARDS; k++) {
+            const closed_vec_t *x = &r->shards[k].inflight;
+            if (pos[k] < x->n && (!cv || closed_cmp(&x->v[pos[k]], &cv->v[pos[sk]]) < 0)) {
+                cv = x;
+                sk = k;
+            }
+        }
+        if (!cv)
+            return 0;
+        const closed_t *c = cv->v;
+        size_t i = pos[sk], n = cv->n;
+        int64_t res = r->rs.v[c[i].res_idx].res_ms, span = res * span_of(res);
+        int64_t start = floor_to(c[i].b.ts, span);
+        size_t k = i + 1;
+        while (k < n && c[k].id == c[i].id && c[k].res_idx == c[i].res_idx && c[k].b.ts < start + span)
+            k++;
+        /* 1h: rows and blob alike. (Before blob_from, the blob may hold only the late part of
+         * an hour until migrate_step copies the row over it; readers use the row until then.) */
+        if (has_plain(r, c[i].res_idx))
+            for (size_t x = i; x < k; x++)
+                if (write_plain(r, plain, &c[x]) != 0)
+                    return -1;
+        if (write_blob_group(r, bsel, bup, &c[i], k - i, start, enc) != 0)
+            return -1;
+        pos[sk] = k;
+    }
+}
+
 /* The body of one transaction: inflight buckets, snapshots, evictions. */
 static int write_batch(rollup_t *r, sqlite3 *db)
 {
@@ -1243,24 +1307,8 @@ static int write_batch(rollup_t *r, sqlite3 *db)
                            " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
                            -1, &bup, NULL) != SQLITE_OK)
         goto out;
-    const closed_t *c = r->inflight.v;
-    size_t n = r->inflight.n;
-    for (size_t i = 0; i < n;) {
-        int64_t res = r->rs.v[c[i].res_idx].res_ms, span = res * span_of(res);
-        int64_t start = floor_to(c[i].b.ts, span);
-        size_t k = i + 1;
-        while (k < n && c[k].id == c[i].id && c[k].res_idx == c[i].res_idx && c[k].b.ts < start + span)
-            k++;
-        /* 1h: rows and blob alike. (Before blob_from, the blob may hold only the late part of
-         * an hour until migrate_step copies the row over it; readers use the row until then.) */
-        if (has_plain(r, c[i].res_idx))
-            for (size_t x = i; x < k; x++)
-                if (write_plain(r, plain, &c[x]) != 0)
-                    goto out;
-        if (write_blob_group(r, bsel, bup, &c[i], k - i, start, &enc) != 0)
-            goto out;
-        i = k;
-    }
+    if (write_inflight(r, plain, bsel, bup, &enc) != 0)
+        goto out;
     for (size_t i = 0; i < r->nsnaps; i++) {
         const sstate_t *sn = (const sstate_t *)(const void *)(r->snaps + i * state_bytes(r));
         uint8_t open[(ROLLUP_MAX_RESOLUTIONS + 1) * STATE_ENTRY_BYTES];
@@ -1460,6 +1508,58 @@ out:
 
 /* ---- the writer cycle --------------------------------------------------------------------- */
 
+static size_t inflight_count(const rollup_t *r)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < SHARDS; k++)
+        n += r->shards[k].inflight.n;
+    return n;
+}
+
+/* Writer, shard locked: the first n entries of the closed list leave it (they are inflight now);
+ * the links of what remains are renumbered. */
+static void closed_drop_front(shard_t *sh, size_t n)
+{
+    closed_vec_t *cv = &sh->closed;
+    assert(n <= cv->n);
+    memmove(cv->v, cv->v + n, (cv->n - n) * sizeof(*cv->v));
+    cv->n -= n;
+    for (size_t i = 0; i < cv->n; i++)
+        cv->v[i].prev = cv->v[i].prev == CLOSED_NONE || cv->v[i].prev < n ? CLOSED_NONE : cv->v[i].prev - (uint32_t)n;
+    for (size_t b = 0; b < sh->nbuckets; b++)
+        for (sstate_t *s = sh->tab[b]; s; s = s->next)
+            s->closed_last =
+                s->closed_last == CLOSED_NONE || s->closed_last < n ? CLOSED_NONE : s->closed_last - (uint32_t)n;
+    if (cv->n == 0)
+        closed_clear(cv, KEEP_CAP_BYTES / SHARDS);
+}
+
+/* Writer: the shard's taken closed buckets (take: m + n entries, the first m free, the n taken
+ * after them) sorted and merged with what is still inflight (after a failed cycle) into its new
+ * inflight. After a bulk load that is hundreds of thousands of buckets per shard, a sort of
+ * tens of milliseconds: it runs without the shard lock, the taken buckets still in the closed
+ * list for readers, and only the exchange holds the lock. */
+static void shard_take_in(shard_t *sh, closed_t *take, size_t n)
+{
+    /* inflight is read without the lock: only the writer thread (cycle_mu) changes it. */
+    size_t m = sh->inflight.n;
+    qsort(take + m, n, sizeof(*take), closed_cmp);
+    /* Merge from the front into the free room before the new run: the write position never
+     * passes the next unread entry of the run. */
+    const closed_t *a = sh->inflight.v;
+    size_t ia = 0, ib = m, w = 0;
+    while (ia < m && ib < m + n)
+        take[w++] = closed_cmp(&a[ia], &take[ib]) <= 0 ? a[ia++] : take[ib++];
+    while (ia < m)
+        take[w++] = a[ia++];
+    pthread_mutex_lock(&sh->mu);
+    free(sh->inflight.v);
+    sh->inflight = (closed_vec_t){.v = take, .n = n + m, .cap = n + m};
+    closed_drop_front(sh, n);
+    sh->taking = sh->orphans = false; /* evictions happen only in the writer's sweep, before its take */
+    pthread_mutex_unlock(&sh->mu);
+}
+
 int rollup_flush(rollup_t *r, bool checkpoint)
 {
     pthread_mutex_lock(&r->cycle_mu);
@@ -1471,9 +1571,9 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     for (size_t i = 0; i < r->rs.n; i++)
         before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
 
-    /* 2. Closed lists -> inflight, snapshots, under the exclusive view lock. */
-    pthread_rwlock_wrlock(&r->view_rw);
-    size_t old_inflight = r->inflight.n;
+    /* 2. Per shard, under its lock only: the closed list is copied (the take) and the states
+     *    are snapshotted; the take is sorted into the shard's inflight outside the lock. */
+    size_t old_inflight = inflight_count(r);
     for (size_t k = 0; k < SHARDS; k++) {
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
@@ -1484,10 +1584,18 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             sstate_t *st = state_find(sh, c->id);
             if (st && st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
                 disk_lo_set(r, st, c->res_idx, c->b.ts);
-            if (closed_push(&r->inflight, c) != 0)
-                log_error("rollup", "out of memory; bucket dropped", LF_I("series", c->id));
         }
-        closed_clear(&sh->closed, KEEP_CAP_BYTES / SHARDS);
+        size_t n = sh->closed.n, m = sh->inflight.n;
+        closed_t *take = n ? malloc((m + n) * sizeof(*take)) : NULL;
+        if (take) {
+            memcpy(take + m, sh->closed.v, n * sizeof(*take));
+            sh->taking = true;
+        } else if (n) {
+            log_error("rollup", "out of memory; buckets dropped", LF_I("buckets", n));
+            closed_drop_front(sh, n);
+            sh->orphans = false;
+            n = 0;
+        }
         for (size_t b = 0; b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
                 if (s->closed || all || (checkpoint && s->dirty)) {
@@ -1497,10 +1605,9 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             }
         }
         pthread_mutex_unlock(&sh->mu);
+        if (n)
+            shard_take_in(sh, take, n);
     }
-    if (r->inflight.n > 1)
-        qsort(r->inflight.v, r->inflight.n, sizeof(closed_t), closed_cmp);
-    pthread_rwlock_unlock(&r->view_rw);
 
     /* 3. One transaction. Readers still see `inflight` until the COMMIT below. */
     catalog_t *cat = r->cat;
@@ -1516,8 +1623,9 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     if (rc == 0)
         rc = exec_sql(db, "COMMIT");
     if (rc == 0) {
-        atomic_fetch_add(&r->st_written, r->inflight.n);
-        closed_clear(&r->inflight, KEEP_CAP_BYTES);
+        atomic_fetch_add(&r->st_written, inflight_count(r));
+        for (size_t k = 0; k < SHARDS; k++)
+            closed_clear(&r->shards[k].inflight, KEEP_CAP_BYTES / SHARDS);
         atomic_fetch_add(&r->disk_gen, 1); /* readers' older snapshots lack what inflight held */
         r->force_checkpoint = false;
     } else {
@@ -1529,7 +1637,8 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         if (ecode == SQLITE_BUSY || ecode == SQLITE_LOCKED)
             log_warn("rollup", "database locked by another process (busy timeout 10s); roll-ups wait in memory",
                      LF_S("path", catalog_path(cat)));
-        log_warn("rollup", "flush failed; will retry", LF_I("buckets", r->inflight.n), LF_I("carried", old_inflight));
+        log_warn("rollup", "flush failed; will retry", LF_I("buckets", inflight_count(r)),
+                 LF_I("carried", old_inflight));
     }
     pthread_rwlock_unlock(&r->view_rw);
     catalog__write_unlock(cat);
@@ -1953,8 +2062,8 @@ static int reader_begin(rollup_reader_t *rd)
 }
 
 /* View lock held shared, transaction begun: per resolution, the ts of the oldest bucket of series
- * id on disk or about to be (inflight), INT64_MAX if there is none. The oldest blob is decoded
- * (its start is up to a span, 30 days for 1h, before its first bucket). Returns 0 or -1. */
+ * id on disk, INT64_MAX if there is none. The oldest blob is decoded (its start is up to a span,
+ * 30 days for 1h, before its first bucket). Returns 0 or -1. */
 static int reader_disk_lo(rollup_reader_t *rd, uint64_t id, int64_t *lo)
 {
     rollup_t *r = rd->r;
@@ -1981,21 +2090,22 @@ static int reader_disk_lo(rollup_reader_t *rd, uint64_t id, int64_t *lo)
         if (rc != SQLITE_ROW && rc != SQLITE_DONE)
             return -1;
     }
-    /* inflight is sorted by (id, res_idx, ts): the series' entries are one run. */
-    size_t a = 0, b = r->inflight.n;
-    while (a < b) {
-        size_t mid = (a + b) / 2;
-        if (r->inflight.v[mid].id < id)
-            a = mid + 1;
-        else
-            b = mid;
-    }
-    for (; a < r->inflight.n && r->inflight.v[a].id == id; a++) {
-        const closed_t *c = &r->inflight.v[a];
-        if (c->b.ts < lo[c->res_idx])
-            lo[c->res_idx] = c->b.ts;
-    }
     return 0;
+}
+
+/* Index of the first entry of a sorted inflight at or after (id, res_idx). */
+static size_t inflight_find(const closed_vec_t *cv, uint64_t id, uint32_t res_idx)
+{
+    size_t lo = 0, hi = cv->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const closed_t *c = &cv->v[mid];
+        if (c->id < id || (c->id == id && c->res_idx < res_idx))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, int64_t mint, int64_t maxt,
@@ -2017,8 +2127,8 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     int ret = 0;
     shard_t *sh = &r->shards[shard_of(series_id)];
     pthread_rwlock_rdlock(&r->view_rw);
-    /* Does memory know the disk holds nothing this old? (States are evicted, and disk_lo
-     * lowered, only under the exclusive view lock.) */
+    /* Does memory know the disk holds nothing this old? (disk_lo is lowered when the writer
+     * takes a closed bucket, before it can reach the disk.) */
     bool blobs_only = atomic_load(&r->blob_from) == INT64_MIN, skip = false, learn = false;
     pthread_mutex_lock(&sh->mu);
     sstate_t *s = state_find(sh, series_id);
@@ -2036,9 +2146,17 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
         if (ret == 0 && learn && out->n == n0 && reader_disk_lo(rd, series_id, lo) == 0) {
             pthread_mutex_lock(&sh->mu);
             /* The same state, or one created since by an ingest thread: disk_lo is about the
-             * disk and inflight, not the state, and this state's closed buckets will lower it. */
+             * disk and inflight, not the state, and this state's closed buckets will lower it
+             * when the writer takes them. Not while the writer sorts a take: it took that
+             * state's closed buckets before the state knew, so they lowered nothing. */
             s = state_find(sh, series_id);
-            if (s && !s->disk_known) {
+            if (s && !s->disk_known && !sh->taking) {
+                for (size_t i = inflight_find(&sh->inflight, series_id, 0);
+                     i < sh->inflight.n && sh->inflight.v[i].id == series_id; i++) {
+                    const closed_t *c = &sh->inflight.v[i];
+                    if (c->b.ts < lo[c->res_idx])
+                        lo[c->res_idx] = c->b.ts;
+                }
                 s->disk_known = true;
                 for (size_t i = 0; i < r->rs.n; i++)
                     disk_lo_set(r, s, i, lo[i]);
@@ -2046,31 +2164,33 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
             pthread_mutex_unlock(&sh->mu);
         }
     }
-    /* inflight is sorted by (id, res_idx, ts): binary search for the first entry of the series. */
-    size_t lo = 0, hi = r->inflight.n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        const closed_t *c = &r->inflight.v[mid];
-        if (c->id < series_id || (c->id == series_id && c->res_idx < res_idx))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (size_t i = lo; ret == 0 && i < r->inflight.n; i++) {
-        const closed_t *c = &r->inflight.v[i];
+    /* The buckets waiting for the writer, inflight (sorted: the series' entries are one run) and
+     * closed (linked from the state), under one hold of the shard lock because the writer moves
+     * buckets from one to the other under it. */
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = inflight_find(&sh->inflight, series_id, (uint32_t)res_idx); ret == 0 && i < sh->inflight.n; i++) {
+        const closed_t *c = &sh->inflight.v[i];
         if (c->id != series_id || c->res_idx != res_idx)
             break;
         if (c->b.ts >= mint && c->b.ts <= maxt && rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
             ret = -1;
     }
-    pthread_mutex_lock(&sh->mu);
-    for (size_t i = 0; ret == 0 && i < sh->closed.n; i++) {
-        const closed_t *c = &sh->closed.v[i];
-        if (c->id == series_id && c->res_idx == res_idx && c->b.ts >= mint && c->b.ts <= maxt &&
-            rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
-            ret = -1;
-    }
     s = state_find(sh, series_id);
+    if (sh->orphans) { /* an evicted incarnation's buckets may be there too */
+        for (size_t i = 0; ret == 0 && i < sh->closed.n; i++) {
+            const closed_t *c = &sh->closed.v[i];
+            if (c->id == series_id && c->res_idx == res_idx && c->b.ts >= mint && c->b.ts <= maxt &&
+                rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
+                ret = -1;
+        }
+    } else if (s) {
+        for (uint32_t i = s->closed_last; ret == 0 && i != CLOSED_NONE; i = sh->closed.v[i].prev) {
+            const closed_t *c = &sh->closed.v[i];
+            if (c->res_idx == res_idx && c->b.ts >= mint && c->b.ts <= maxt &&
+                rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
+                ret = -1;
+        }
+    }
     rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
     if (s) {
         open = open_get(s, res_idx);
@@ -2397,15 +2517,15 @@ void rollup_close(rollup_t *r)
     /* Closed buckets to disk, open (partial) buckets to rollup_state; try twice in case the
      * first attempt lost a race for the database lock. */
     if (rollup_flush(r, true) != 0 && rollup_flush(r, true) != 0)
-        log_error("rollup", "final flush failed; recent roll-ups lost", LF_I("buckets", r->inflight.n));
+        log_error("rollup", "final flush failed; recent roll-ups lost", LF_I("buckets", inflight_count(r)));
     for (size_t k = 0; k < SHARDS; k++) {
         shard_t *sh = &r->shards[k];
         slab_destroy(&sh->states);
         free(sh->tab);
         free(sh->closed.v);
+        free(sh->inflight.v);
         pthread_mutex_destroy(&sh->mu);
     }
-    free(r->inflight.v);
     snaps_clear(r);
     free(r->snaps);
     free(r->evicted);

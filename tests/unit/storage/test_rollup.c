@@ -1386,6 +1386,114 @@ static void test_readers_threaded(void **state)
     remove_dir(f.dir);
 }
 
+/* The writer takes a shard's closed buckets, sorts them outside the shard lock and swaps them in
+ * as inflight; readers meanwhile find a series' closed buckets through its links, or, for a
+ * series whose state the same cycle evicted, by a scan. Readers on two threads, during a cycle
+ * that takes every bucket of 512 series and evicts half of them, must see each bucket exactly
+ * once: a lost or doubled bucket changes a series' total count. */
+#define TAKE_SERIES 512
+
+typedef struct {
+    rollup_t *r;
+    _Atomic bool *stop;
+    _Atomic int passes;
+    int bad;
+} takerd_t;
+
+static uint64_t take_expected(uint64_t id)
+{
+    return id % 2 == 0 ? 240 : 540; /* even: 1 h at 15 s; odd: 2 h 15 min */
+}
+
+static void *take_reader_main(void *arg)
+{
+    takerd_t *a = arg;
+    rollup_buckets_t b = {0};
+    while (!atomic_load(a->stop)) {
+        rollup_reader_t *rd = rollup_reader_open(a->r);
+        if (!rd) {
+            a->bad++;
+            break;
+        }
+        for (uint64_t id = 1; id <= TAKE_SERIES; id++) {
+            for (size_t res = 0; res < 2; res++) {
+                b.n = 0;
+                if (rollup_reader_read(rd, id, res, INT64_MIN, INT64_MAX, &b) != 0) {
+                    a->bad++;
+                    continue;
+                }
+                uint64_t total = 0;
+                for (size_t k = 0; k < b.n; k++)
+                    total += b.v[k].count;
+                if (total != take_expected(id))
+                    a->bad++;
+            }
+        }
+        rollup_reader_close(rd);
+        atomic_fetch_add(&a->passes, 1);
+    }
+    rollup_buckets_free(&b);
+    return NULL;
+}
+
+static void wait_passes(takerd_t *a, int n)
+{
+    struct timespec nap = {0, 1000000};
+    for (int i = 0; i < 2; i++)
+        while (atomic_load(&a[i].passes) < n && a[i].bad == 0)
+            nanosleep(&nap, NULL);
+}
+
+static void test_take_while_reading(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:400d,1h:400d"};
+    char err[256];
+    f.cat = catalog_open(f.dir, err, sizeof(err));
+    assert_non_null(f.cat);
+    /* The writer thread sleeps; the test runs the cycles. */
+    rollup_config_t cfg = {.resolutions = f.res, .flush_interval_ms = 3600000, .checkpoint_interval_ms = 3600000};
+    f.r = rollup_open(f.cat, &cfg, err, sizeof(err));
+    assert_non_null(f.r);
+    int64_t t0 = (int64_t)time(NULL) * 1000 / HOUR_MS * HOUR_MS - 6 * HOUR_MS;
+    for (int64_t t = t0; t < t0 + 2 * HOUR_MS + 15 * MIN_MS; t += 15000)
+        for (uint64_t id = 1; id <= TAKE_SERIES; id++)
+            if (id % 2 == 1 || t < t0 + HOUR_MS)
+                add(f.r, id, t, (double)t);
+    rollup_close_buckets_before(f.r, t0 + 3 * HOUR_MS);
+
+    _Atomic bool stop = false;
+    pthread_t th[2];
+    takerd_t args[2] = {{.r = f.r, .stop = &stop}, {.r = f.r, .stop = &stop}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, take_reader_main, &args[i]), 0);
+    wait_passes(args, 1); /* everything in the closed lists, found through the links */
+    assert_int_equal(rollup_flush(f.r, false), 0); /* take, evict the even series, commit */
+    wait_passes(args, atomic_load(&args[0].passes) + 2);
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].bad, 0);
+    }
+    rollup_stats_t st;
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, TAKE_SERIES / 2); /* the even ones were evicted */
+
+    /* An evicted series comes back: its new buckets are linked from its new state. */
+    for (int64_t t = t0 + 4 * HOUR_MS; t < t0 + 4 * HOUR_MS + 10 * MIN_MS; t += 15000)
+        add(f.r, 2, t, (double)t);
+    rollup_close_buckets_before(f.r, t0 + 5 * HOUR_MS);
+    rollup_buckets_t b = {0};
+    assert_int_equal(rollup_read(f.r, 2, 0, INT64_MIN, INT64_MAX, &b), 0);
+    uint64_t total = 0;
+    for (size_t k = 0; k < b.n; k++)
+        total += b.v[k].count;
+    assert_int_equal(total, 240 + 40);
+    assert_int_equal(b.n, 60 + 10);
+    rollup_buckets_free(&b);
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1407,6 +1515,7 @@ int main(void)
         cmocka_unit_test(test_old_layout),
         cmocka_unit_test(test_reader_one_transaction),
         cmocka_unit_test(test_readers_threaded),
+        cmocka_unit_test(test_take_while_reading),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
