@@ -45,12 +45,11 @@
  * bound of the ts of every stored bucket. A reader that found nothing on disk for a series with
  * a state learns it (the first bucket of the oldest blob per resolution, in its snapshot, and the
  * series' inflight buckets, under the shard lock; not while the writer sorts a take of that
- * shard's closed list);
- * the writer lowers it for every closed bucket it takes (step 2, shard lock), so it stays a
- * bound; retention only raises the truth; a state created afresh (new, or after eviction) knows
- * nothing. A read over [mint, maxt] with maxt < disk_lo
- * then skips SQLite. Not used while 1h buckets still live in rows (blob_from != INT64_MIN: the
- * migration adds older blobs).
+ * shard's closed list); the writer lowers it for every closed bucket it takes (step 2, shard
+ * lock), so it stays a bound; retention only raises the truth; a state created afresh (new, or
+ * after eviction) knows nothing. A read over [mint, maxt] with maxt < disk_lo then skips SQLite.
+ * Not used while 1h buckets still live in rows (blob_from != INT64_MIN: the migration adds older
+ * blobs).
  *
  * ---- Per-series state --------------------------------------------------------------------------
  * last_t (newest aggregated sample t; samples in its second or earlier are ignored, which makes
