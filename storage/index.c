@@ -30,7 +30,11 @@
  *   slots[]   slot -> series (free slots are chained for reuse)
  *   byhash    open-addressing table of slots keyed by series hash (linear probing; duplicate
  *             hashes allowed, resolved by comparing labels)
- *   pairs     (name id << 32 | value id) -> postings: sorted array of slots
+ *   pairs     (name id << 32 | value id) -> postings: sorted array of slots (2 bytes each while
+ *             the shard has under 65,536 slots, 4 after)
+ *   departed  labels hash -> id of series that left the shard (index.h): a series leaving puts its
+ *             entry, one created under that hash deletes it, both under the shard's write lock, so
+ *             a creator that misses the series and then looks here sees one or the other
  * Postings are per shard so appenders on different shards never share a lock.
  *
  * Names. A global table name id -> array of value ids plus a pair table (name,value) -> series
@@ -147,18 +151,36 @@ static void vec_subtract(u32vec_t *a, const uint32_t *b, size_t bn)
 
 /* ---- postings: a sorted array of slots with its header in one allocation ------------------- */
 
+/* A shard's postings hold its slots in 2 bytes each while the shard has fewer than NARROW_SLOTS
+ * slots (every shard does until the index holds about a million series), in 4 after: the shard
+ * converts all its lists once, when it hands out slot NARROW_SLOTS (shard_widen). Postings are a
+ * dozen entries per series, so narrow slots save ~25 bytes per series. `wide` says which. */
+#define NARROW_SLOTS 65536u
+
 typedef struct {
     uint32_t n, cap;
-    uint32_t v[];
+    uint16_t v[]; /* cap entries: uint16_t slots, or in a wide shard uint32_t ones (2 v's each) */
 } postings_t;
 
-static postings_t *postings_add(postings_t *p, uint32_t slot)
+static inline uint32_t postings_at(const postings_t *p, bool wide, uint32_t i)
 {
+    return wide ? ((const uint32_t *)(const void *)p->v)[i] : p->v[i];
+}
+
+static size_t postings_size(uint32_t cap, bool wide)
+{
+    return sizeof(postings_t) + (size_t)cap * (wide ? 4 : 2);
+}
+
+static postings_t *postings_add(postings_t *p, bool wide, uint32_t slot)
+{
+    assert(wide || slot < NARROW_SLOTS);
     if (!p || p->n == p->cap) {
-        /* 1.25x, not 2x: postings are ~11 words per series, and doubling leaves a quarter of
-         * them empty on average; the copies stay amortised O(1). */
-        uint32_t nc = p ? p->cap + p->cap / 4 + 2 : 2;
-        postings_t *q = realloc(p, sizeof(postings_t) + nc * sizeof(uint32_t));
+        /* 1.25x, not 2x: postings are ~12 entries per series, and doubling leaves a quarter of
+         * them empty on average; the copies stay amortised O(1). The first size fills malloc's
+         * smallest chunk (24 usable bytes) anyway. */
+        uint32_t nc = p ? p->cap + p->cap / 4 + 2 : (wide ? 4 : 8);
+        postings_t *q = realloc(p, postings_size(nc, wide));
         if (!q)
             return NULL;
         if (!p)
@@ -168,26 +190,31 @@ static postings_t *postings_add(postings_t *p, uint32_t slot)
     }
     /* Slots are handed out mostly increasing; the common case is an append. */
     uint32_t i = p->n;
-    while (i > 0 && p->v[i - 1] > slot)
+    while (i > 0 && postings_at(p, wide, i - 1) > slot)
         i--;
-    memmove(p->v + i + 1, p->v + i, (p->n - i) * sizeof(uint32_t));
-    p->v[i] = slot;
+    size_t w = wide ? 4 : 2;
+    memmove((char *)p->v + (i + 1) * w, (char *)p->v + i * w, (p->n - i) * w);
+    if (wide)
+        ((uint32_t *)(void *)p->v)[i] = slot;
+    else
+        p->v[i] = (uint16_t)slot;
     p->n++;
     return p;
 }
 
-static void postings_remove(postings_t *p, uint32_t slot)
+static void postings_remove(postings_t *p, bool wide, uint32_t slot)
 {
     size_t lo = 0, hi = p->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (p->v[mid] < slot)
+        if (postings_at(p, wide, (uint32_t)mid) < slot)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo < p->n && p->v[lo] == slot) {
-        memmove(p->v + lo, p->v + lo + 1, (p->n - lo - 1) * sizeof(uint32_t));
+    if (lo < p->n && postings_at(p, wide, (uint32_t)lo) == slot) {
+        size_t w = wide ? 4 : 2;
+        memmove((char *)p->v + lo * w, (char *)p->v + (lo + 1) * w, (p->n - lo - 1) * w);
         p->n--;
     }
 }
@@ -230,7 +257,9 @@ typedef struct {
      * about 36 more bytes per series at the table's load. */
     uint32_t *byhash;
     uint32_t bh_cap, bh_n;
-    hashmap_t pairs; /* pair -> postings_t* */
+    hashmap_t pairs;    /* pair -> postings_t* */
+    hashmap_t departed; /* labels hash -> id of a series that left (or was noted), see index.h */
+    bool wide;          /* postings hold 4-byte slots (nslots passed NARROW_SLOTS once) */
     uint32_t nseries;
     uint64_t postings_bytes;
 } shard_t;
@@ -455,6 +484,8 @@ index_t *index_new(size_t payload_size, uint64_t max_series)
     for (int i = 0; i < INDEX_SHARDS; i++) {
         pthread_rwlock_init(&ix->shards[i].lock, NULL);
         ix->shards[i].free_head = EMPTY32;
+        /* Not HASHMAP_HASHED_KEYS: the hashes of one shard share their low bits (the shard). */
+        hashmap_init(&ix->shards[i].departed, NULL, 0);
     }
     return ix;
 }
@@ -476,6 +507,7 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
         free(sh->slots);
         free(sh->byhash);
         free_values(&sh->pairs);
+        hashmap_free(&sh->departed);
         pthread_rwlock_destroy(&sh->lock);
     }
     for (uint32_t p = 0; p < SYM_MAX_PAGES; p++) {
@@ -648,6 +680,41 @@ static bool slot_is_free(const shard_t *sh, uint32_t slot)
     return ((uintptr_t)sh->slots[slot] & 1) != 0;
 }
 
+/* Converts every postings list of sh to 4-byte slots, all or none (0, or -1 out of memory). */
+static int shard_widen(shard_t *sh)
+{
+    size_t n = hashmap_count(&sh->pairs), k = 0, pos = 0;
+    postings_t **nw = malloc((n ? n : 1) * sizeof(*nw));
+    if (!nw)
+        return -1;
+    for (const hashmap_slot_t *e; (e = hashmap_next(&sh->pairs, &pos));) {
+        const postings_t *p = (const postings_t *)(uintptr_t)e->val;
+        postings_t *q = malloc(postings_size(p->cap, true));
+        if (!q) {
+            while (k)
+                free(nw[--k]);
+            free(nw);
+            return -1;
+        }
+        q->n = p->n;
+        q->cap = p->cap;
+        for (uint32_t i = 0; i < p->n; i++)
+            ((uint32_t *)(void *)q->v)[i] = p->v[i];
+        nw[k++] = q;
+    }
+    pos = 0;
+    k = 0;
+    for (hashmap_slot_t *e; (e = hashmap_next(&sh->pairs, &pos));) {
+        postings_t *p = (postings_t *)(uintptr_t)e->val;
+        sh->postings_bytes += postings_size(p->cap, true) - postings_size(p->cap, false);
+        free(p);
+        e->val = (uint64_t)(uintptr_t)nw[k++];
+    }
+    free(nw);
+    sh->wide = true;
+    return 0;
+}
+
 static int slot_alloc(shard_t *sh, uint32_t *out)
 {
     if (sh->free_head != EMPTY32) {
@@ -655,8 +722,11 @@ static int slot_alloc(shard_t *sh, uint32_t *out)
         sh->free_head = (uint32_t)((uintptr_t)sh->slots[*out] >> 1);
         return 0;
     }
+    if (!sh->wide && sh->nslots >= NARROW_SLOTS && shard_widen(sh) < 0)
+        return -1;
     if (sh->nslots == sh->capslots) {
-        uint32_t nc = sh->capslots ? sh->capslots * 2 : 64;
+        /* 1.5x: a pointer per series, where doubling leaves up to half of them unused */
+        uint32_t nc = sh->capslots ? sh->capslots + sh->capslots / 2 : 64;
         index_series_t **p = realloc(sh->slots, nc * sizeof(*p));
         if (!p)
             return -1;
@@ -847,9 +917,9 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
         if (!pp)
             continue;
         postings_t *p = (postings_t *)(uintptr_t)*pp;
-        postings_remove(p, s->slot);
+        postings_remove(p, sh->wide, s->slot);
         if (p->n == 0) {
-            sh->postings_bytes -= sizeof(postings_t) + p->cap * sizeof(uint32_t) + 2 * sizeof(hashmap_slot_t);
+            sh->postings_bytes -= postings_size(p->cap, sh->wide) + 2 * sizeof(hashmap_slot_t);
             hashmap_del(&sh->pairs, key);
             free(p);
         }
@@ -857,6 +927,8 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     byhash_remove(sh, s->hash, s->slot);
     slot_free(sh, s->slot);
     sh->nseries--;
+    /* Out of memory, the id is forgotten: the labels would get a new id on return (not fatal). */
+    (void)hashmap_put(&sh->departed, s->hash, s->id);
     pthread_rwlock_wrlock(&ix->names_lock);
     for (uint16_t i = 0; i < s->nlabels; i++)
         names_pair_unref(ix, nm[i], vals[i]);
@@ -952,7 +1024,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             uint64_t *pp = hashmap_get(&sh->pairs, key);
             postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
             uint32_t oldcap = old ? old->cap : 0;
-            postings_t *p = postings_add(old, slot);
+            postings_t *p = postings_add(old, sh->wide, slot);
             if (!p) {
                 rc = -1;
                 break;
@@ -966,7 +1038,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             } else {
                 sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(hashmap_slot_t);
             }
-            sh->postings_bytes += (p->cap - oldcap) * sizeof(uint32_t);
+            sh->postings_bytes += postings_size(p->cap, sh->wide) - postings_size(oldcap, sh->wide);
         }
         sh->slots[slot] = s;
         bool in_byhash = false, existed = false;
@@ -985,7 +1057,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
                 uint64_t *pp = hashmap_get(&sh->pairs, key);
                 if (pp) {
                     postings_t *p = (postings_t *)(uintptr_t)*pp;
-                    postings_remove(p, slot);
+                    postings_remove(p, sh->wide, slot);
                     if (p->n == 0) {
                         hashmap_del(&sh->pairs, key);
                         free(p);
@@ -1012,6 +1084,8 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
         }
         if (syms != stack_syms)
             free(syms);
+        if (hashmap_count(&sh->departed))
+            hashmap_del(&sh->departed, hash); /* the id lives in the series now */
         sh->nseries++;
         atomic_fetch_add(&ix->nseries, 1);
         atomic_fetch_add(&ix->series_bytes, size);
@@ -1044,6 +1118,30 @@ int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t
                         bool *created)
 {
     return acquire_or_create(ix, ls, hash, id, look_first, NULL, ref, created);
+}
+
+/* ---- departed series ----------------------------------------------------------------------- */
+
+bool index_departed_id(index_t *ix, uint64_t hash, uint64_t *id)
+{
+    shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
+    pthread_rwlock_rdlock(&sh->lock);
+    const uint64_t *v = hashmap_get(&sh->departed, hash);
+    if (v)
+        *id = *v;
+    pthread_rwlock_unlock(&sh->lock);
+    return v != NULL;
+}
+
+int index_departed_note(index_t *ix, uint64_t hash, uint64_t id)
+{
+    if (id == HASHMAP_NONE)
+        return INDEX_ERR_NOMEM; /* the one value a table cannot hold; no catalog id is */
+    shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
+    pthread_rwlock_wrlock(&sh->lock);
+    int rc = hashmap_put(&sh->departed, hash, id) < 0 ? INDEX_ERR_NOMEM : INDEX_OK;
+    pthread_rwlock_unlock(&sh->lock);
+    return rc;
 }
 
 /* ---- selection ----------------------------------------------------------------------------- */
@@ -1116,7 +1214,7 @@ static int shard_union(const shard_t *sh, const plan_t *p, u32vec_t *out)
             continue;
         const postings_t *ps = (const postings_t *)(uintptr_t)*pp;
         for (uint32_t k = 0; k < ps->n; k++)
-            if (vec_push(out, ps->v[k]) < 0)
+            if (vec_push(out, postings_at(ps, sh->wide, k)) < 0)
                 return -1;
     }
     vec_sort_unique(out);
@@ -1381,7 +1479,7 @@ uint64_t index_memory_bytes(const index_t *ix)
         shard_t *sh = &m->shards[i];
         pthread_rwlock_rdlock(&sh->lock);
         total += sh->postings_bytes + sh->capslots * sizeof(void *) + sh->bh_cap * sizeof(uint32_t) +
-                 hashmap_bytes(&sh->pairs);
+                 hashmap_bytes(&sh->pairs) + hashmap_bytes(&sh->departed);
         pthread_rwlock_unlock(&sh->lock);
     }
     pthread_rwlock_rdlock(&m->sym_lock);
