@@ -1,17 +1,16 @@
 /*
  * index — interned strings, series identity and postings (see index.h for the contract).
  *
- * Layout of one series (a single malloc; 140 bytes for 11 labels and head's 64-byte payload):
+ * Layout of one series (a single malloc; 132 bytes for 11 labels and head's 64-byte payload):
  *
  *   offset                 size            field
  *   0                      8               id (stable, from the catalog)
- *   8                      8               hash = labels_hash(labels)
- *   16                     8               names: the shared name list (below)
- *   24                     4               slot in its shard
- *   28                     2               number of labels L
- *   30                     1               shard
- *   32                     payload_size    owner's payload (rounded up to 8)
- *   32+P                   4*L             value symbol ids, in label (name) order
+ *   8                      8               names: the shared name list (below), which has L
+ *   16                     4               low 32 bits of labels_hash(labels); the shard is
+ *                                          this % INDEX_SHARDS
+ *   20                     4               slot in its shard
+ *   24                     payload_size    owner's payload (rounded up to 8)
+ *   24+P                   4*L             value symbol ids, in label (name) order
  *
  * Name lists. Series of one kind share their label names (every Flink operator metric has the
  * same ten), so the name symbol ids live once in a refcounted list found by hash (nl_lock), and
@@ -230,15 +229,15 @@ typedef struct namelist {
     uint32_t ids[]; /* name symbol ids, in the series' label order */
 } namelist_t;
 
+/* 24 bytes: the label count is the name list's, the shard is hash32 % INDEX_SHARDS (the shard of
+ * the full hash, as INDEX_SHARDS divides 2^32), and the full hash is recomputed from the labels
+ * the one time it is needed (series_hash). */
 struct index_series {
     uint64_t id;
-    uint64_t hash;
     const namelist_t *names;
+    uint32_t hash32; /* low half of labels_hash: the byhash key, compared before the labels */
     uint32_t slot;
-    uint16_t nlabels;
-    uint8_t shard;
-    uint8_t pad_;
-    /* payload, then uint32_t value symbol ids[nlabels] */
+    /* payload, then uint32_t value symbol ids[names->n] */
 };
 
 typedef struct {
@@ -559,7 +558,7 @@ uint64_t index_series_id(const index_series_t *s)
 
 index_ref_t index_series_ref(const index_series_t *s)
 {
-    return (index_ref_t){.id = s->id, .shard = s->shard, .slot = s->slot};
+    return (index_ref_t){.id = s->id, .shard = s->hash32 % INDEX_SHARDS, .slot = s->slot};
 }
 
 void *index_series_payload(index_series_t *s)
@@ -569,13 +568,13 @@ void *index_series_payload(index_series_t *s)
 
 size_t index_series_nlabels(const index_series_t *s)
 {
-    return s->nlabels;
+    return s->names->n;
 }
 
 void index_series_labels(const index_t *ix, const index_series_t *s, label_t *out)
 {
     const uint32_t *vals = series_vals(ix, s);
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    for (uint16_t i = 0; i < s->names->n; i++) {
         out[i].name = sym_str(ix, s->names->ids[i]);
         out[i].value = sym_str(ix, vals[i]);
     }
@@ -583,19 +582,34 @@ void index_series_labels(const index_t *ix, const index_series_t *s, label_t *ou
 
 void index_series_labels_copy(const index_t *ix, const index_series_t *s, arena_t *a, labels_t *out)
 {
-    out->n = s->nlabels;
-    out->v = arena_alloc(a, sizeof(label_t) * (s->nlabels ? s->nlabels : 1));
+    out->n = s->names->n;
+    out->v = arena_alloc(a, sizeof(label_t) * (out->n ? out->n : 1));
     const uint32_t *vals = series_vals(ix, s);
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    for (uint16_t i = 0; i < s->names->n; i++) {
         const sym_t *n = sym_entry(ix, s->names->ids[i]), *v = sym_entry(ix, vals[i]);
         out->v[i].name = arena_strndup(a, n->s, n->len);
         out->v[i].value = arena_strndup(a, v->s, v->len);
     }
 }
 
+/* labels_hash of s's labels (the series keeps only its low half); false if out of memory. */
+static bool series_hash(const index_t *ix, const index_series_t *s, uint64_t *out)
+{
+    size_t n = s->names->n;
+    label_t stack[32], *v = n <= 32 ? stack : malloc(n * sizeof(label_t));
+    if (!v)
+        return false;
+    index_series_labels(ix, s, v);
+    labels_t ls = {v, n};
+    *out = labels_hash(&ls);
+    if (v != stack)
+        free(v);
+    return true;
+}
+
 static bool series_equal(const index_t *ix, const index_series_t *s, const labels_t *ls)
 {
-    if (s->nlabels != ls->n)
+    if (s->names->n != ls->n)
         return false;
     const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < ls->n; i++)
@@ -609,16 +623,16 @@ static index_series_t *shard_find(const index_t *ix, const shard_t *sh, const la
 {
     if (!sh->bh_cap)
         return NULL;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
+    uint32_t h32 = (uint32_t)hash, mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask) {
         index_series_t *s = sh->slots[sh->byhash[i]];
-        if (s->hash == hash && series_equal(ix, s, ls))
+        if (s->hash32 == h32 && series_equal(ix, s, ls))
             return s;
     }
     return NULL;
 }
 
-static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot);
+static int byhash_insert(shard_t *sh, uint32_t h32, uint32_t slot);
 
 static int byhash_grow(shard_t *sh)
 {
@@ -633,16 +647,16 @@ static int byhash_grow(shard_t *sh)
     sh->bh_n = 0;
     for (uint32_t i = 0; i < ocap; i++)
         if (old[i] != EMPTY32)
-            byhash_insert(sh, sh->slots[old[i]]->hash, old[i]);
+            byhash_insert(sh, sh->slots[old[i]]->hash32, old[i]);
     free(old);
     return 0;
 }
 
-static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
+static int byhash_insert(shard_t *sh, uint32_t h32, uint32_t slot)
 {
     if ((sh->bh_n + 1) * 2 > sh->bh_cap && byhash_grow(sh) < 0)
         return -1;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
     while (sh->byhash[i] != EMPTY32)
         i = (i + 1) & mask;
     sh->byhash[i] = slot;
@@ -650,9 +664,9 @@ static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
     return 0;
 }
 
-static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
+static void byhash_remove(shard_t *sh, uint32_t h32, uint32_t slot)
 {
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask)
         if (sh->byhash[i] == slot)
             break;
@@ -663,7 +677,7 @@ static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
         j = (j + 1) & mask;
         if (sh->byhash[j] == EMPTY32)
             break;
-        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j]]->hash) & mask;
+        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j]]->hash32) & mask;
         bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
         if (!home_between) {
             sh->byhash[i] = sh->byhash[j];
@@ -777,7 +791,7 @@ index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref)
 
 void index_release(index_t *ix, index_series_t *s)
 {
-    pthread_rwlock_unlock(&ix->shards[s->shard].lock);
+    pthread_rwlock_unlock(&ix->shards[s->hash32 % INDEX_SHARDS].lock);
 }
 
 int index_visit_refs(index_t *ix, const index_ref_t *refs, const uint32_t *sel, size_t m, index_ref_fn fn, void *ud)
@@ -910,8 +924,8 @@ static void namelist_release(index_t *ix, const namelist_t *cnl)
 /* Removes s from its shard (write lock held) and frees it; the payload must be released. */
 static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
 {
-    const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids;
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids, nm_n = s->names->n;
+    for (uint16_t i = 0; i < s->names->n; i++) {
         uint64_t key = (uint64_t)nm[i] << 32 | vals[i];
         uint64_t *pp = hashmap_get(&sh->pairs, key);
         if (!pp)
@@ -924,22 +938,24 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
             free(p);
         }
     }
-    byhash_remove(sh, s->hash, s->slot);
+    byhash_remove(sh, s->hash32, s->slot);
     slot_free(sh, s->slot);
     sh->nseries--;
     /* Out of memory, the id is forgotten: the labels would get a new id on return (not fatal). */
-    (void)hashmap_put(&sh->departed, s->hash, s->id);
+    uint64_t hash;
+    if (series_hash(ix, s, &hash))
+        (void)hashmap_put(&sh->departed, hash, s->id);
     pthread_rwlock_wrlock(&ix->names_lock);
-    for (uint16_t i = 0; i < s->nlabels; i++)
+    for (uint16_t i = 0; i < s->names->n; i++)
         names_pair_unref(ix, nm[i], vals[i]);
     pthread_rwlock_unlock(&ix->names_lock);
     pthread_rwlock_wrlock(&ix->sym_lock);
-    for (uint16_t i = 0; i < s->nlabels; i++)
+    for (uint16_t i = 0; i < s->names->n; i++)
         sym_unref_locked(ix, vals[i]);
     pthread_rwlock_unlock(&ix->sym_lock);
     namelist_release(ix, s->names);
     atomic_fetch_sub(&ix->nseries, 1);
-    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)s->nlabels);
+    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)nm_n);
     free(s);
 }
 
@@ -987,10 +1003,8 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             return INDEX_ERR_NOMEM;
         }
         s->id = id;
-        s->hash = hash;
+        s->hash32 = (uint32_t)hash;
         s->slot = slot;
-        s->shard = (uint8_t)shard;
-        s->nlabels = (uint16_t)ls->n;
         size_t nsym = 0, npair = 0;
         int rc = 0;
         pthread_rwlock_wrlock(&ix->sym_lock);
@@ -1042,7 +1056,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
         }
         sh->slots[slot] = s;
         bool in_byhash = false, existed = false;
-        if (rc == 0 && byhash_insert(sh, hash, slot) < 0)
+        if (rc == 0 && byhash_insert(sh, (uint32_t)hash, slot) < 0)
             rc = -1;
         else if (rc == 0)
             in_byhash = true;
@@ -1050,7 +1064,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             rc = -1;
         if (rc != 0) {
             if (in_byhash)
-                byhash_remove(sh, hash, slot);
+                byhash_remove(sh, (uint32_t)hash, slot);
             /* Roll back: postings added so far, names, symbols, the slot. */
             for (size_t i = 0; i < nposted; i++) {
                 uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
@@ -1226,7 +1240,7 @@ static bool series_matches(const index_t *ix, const index_series_t *s, const mat
     const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < n; i++) {
         const sym_t *val = NULL;
-        for (uint16_t k = 0; k < s->nlabels && !val; k++)
+        for (uint16_t k = 0; k < s->names->n && !val; k++)
             if (strcmp(sym_str(ix, s->names->ids[k]), matcher_name(ms[i])) == 0)
                 val = sym_entry(ix, vals[k]);
         if (!matcher_matches(ms[i], val ? val->s : "", val ? val->len : 0))
@@ -1337,7 +1351,7 @@ static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t n
         if (!s)
             continue;
         const uint32_t *vals = series_vals(ix, s);
-        for (uint16_t k = 0; k < s->nlabels; k++) {
+        for (uint16_t k = 0; k < s->names->n; k++) {
             if (name != EMPTY32 && s->names->ids[k] != name)
                 continue;
             const sym_t *e = sym_entry(ix, name == EMPTY32 ? s->names->ids[k] : vals[k]);
