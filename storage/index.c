@@ -27,8 +27,9 @@
  *
  * Shards. Series are spread over INDEX_SHARDS shards by hash. A shard holds:
  *   slots[]   slot -> series (free slots are chained for reuse)
- *   byhash    open-addressing table of slots keyed by series hash (linear probing; duplicate
- *             hashes allowed, resolved by comparing labels)
+ *   byhash    open-addressing table of slots keyed by series hash (linear probing, tagged
+ *             4-byte entries, up to 3/4 full; duplicate hashes allowed, resolved by comparing
+ *             labels)
  *   pairs     (name id << 32 | value id) -> postings: sorted array of slots (2 bytes each while
  *             the shard has under 65,536 slots, 4 after)
  *   departed  labels hash -> id of series that left the shard (index.h): a series leaving puts its
@@ -619,13 +620,29 @@ static bool series_equal(const index_t *ix, const index_series_t *s, const label
     return true;
 }
 
+/* byhash entries: the slot in the low BH_SLOT_BITS bits, a tag (the top 8 bits of the key's mix,
+ * whose low bits pick the home) in the high 8. A probe reads a series only when the tag matches,
+ * so the table runs up to 3/4 full at about one series read per lookup, where untagged slots at
+ * 1/2 cost a read per probe. Slots stay below BH_SLOT_MASK, so no entry is EMPTY32. */
+#define BH_SLOT_BITS 24
+#define BH_SLOT_MASK ((1u << BH_SLOT_BITS) - 1)
+
+static uint32_t bh_entry(uint64_t mix, uint32_t slot)
+{
+    return (uint32_t)(mix >> 56) << BH_SLOT_BITS | slot;
+}
+
 static index_series_t *shard_find(const index_t *ix, const shard_t *sh, const labels_t *ls, uint64_t hash)
 {
     if (!sh->bh_cap)
         return NULL;
-    uint32_t h32 = (uint32_t)hash, mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
-    for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask) {
-        index_series_t *s = sh->slots[sh->byhash[i]];
+    uint32_t h32 = (uint32_t)hash;
+    uint64_t mix = hash_mix64(h32);
+    uint32_t tag = (uint32_t)(mix >> 56), mask = sh->bh_cap - 1, i = (uint32_t)mix & mask;
+    for (uint32_t e; (e = sh->byhash[i]) != EMPTY32; i = (i + 1) & mask) {
+        if (e >> BH_SLOT_BITS != tag)
+            continue;
+        index_series_t *s = sh->slots[e & BH_SLOT_MASK];
         if (s->hash32 == h32 && series_equal(ix, s, ls))
             return s;
     }
@@ -646,20 +663,24 @@ static int byhash_grow(shard_t *sh)
     sh->bh_cap = ncap;
     sh->bh_n = 0;
     for (uint32_t i = 0; i < ocap; i++)
-        if (old[i] != EMPTY32)
-            byhash_insert(sh, sh->slots[old[i]]->hash32, old[i]);
+        if (old[i] != EMPTY32) {
+            uint32_t slot = old[i] & BH_SLOT_MASK;
+            byhash_insert(sh, sh->slots[slot]->hash32, slot);
+        }
     free(old);
     return 0;
 }
 
 static int byhash_insert(shard_t *sh, uint32_t h32, uint32_t slot)
 {
-    if ((sh->bh_n + 1) * 2 > sh->bh_cap && byhash_grow(sh) < 0)
+    assert(slot < BH_SLOT_MASK);
+    if (((uint64_t)sh->bh_n + 1) * 4 > (uint64_t)sh->bh_cap * 3 && byhash_grow(sh) < 0)
         return -1;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
+    uint64_t mix = hash_mix64(h32);
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix & mask;
     while (sh->byhash[i] != EMPTY32)
         i = (i + 1) & mask;
-    sh->byhash[i] = slot;
+    sh->byhash[i] = bh_entry(mix, slot);
     sh->bh_n++;
     return 0;
 }
@@ -668,7 +689,7 @@ static void byhash_remove(shard_t *sh, uint32_t h32, uint32_t slot)
 {
     uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask)
-        if (sh->byhash[i] == slot)
+        if ((sh->byhash[i] & BH_SLOT_MASK) == slot)
             break;
     if (sh->byhash[i] == EMPTY32)
         return;
@@ -677,7 +698,7 @@ static void byhash_remove(shard_t *sh, uint32_t h32, uint32_t slot)
         j = (j + 1) & mask;
         if (sh->byhash[j] == EMPTY32)
             break;
-        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j]]->hash32) & mask;
+        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j] & BH_SLOT_MASK]->hash32) & mask;
         bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
         if (!home_between) {
             sh->byhash[i] = sh->byhash[j];
@@ -736,6 +757,8 @@ static int slot_alloc(shard_t *sh, uint32_t *out)
         sh->free_head = (uint32_t)((uintptr_t)sh->slots[*out] >> 1);
         return 0;
     }
+    if (sh->nslots >= BH_SLOT_MASK) /* 16.7M series in one shard, 268M in all */
+        return -1;
     if (!sh->wide && sh->nslots >= NARROW_SLOTS && shard_widen(sh) < 0)
         return -1;
     if (sh->nslots == sh->capslots) {
