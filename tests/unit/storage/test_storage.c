@@ -804,7 +804,7 @@ static void test_append_refs(void **state)
     assert_int_equal(ry.slot, rold.slot); /* the freed slot was reused */
     ref = rold;
     assert_int_equal(append_ref(s, "old", t0 + 40000, 7, &ref, &r), STORAGE_OK);
-    assert_true(ref.id == rold.id); /* same labels, same id (catalog/known map) */
+    assert_true(ref.id == rold.id); /* same labels, same id (the index keeps departed ids) */
     assert_false(ref.shard == ry.shard && ref.slot == ry.slot);
     assert_int_equal(count_job(s, "rm", "old", &sum), 1);
     assert_true(sum == 7);
