@@ -1,17 +1,16 @@
 /*
  * index — interned strings, series identity and postings (see index.h for the contract).
  *
- * Layout of one series (a single malloc; 140 bytes for 11 labels and head's 64-byte payload):
+ * Layout of one series (a single malloc; 132 bytes for 11 labels and head's 64-byte payload):
  *
  *   offset                 size            field
  *   0                      8               id (stable, from the catalog)
- *   8                      8               hash = labels_hash(labels)
- *   16                     8               names: the shared name list (below)
- *   24                     4               slot in its shard
- *   28                     2               number of labels L
- *   30                     1               shard
- *   32                     payload_size    owner's payload (rounded up to 8)
- *   32+P                   4*L             value symbol ids, in label (name) order
+ *   8                      8               names: the shared name list (below), which has L
+ *   16                     4               low 32 bits of labels_hash(labels); the shard is
+ *                                          this % INDEX_SHARDS
+ *   20                     4               slot in its shard
+ *   24                     payload_size    owner's payload (rounded up to 8)
+ *   24+P                   4*L             value symbol ids, in label (name) order
  *
  * Name lists. Series of one kind share their label names (every Flink operator metric has the
  * same ten), so the name symbol ids live once in a refcounted list found by hash (nl_lock), and
@@ -28,9 +27,14 @@
  *
  * Shards. Series are spread over INDEX_SHARDS shards by hash. A shard holds:
  *   slots[]   slot -> series (free slots are chained for reuse)
- *   byhash    open-addressing table of slots keyed by series hash (linear probing; duplicate
- *             hashes allowed, resolved by comparing labels)
- *   pairs     (name id << 32 | value id) -> postings: sorted array of slots
+ *   byhash    open-addressing table of slots keyed by series hash (linear probing, tagged
+ *             4-byte entries, up to 3/4 full; duplicate hashes allowed, resolved by comparing
+ *             labels)
+ *   pairs     (name id << 32 | value id) -> postings: sorted array of slots (2 bytes each while
+ *             the shard has under 65,536 slots, 4 after)
+ *   departed  labels hash -> id of series that left the shard (index.h): a series leaving puts its
+ *             entry, one created under that hash deletes it, both under the shard's write lock, so
+ *             a creator that misses the series and then looks here sees one or the other
  * Postings are per shard so appenders on different shards never share a lock.
  *
  * Names. A global table name id -> array of value ids plus a pair table (name,value) -> series
@@ -147,18 +151,36 @@ static void vec_subtract(u32vec_t *a, const uint32_t *b, size_t bn)
 
 /* ---- postings: a sorted array of slots with its header in one allocation ------------------- */
 
+/* A shard's postings hold its slots in 2 bytes each while the shard has fewer than NARROW_SLOTS
+ * slots (every shard does until the index holds about a million series), in 4 after: the shard
+ * converts all its lists once, when it hands out slot NARROW_SLOTS (shard_widen). Postings are a
+ * dozen entries per series, so narrow slots save ~25 bytes per series. `wide` says which. */
+#define NARROW_SLOTS 65536u
+
 typedef struct {
     uint32_t n, cap;
-    uint32_t v[];
+    uint16_t v[]; /* cap entries: uint16_t slots, or in a wide shard uint32_t ones (2 v's each) */
 } postings_t;
 
-static postings_t *postings_add(postings_t *p, uint32_t slot)
+static inline uint32_t postings_at(const postings_t *p, bool wide, uint32_t i)
 {
+    return wide ? ((const uint32_t *)(const void *)p->v)[i] : p->v[i];
+}
+
+static size_t postings_size(uint32_t cap, bool wide)
+{
+    return sizeof(postings_t) + (size_t)cap * (wide ? 4 : 2);
+}
+
+static postings_t *postings_add(postings_t *p, bool wide, uint32_t slot)
+{
+    assert(wide || slot < NARROW_SLOTS);
     if (!p || p->n == p->cap) {
-        /* 1.25x, not 2x: postings are ~11 words per series, and doubling leaves a quarter of
-         * them empty on average; the copies stay amortised O(1). */
-        uint32_t nc = p ? p->cap + p->cap / 4 + 2 : 2;
-        postings_t *q = realloc(p, sizeof(postings_t) + nc * sizeof(uint32_t));
+        /* 1.25x, not 2x: postings are ~12 entries per series, and doubling leaves a quarter of
+         * them empty on average; the copies stay amortised O(1). The first size fills malloc's
+         * smallest chunk (24 usable bytes) anyway. */
+        uint32_t nc = p ? p->cap + p->cap / 4 + 2 : (wide ? 4 : 8);
+        postings_t *q = realloc(p, postings_size(nc, wide));
         if (!q)
             return NULL;
         if (!p)
@@ -168,26 +190,31 @@ static postings_t *postings_add(postings_t *p, uint32_t slot)
     }
     /* Slots are handed out mostly increasing; the common case is an append. */
     uint32_t i = p->n;
-    while (i > 0 && p->v[i - 1] > slot)
+    while (i > 0 && postings_at(p, wide, i - 1) > slot)
         i--;
-    memmove(p->v + i + 1, p->v + i, (p->n - i) * sizeof(uint32_t));
-    p->v[i] = slot;
+    size_t w = wide ? 4 : 2;
+    memmove((char *)p->v + (i + 1) * w, (char *)p->v + i * w, (p->n - i) * w);
+    if (wide)
+        ((uint32_t *)(void *)p->v)[i] = slot;
+    else
+        p->v[i] = (uint16_t)slot;
     p->n++;
     return p;
 }
 
-static void postings_remove(postings_t *p, uint32_t slot)
+static void postings_remove(postings_t *p, bool wide, uint32_t slot)
 {
     size_t lo = 0, hi = p->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (p->v[mid] < slot)
+        if (postings_at(p, wide, (uint32_t)mid) < slot)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo < p->n && p->v[lo] == slot) {
-        memmove(p->v + lo, p->v + lo + 1, (p->n - lo - 1) * sizeof(uint32_t));
+    if (lo < p->n && postings_at(p, wide, (uint32_t)lo) == slot) {
+        size_t w = wide ? 4 : 2;
+        memmove((char *)p->v + lo * w, (char *)p->v + (lo + 1) * w, (p->n - lo - 1) * w);
         p->n--;
     }
 }
@@ -203,15 +230,15 @@ typedef struct namelist {
     uint32_t ids[]; /* name symbol ids, in the series' label order */
 } namelist_t;
 
+/* 24 bytes: the label count is the name list's, the shard is hash32 % INDEX_SHARDS (the shard of
+ * the full hash, as INDEX_SHARDS divides 2^32), and the full hash is recomputed from the labels
+ * the one time it is needed (series_hash). */
 struct index_series {
     uint64_t id;
-    uint64_t hash;
     const namelist_t *names;
+    uint32_t hash32; /* low half of labels_hash: the byhash key, compared before the labels */
     uint32_t slot;
-    uint16_t nlabels;
-    uint8_t shard;
-    uint8_t pad_;
-    /* payload, then uint32_t value symbol ids[nlabels] */
+    /* payload, then uint32_t value symbol ids[names->n] */
 };
 
 typedef struct {
@@ -230,7 +257,9 @@ typedef struct {
      * about 36 more bytes per series at the table's load. */
     uint32_t *byhash;
     uint32_t bh_cap, bh_n;
-    hashmap_t pairs; /* pair -> postings_t* */
+    hashmap_t pairs;    /* pair -> postings_t* */
+    hashmap_t departed; /* labels hash -> id of a series that left (or was noted), see index.h */
+    bool wide;          /* postings hold 4-byte slots (nslots passed NARROW_SLOTS once) */
     uint32_t nseries;
     uint64_t postings_bytes;
 } shard_t;
@@ -455,6 +484,8 @@ index_t *index_new(size_t payload_size, uint64_t max_series)
     for (int i = 0; i < INDEX_SHARDS; i++) {
         pthread_rwlock_init(&ix->shards[i].lock, NULL);
         ix->shards[i].free_head = EMPTY32;
+        /* Not HASHMAP_HASHED_KEYS: the hashes of one shard share their low bits (the shard). */
+        hashmap_init(&ix->shards[i].departed, NULL, 0);
     }
     return ix;
 }
@@ -476,6 +507,7 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
         free(sh->slots);
         free(sh->byhash);
         free_values(&sh->pairs);
+        hashmap_free(&sh->departed);
         pthread_rwlock_destroy(&sh->lock);
     }
     for (uint32_t p = 0; p < SYM_MAX_PAGES; p++) {
@@ -527,7 +559,7 @@ uint64_t index_series_id(const index_series_t *s)
 
 index_ref_t index_series_ref(const index_series_t *s)
 {
-    return (index_ref_t){.id = s->id, .shard = s->shard, .slot = s->slot};
+    return (index_ref_t){.id = s->id, .shard = s->hash32 % INDEX_SHARDS, .slot = s->slot};
 }
 
 void *index_series_payload(index_series_t *s)
@@ -537,13 +569,13 @@ void *index_series_payload(index_series_t *s)
 
 size_t index_series_nlabels(const index_series_t *s)
 {
-    return s->nlabels;
+    return s->names->n;
 }
 
 void index_series_labels(const index_t *ix, const index_series_t *s, label_t *out)
 {
     const uint32_t *vals = series_vals(ix, s);
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    for (uint16_t i = 0; i < s->names->n; i++) {
         out[i].name = sym_str(ix, s->names->ids[i]);
         out[i].value = sym_str(ix, vals[i]);
     }
@@ -551,19 +583,34 @@ void index_series_labels(const index_t *ix, const index_series_t *s, label_t *ou
 
 void index_series_labels_copy(const index_t *ix, const index_series_t *s, arena_t *a, labels_t *out)
 {
-    out->n = s->nlabels;
-    out->v = arena_alloc(a, sizeof(label_t) * (s->nlabels ? s->nlabels : 1));
+    out->n = s->names->n;
+    out->v = arena_alloc(a, sizeof(label_t) * (out->n ? out->n : 1));
     const uint32_t *vals = series_vals(ix, s);
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    for (uint16_t i = 0; i < s->names->n; i++) {
         const sym_t *n = sym_entry(ix, s->names->ids[i]), *v = sym_entry(ix, vals[i]);
         out->v[i].name = arena_strndup(a, n->s, n->len);
         out->v[i].value = arena_strndup(a, v->s, v->len);
     }
 }
 
+/* labels_hash of s's labels (the series keeps only its low half); false if out of memory. */
+static bool series_hash(const index_t *ix, const index_series_t *s, uint64_t *out)
+{
+    size_t n = s->names->n;
+    label_t stack[32], *v = n <= 32 ? stack : malloc(n * sizeof(label_t));
+    if (!v)
+        return false;
+    index_series_labels(ix, s, v);
+    labels_t ls = {v, n};
+    *out = labels_hash(&ls);
+    if (v != stack)
+        free(v);
+    return true;
+}
+
 static bool series_equal(const index_t *ix, const index_series_t *s, const labels_t *ls)
 {
-    if (s->nlabels != ls->n)
+    if (s->names->n != ls->n)
         return false;
     const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < ls->n; i++)
@@ -573,20 +620,36 @@ static bool series_equal(const index_t *ix, const index_series_t *s, const label
     return true;
 }
 
+/* byhash entries: the slot in the low BH_SLOT_BITS bits, a tag (the top 8 bits of the key's mix,
+ * whose low bits pick the home) in the high 8. A probe reads a series only when the tag matches,
+ * so the table runs up to 3/4 full at about one series read per lookup, where untagged slots at
+ * 1/2 cost a read per probe. Slots stay below BH_SLOT_MASK, so no entry is EMPTY32. */
+#define BH_SLOT_BITS 24
+#define BH_SLOT_MASK ((1u << BH_SLOT_BITS) - 1)
+
+static uint32_t bh_entry(uint64_t mix, uint32_t slot)
+{
+    return (uint32_t)(mix >> 56) << BH_SLOT_BITS | slot;
+}
+
 static index_series_t *shard_find(const index_t *ix, const shard_t *sh, const labels_t *ls, uint64_t hash)
 {
     if (!sh->bh_cap)
         return NULL;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
-    for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask) {
-        index_series_t *s = sh->slots[sh->byhash[i]];
-        if (s->hash == hash && series_equal(ix, s, ls))
+    uint32_t h32 = (uint32_t)hash;
+    uint64_t mix = hash_mix64(h32);
+    uint32_t tag = (uint32_t)(mix >> 56), mask = sh->bh_cap - 1, i = (uint32_t)mix & mask;
+    for (uint32_t e; (e = sh->byhash[i]) != EMPTY32; i = (i + 1) & mask) {
+        if (e >> BH_SLOT_BITS != tag)
+            continue;
+        index_series_t *s = sh->slots[e & BH_SLOT_MASK];
+        if (s->hash32 == h32 && series_equal(ix, s, ls))
             return s;
     }
     return NULL;
 }
 
-static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot);
+static int byhash_insert(shard_t *sh, uint32_t h32, uint32_t slot);
 
 static int byhash_grow(shard_t *sh)
 {
@@ -600,29 +663,33 @@ static int byhash_grow(shard_t *sh)
     sh->bh_cap = ncap;
     sh->bh_n = 0;
     for (uint32_t i = 0; i < ocap; i++)
-        if (old[i] != EMPTY32)
-            byhash_insert(sh, sh->slots[old[i]]->hash, old[i]);
+        if (old[i] != EMPTY32) {
+            uint32_t slot = old[i] & BH_SLOT_MASK;
+            byhash_insert(sh, sh->slots[slot]->hash32, slot);
+        }
     free(old);
     return 0;
 }
 
-static int byhash_insert(shard_t *sh, uint64_t hash, uint32_t slot)
+static int byhash_insert(shard_t *sh, uint32_t h32, uint32_t slot)
 {
-    if ((sh->bh_n + 1) * 2 > sh->bh_cap && byhash_grow(sh) < 0)
+    assert(slot < BH_SLOT_MASK);
+    if (((uint64_t)sh->bh_n + 1) * 4 > (uint64_t)sh->bh_cap * 3 && byhash_grow(sh) < 0)
         return -1;
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
+    uint64_t mix = hash_mix64(h32);
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)mix & mask;
     while (sh->byhash[i] != EMPTY32)
         i = (i + 1) & mask;
-    sh->byhash[i] = slot;
+    sh->byhash[i] = bh_entry(mix, slot);
     sh->bh_n++;
     return 0;
 }
 
-static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
+static void byhash_remove(shard_t *sh, uint32_t h32, uint32_t slot)
 {
-    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(hash) & mask;
+    uint32_t mask = sh->bh_cap - 1, i = (uint32_t)hash_mix64(h32) & mask;
     for (; sh->byhash[i] != EMPTY32; i = (i + 1) & mask)
-        if (sh->byhash[i] == slot)
+        if ((sh->byhash[i] & BH_SLOT_MASK) == slot)
             break;
     if (sh->byhash[i] == EMPTY32)
         return;
@@ -631,7 +698,7 @@ static void byhash_remove(shard_t *sh, uint64_t hash, uint32_t slot)
         j = (j + 1) & mask;
         if (sh->byhash[j] == EMPTY32)
             break;
-        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j]]->hash) & mask;
+        uint32_t k = (uint32_t)hash_mix64(sh->slots[sh->byhash[j] & BH_SLOT_MASK]->hash32) & mask;
         bool home_between = i <= j ? (k > i && k <= j) : (k > i || k <= j);
         if (!home_between) {
             sh->byhash[i] = sh->byhash[j];
@@ -648,6 +715,41 @@ static bool slot_is_free(const shard_t *sh, uint32_t slot)
     return ((uintptr_t)sh->slots[slot] & 1) != 0;
 }
 
+/* Converts every postings list of sh to 4-byte slots, all or none (0, or -1 out of memory). */
+static int shard_widen(shard_t *sh)
+{
+    size_t n = hashmap_count(&sh->pairs), k = 0, pos = 0;
+    postings_t **nw = malloc((n ? n : 1) * sizeof(*nw));
+    if (!nw)
+        return -1;
+    for (const hashmap_slot_t *e; (e = hashmap_next(&sh->pairs, &pos));) {
+        const postings_t *p = (const postings_t *)(uintptr_t)e->val;
+        postings_t *q = malloc(postings_size(p->cap, true));
+        if (!q) {
+            while (k)
+                free(nw[--k]);
+            free(nw);
+            return -1;
+        }
+        q->n = p->n;
+        q->cap = p->cap;
+        for (uint32_t i = 0; i < p->n; i++)
+            ((uint32_t *)(void *)q->v)[i] = p->v[i];
+        nw[k++] = q;
+    }
+    pos = 0;
+    k = 0;
+    for (hashmap_slot_t *e; (e = hashmap_next(&sh->pairs, &pos));) {
+        postings_t *p = (postings_t *)(uintptr_t)e->val;
+        sh->postings_bytes += postings_size(p->cap, true) - postings_size(p->cap, false);
+        free(p);
+        e->val = (uint64_t)(uintptr_t)nw[k++];
+    }
+    free(nw);
+    sh->wide = true;
+    return 0;
+}
+
 static int slot_alloc(shard_t *sh, uint32_t *out)
 {
     if (sh->free_head != EMPTY32) {
@@ -655,8 +757,13 @@ static int slot_alloc(shard_t *sh, uint32_t *out)
         sh->free_head = (uint32_t)((uintptr_t)sh->slots[*out] >> 1);
         return 0;
     }
+    if (sh->nslots >= BH_SLOT_MASK) /* 16.7M series in one shard, 268M in all */
+        return -1;
+    if (!sh->wide && sh->nslots >= NARROW_SLOTS && shard_widen(sh) < 0)
+        return -1;
     if (sh->nslots == sh->capslots) {
-        uint32_t nc = sh->capslots ? sh->capslots * 2 : 64;
+        /* 1.5x: a pointer per series, where doubling leaves up to half of them unused */
+        uint32_t nc = sh->capslots ? sh->capslots + sh->capslots / 2 : 64;
         index_series_t **p = realloc(sh->slots, nc * sizeof(*p));
         if (!p)
             return -1;
@@ -707,7 +814,7 @@ index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref)
 
 void index_release(index_t *ix, index_series_t *s)
 {
-    pthread_rwlock_unlock(&ix->shards[s->shard].lock);
+    pthread_rwlock_unlock(&ix->shards[s->hash32 % INDEX_SHARDS].lock);
 }
 
 int index_visit_refs(index_t *ix, const index_ref_t *refs, const uint32_t *sel, size_t m, index_ref_fn fn, void *ud)
@@ -840,34 +947,38 @@ static void namelist_release(index_t *ix, const namelist_t *cnl)
 /* Removes s from its shard (write lock held) and frees it; the payload must be released. */
 static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
 {
-    const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids;
-    for (uint16_t i = 0; i < s->nlabels; i++) {
+    const uint32_t *vals = series_vals(ix, s), *nm = s->names->ids, nm_n = s->names->n;
+    for (uint16_t i = 0; i < s->names->n; i++) {
         uint64_t key = (uint64_t)nm[i] << 32 | vals[i];
         uint64_t *pp = hashmap_get(&sh->pairs, key);
         if (!pp)
             continue;
         postings_t *p = (postings_t *)(uintptr_t)*pp;
-        postings_remove(p, s->slot);
+        postings_remove(p, sh->wide, s->slot);
         if (p->n == 0) {
-            sh->postings_bytes -= sizeof(postings_t) + p->cap * sizeof(uint32_t) + 2 * sizeof(hashmap_slot_t);
+            sh->postings_bytes -= postings_size(p->cap, sh->wide) + 2 * sizeof(hashmap_slot_t);
             hashmap_del(&sh->pairs, key);
             free(p);
         }
     }
-    byhash_remove(sh, s->hash, s->slot);
+    byhash_remove(sh, s->hash32, s->slot);
     slot_free(sh, s->slot);
     sh->nseries--;
+    /* Out of memory, the id is forgotten: the labels would get a new id on return (not fatal). */
+    uint64_t hash;
+    if (series_hash(ix, s, &hash))
+        (void)hashmap_put(&sh->departed, hash, s->id);
     pthread_rwlock_wrlock(&ix->names_lock);
-    for (uint16_t i = 0; i < s->nlabels; i++)
+    for (uint16_t i = 0; i < s->names->n; i++)
         names_pair_unref(ix, nm[i], vals[i]);
     pthread_rwlock_unlock(&ix->names_lock);
     pthread_rwlock_wrlock(&ix->sym_lock);
-    for (uint16_t i = 0; i < s->nlabels; i++)
+    for (uint16_t i = 0; i < s->names->n; i++)
         sym_unref_locked(ix, vals[i]);
     pthread_rwlock_unlock(&ix->sym_lock);
     namelist_release(ix, s->names);
     atomic_fetch_sub(&ix->nseries, 1);
-    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)s->nlabels);
+    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)nm_n);
     free(s);
 }
 
@@ -915,10 +1026,8 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             return INDEX_ERR_NOMEM;
         }
         s->id = id;
-        s->hash = hash;
+        s->hash32 = (uint32_t)hash;
         s->slot = slot;
-        s->shard = (uint8_t)shard;
-        s->nlabels = (uint16_t)ls->n;
         size_t nsym = 0, npair = 0;
         int rc = 0;
         pthread_rwlock_wrlock(&ix->sym_lock);
@@ -952,7 +1061,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             uint64_t *pp = hashmap_get(&sh->pairs, key);
             postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
             uint32_t oldcap = old ? old->cap : 0;
-            postings_t *p = postings_add(old, slot);
+            postings_t *p = postings_add(old, sh->wide, slot);
             if (!p) {
                 rc = -1;
                 break;
@@ -966,11 +1075,11 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             } else {
                 sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(hashmap_slot_t);
             }
-            sh->postings_bytes += (p->cap - oldcap) * sizeof(uint32_t);
+            sh->postings_bytes += postings_size(p->cap, sh->wide) - postings_size(oldcap, sh->wide);
         }
         sh->slots[slot] = s;
         bool in_byhash = false, existed = false;
-        if (rc == 0 && byhash_insert(sh, hash, slot) < 0)
+        if (rc == 0 && byhash_insert(sh, (uint32_t)hash, slot) < 0)
             rc = -1;
         else if (rc == 0)
             in_byhash = true;
@@ -978,14 +1087,14 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             rc = -1;
         if (rc != 0) {
             if (in_byhash)
-                byhash_remove(sh, hash, slot);
+                byhash_remove(sh, (uint32_t)hash, slot);
             /* Roll back: postings added so far, names, symbols, the slot. */
             for (size_t i = 0; i < nposted; i++) {
                 uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
                 uint64_t *pp = hashmap_get(&sh->pairs, key);
                 if (pp) {
                     postings_t *p = (postings_t *)(uintptr_t)*pp;
-                    postings_remove(p, slot);
+                    postings_remove(p, sh->wide, slot);
                     if (p->n == 0) {
                         hashmap_del(&sh->pairs, key);
                         free(p);
@@ -1012,6 +1121,8 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
         }
         if (syms != stack_syms)
             free(syms);
+        if (hashmap_count(&sh->departed))
+            hashmap_del(&sh->departed, hash); /* the id lives in the series now */
         sh->nseries++;
         atomic_fetch_add(&ix->nseries, 1);
         atomic_fetch_add(&ix->series_bytes, size);
@@ -1044,6 +1155,30 @@ int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t
                         bool *created)
 {
     return acquire_or_create(ix, ls, hash, id, look_first, NULL, ref, created);
+}
+
+/* ---- departed series ----------------------------------------------------------------------- */
+
+bool index_departed_id(index_t *ix, uint64_t hash, uint64_t *id)
+{
+    shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
+    pthread_rwlock_rdlock(&sh->lock);
+    const uint64_t *v = hashmap_get(&sh->departed, hash);
+    if (v)
+        *id = *v;
+    pthread_rwlock_unlock(&sh->lock);
+    return v != NULL;
+}
+
+int index_departed_note(index_t *ix, uint64_t hash, uint64_t id)
+{
+    if (id == HASHMAP_NONE)
+        return INDEX_ERR_NOMEM; /* the one value a table cannot hold; no catalog id is */
+    shard_t *sh = &ix->shards[hash % INDEX_SHARDS];
+    pthread_rwlock_wrlock(&sh->lock);
+    int rc = hashmap_put(&sh->departed, hash, id) < 0 ? INDEX_ERR_NOMEM : INDEX_OK;
+    pthread_rwlock_unlock(&sh->lock);
+    return rc;
 }
 
 /* ---- selection ----------------------------------------------------------------------------- */
@@ -1116,7 +1251,7 @@ static int shard_union(const shard_t *sh, const plan_t *p, u32vec_t *out)
             continue;
         const postings_t *ps = (const postings_t *)(uintptr_t)*pp;
         for (uint32_t k = 0; k < ps->n; k++)
-            if (vec_push(out, ps->v[k]) < 0)
+            if (vec_push(out, postings_at(ps, sh->wide, k)) < 0)
                 return -1;
     }
     vec_sort_unique(out);
@@ -1128,7 +1263,7 @@ static bool series_matches(const index_t *ix, const index_series_t *s, const mat
     const uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < n; i++) {
         const sym_t *val = NULL;
-        for (uint16_t k = 0; k < s->nlabels && !val; k++)
+        for (uint16_t k = 0; k < s->names->n && !val; k++)
             if (strcmp(sym_str(ix, s->names->ids[k]), matcher_name(ms[i])) == 0)
                 val = sym_entry(ix, vals[k]);
         if (!matcher_matches(ms[i], val ? val->s : "", val ? val->len : 0))
@@ -1239,7 +1374,7 @@ static int collect_from_series(index_t *ix, const index_refs_t *refs, uint32_t n
         if (!s)
             continue;
         const uint32_t *vals = series_vals(ix, s);
-        for (uint16_t k = 0; k < s->nlabels; k++) {
+        for (uint16_t k = 0; k < s->names->n; k++) {
             if (name != EMPTY32 && s->names->ids[k] != name)
                 continue;
             const sym_t *e = sym_entry(ix, name == EMPTY32 ? s->names->ids[k] : vals[k]);
@@ -1381,7 +1516,7 @@ uint64_t index_memory_bytes(const index_t *ix)
         shard_t *sh = &m->shards[i];
         pthread_rwlock_rdlock(&sh->lock);
         total += sh->postings_bytes + sh->capslots * sizeof(void *) + sh->bh_cap * sizeof(uint32_t) +
-                 hashmap_bytes(&sh->pairs);
+                 hashmap_bytes(&sh->pairs) + hashmap_bytes(&sh->departed);
         pthread_rwlock_unlock(&sh->lock);
     }
     pthread_rwlock_rdlock(&m->sym_lock);

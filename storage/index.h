@@ -74,6 +74,16 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
  * that creation makes still finds one created meanwhile). */
 int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
                         bool *created);
+/* Ids outlive their series. A series that leaves the index (index_sweep) leaves its labels hash
+ * -> id behind, so that the same labels coming back can be created with the same id; creating a
+ * series forgets the entry of its hash (the id lives in the series again). So the ids of series in
+ * memory cost nothing extra, and only those of departed ones take a table entry. The 64-bit
+ * labels hash is trusted as identity here (no labels are kept).
+ * index_departed_id: the id the labels with this hash had, if they left (true) or were noted.
+ * index_departed_note: remembers an id for labels not in the index (the catalog's series at
+ * startup); INDEX_OK or INDEX_ERR_NOMEM. */
+bool index_departed_id(index_t *ix, uint64_t hash, uint64_t *id);
+int index_departed_note(index_t *ix, uint64_t hash, uint64_t id);
 /* The series ref points at, shard read-locked, or NULL if it is gone. */
 index_series_t *index_acquire_ref(index_t *ix, const index_ref_t *ref);
 void index_release(index_t *ix, index_series_t *s);

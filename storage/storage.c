@@ -44,8 +44,9 @@
  *
  * Locks: ckpt (rwlock) is held for reading by appenders across "WAL log + head apply" and for
  * writing only around wal_cut, so a snapshot never needs to stop appends for longer than that.
- * known_lock guards the label-hash -> id map that keeps series ids stable when a series leaves
- * memory and comes back (the 64-bit xxh3 label hash is trusted as identity).
+ * Series ids stay stable when a series leaves memory and comes back: the index keeps the labels
+ * hash -> id of the series that left it (index_departed_id; the 64-bit xxh3 label hash is trusted
+ * as identity), and at startup is told the catalog's; series in memory carry their id themselves.
  */
 #include "storage/storage.h"
 
@@ -92,8 +93,6 @@ struct storage {
     _Atomic uint64_t next_id; /* memory-only stores */
 
     pthread_rwlock_t ckpt;
-    pthread_mutex_t known_lock;
-    hashmap_t known; /* labels hash -> series id */
 
     pthread_mutex_t snap_lock; /* one snapshot at a time */
     int64_t last_snapshot_ms;
@@ -210,8 +209,6 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
     }
     atomic_init(&s->next_id, 1);
     pthread_rwlock_init(&s->ckpt, NULL);
-    pthread_mutex_init(&s->known_lock, NULL);
-    hashmap_init(&s->known, NULL, HASHMAP_HASHED_KEYS);
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_mutex_init(&s->min_lock, NULL);
@@ -253,17 +250,13 @@ static int remember_ref(recover_t *r, uint64_t id, index_ref_t ref)
     return hashmap_put(&r->refs, id, r->nref++);
 }
 
-static void known_put(storage_t *s, uint64_t hash, uint64_t id)
-{
-    pthread_mutex_lock(&s->known_lock);
-    (void)hashmap_put(&s->known, hash, id); /* OOM: the id may change on return; not fatal */
-    pthread_mutex_unlock(&s->known_lock);
-}
-
+/* Every catalog series, before recovery: the ones recovery brings back into the head drop their
+ * entry again; the others keep their ids for when their labels return. */
 static int catalog_cb(void *ud, uint64_t id, const labels_t *ls, int64_t first_t, int64_t last_t)
 {
     storage_t *s = ud;
-    (void)hashmap_put(&s->known, labels_hash(ls), id);
+    /* OOM: the id may change on return; not fatal */
+    (void)index_departed_note(head_index(s->head), labels_hash(ls), id);
     return 0;
 }
 
@@ -340,7 +333,8 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
     uint64_t hash = labels_hash(&st.labels);
     if (head_get_or_create(rc->s->head, &st.labels, hash, st.id, &ref, &created) == HEAD_OK)
         remember_ref(rc, ref.id, ref);
-    (void)hashmap_put(&rc->s->known, hash, st.id);
+    else
+        (void)index_departed_note(head_index(rc->s->head), hash, st.id); /* not in memory: keep its id */
     rc->restored++;
     return 0;
 }
@@ -515,7 +509,6 @@ static int replay_series(void *ud, uint64_t id, const labels_t *ls)
         rc->replay_errors++;
         return 0;
     }
-    (void)hashmap_put(&rc->s->known, hash, ref.id);
     /* The WAL may name the same labels under the id the head already has; map both ids. */
     remember_ref(rc, id, ref);
     return 0;
@@ -924,9 +917,7 @@ void storage_close(storage_t *s)
     if (s->cat)
         catalog_close(s->cat);
     head_free(s->head);
-    hashmap_free(&s->known);
     pthread_rwlock_destroy(&s->ckpt);
-    pthread_mutex_destroy(&s->known_lock);
     pthread_mutex_destroy(&s->snap_lock);
     pthread_mutex_destroy(&s->stop_lock);
     pthread_mutex_destroy(&s->min_lock);
@@ -1164,7 +1155,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
     }
     uint64_t hash = labels_hash(&ls);
     /* Most samples belong to series already in memory: find those through the sharded index
-     * alone; the id map (one mutex) is only needed to create a series. */
+     * alone; only a series to create asks for the id its labels had if they were here before. */
     index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
     int hrc = HEAD_OK;
     bool created = false, known = true;
@@ -1173,9 +1164,7 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         index_release(head_index(s->head), existing);
     } else {
         uint64_t id;
-        pthread_mutex_lock(&s->known_lock);
-        known = map_lookup(&s->known, hash, &id);
-        pthread_mutex_unlock(&s->known_lock);
+        known = index_departed_id(head_index(s->head), hash, &id);
         if (!known)
             id = s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
         hrc = head_create(s->head, &ls, hash, id, &ap->refs[i], &created);
@@ -1188,11 +1177,8 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
         return STORAGE_OK;
     }
     if (created) {
-        if (!known) {
-            known_put(s, hash, ap->refs[i].id);
-            if (s->cat)
-                catalog_add_series_ref(s->cat, ap->refs[i].id, ref_hint(&ap->refs[i]), ap->smp[i].t);
-        }
+        if (!known && s->cat)
+            catalog_add_series_ref(s->cat, ap->refs[i].id, ref_hint(&ap->refs[i]), ap->smp[i].t);
         if (s->wal && append_note_series(ap, ap->refs[i].id, &ls) != STORAGE_OK)
             return STORAGE_ERR_NOMEM;
     }

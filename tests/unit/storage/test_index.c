@@ -381,6 +381,158 @@ static void test_interned_values(void **state)
     arena_destroy(a);
 }
 
+/* Ids outlive their series: a swept series leaves labels hash -> id behind, creating the labels
+ * again forgets it (the id lives in the series), a noted id works the same, and series still in
+ * the index take no entry. */
+static void test_departed_ids(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = fixture(a);
+    uint64_t id;
+    labels_t up1 = mk(a, "__name__=up,job=a,instance=1"), up2 = mk(a, "__name__=up,job=a,instance=2");
+    uint64_t h1 = labels_hash(&up1), h2 = labels_hash(&up2);
+    assert_false(index_departed_id(ix, h1, &id)); /* in the index: its id is in the series */
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 2, drop_odd, NULL)) {
+        }
+    }
+    assert_null(index_acquire(ix, &up1, h1));
+    assert_true(index_departed_id(ix, h1, &id));
+    assert_int_equal(id, 1);
+    assert_false(index_departed_id(ix, h2, &id)); /* id 2 stayed */
+    labels_t up3 = mk(a, "__name__=up,job=b,instance=1");
+    assert_true(index_departed_id(ix, labels_hash(&up3), &id));
+    assert_int_equal(id, 3);
+    /* Back under its old id (the caller's choice, made from the entry); the entry goes. */
+    assert_int_equal(add(ix, a, "__name__=up,job=a,instance=1", 1), 1);
+    assert_false(index_departed_id(ix, h1, &id));
+    /* Gone again: the entry is back. */
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 100, drop_odd, NULL)) {
+        }
+    }
+    assert_true(index_departed_id(ix, h1, &id));
+    assert_int_equal(id, 1);
+    /* Noted ids (a catalog's): found until the labels are created, whatever id they get. */
+    labels_t nw = mk(a, "__name__=noted,job=z");
+    uint64_t hn = labels_hash(&nw);
+    assert_false(index_departed_id(ix, hn, &id));
+    assert_int_equal(index_departed_note(ix, hn, 77), INDEX_OK);
+    assert_true(index_departed_id(ix, hn, &id));
+    assert_int_equal(id, 77);
+    assert_int_equal(index_departed_note(ix, hn, 78), INDEX_OK); /* replaces */
+    assert_true(index_departed_id(ix, hn, &id));
+    assert_int_equal(id, 78);
+    assert_int_equal(add(ix, a, "__name__=noted,job=z", 78), 78);
+    assert_false(index_departed_id(ix, hn, &id));
+    /* Many: every departed id comes back exactly, through table growth. */
+    char spec[64];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(spec, sizeof(spec), "__name__=churn,pod=p%d", i);
+        add(ix, a, spec, 10001 + 2 * (uint64_t)i); /* odd: swept */
+    }
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 100, drop_odd, NULL)) {
+        }
+    }
+    for (int i = 0; i < 3000; i++) {
+        snprintf(spec, sizeof(spec), "__name__=churn,pod=p%d", i);
+        labels_t ls = mk(a, spec);
+        assert_null(index_acquire(ix, &ls, labels_hash(&ls)));
+        assert_true(index_departed_id(ix, labels_hash(&ls), &id));
+        assert_int_equal(id, 10001 + 2 * (uint64_t)i);
+    }
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+/* Postings hold 2-byte slots until a shard hands out slot 65,536, then 4-byte ones: fill one
+ * shard past that (label sets picked by their hash's shard) and check that selections, removals
+ * and slot reuse stay exact on both sides of the switch. */
+static bool drop_id_mod3(void *ud, index_series_t *s)
+{
+    (void)ud;
+    return index_series_id(s) % 3 == 0;
+}
+
+static void test_postings_widen(void **state)
+{
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    enum { N = 66000 };
+    char spec[96];
+    uint32_t made = 0, g5 = 0, g5_kept = 0;
+    for (uint32_t i = 0; made < N; i++) {
+        snprintf(spec, sizeof(spec), "__name__=w,job=one,g=%u,pod=p%u", made % 7, i);
+        labels_t ls = mk(a, spec);
+        uint64_t h = labels_hash(&ls);
+        if (h % INDEX_SHARDS != 0)
+            continue;
+        index_series_t *s;
+        bool created;
+        assert_int_equal(index_acquire_or_create(ix, &ls, h, made + 1, &s, &created), INDEX_OK);
+        assert_true(created);
+        index_release(ix, s);
+        g5 += made % 7 == 5;
+        g5_kept += made % 7 == 5 && (made + 1) % 3 != 0;
+        made++;
+        if (made % 4096 == 0)
+            arena_reset(a);
+    }
+    assert_int_equal(index_num_series(ix), N);
+    matcher_t *ms[2];
+    char err[128];
+    ms[0] = matcher_new(MATCHER_EQ, "job", "one", err, sizeof(err));
+    ms[1] = matcher_new(MATCHER_EQ, "g", "5", err, sizeof(err));
+    index_refs_t refs = {0};
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, 1, &refs), INDEX_OK);
+    assert_int_equal(refs.n, N);
+    refs.n = 0;
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, 2, &refs), INDEX_OK);
+    assert_int_equal(refs.n, g5);
+    for (size_t i = 0; i < refs.n; i++) {
+        assert_int_equal((refs.v[i].id - 1) % 7, 5);        /* id - 1 = made at creation */
+        assert_int_equal(refs.v[i].slot, refs.v[i].id - 1); /* handed out in order, past 65,535 */
+    }
+    /* remove a third of them everywhere in the slot range */
+    uint32_t cur = 0;
+    while (!index_sweep(ix, 0, &cur, 5000, drop_id_mod3, NULL)) {
+    }
+    assert_int_equal(index_num_series(ix), N - N / 3);
+    refs.n = 0;
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, 2, &refs), INDEX_OK);
+    assert_int_equal(refs.n, g5_kept);
+    for (size_t i = 0; i < refs.n; i++)
+        assert_true(refs.v[i].id % 3 != 0 && (refs.v[i].id - 1) % 7 == 5);
+    /* freed slots (low and high) are reused by new series, which join the postings in order */
+    for (uint32_t i = 0, k = 0; k < 100; i++) {
+        snprintf(spec, sizeof(spec), "__name__=w,job=one,g=5,pod=new%u", i);
+        labels_t ls = mk(a, spec);
+        uint64_t h = labels_hash(&ls);
+        if (h % INDEX_SHARDS != 0)
+            continue;
+        index_series_t *s;
+        bool created;
+        assert_int_equal(index_acquire_or_create(ix, &ls, h, 1000000 + k, &s, &created), INDEX_OK);
+        index_release(ix, s);
+        k++;
+    }
+    refs.n = 0;
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, 2, &refs), INDEX_OK);
+    assert_int_equal(refs.n, g5_kept + 100);
+    refs.n = 0;
+    assert_int_equal(index_select(ix, (const matcher_t *const *)ms, 1, &refs), INDEX_OK);
+    assert_int_equal(refs.n, N - N / 3 + 100);
+    index_refs_free(&refs);
+    matcher_free(ms[0]);
+    matcher_free(ms[1]);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
 static void test_limit(void **state)
 {
     arena_t *a = arena_create(0);
@@ -400,10 +552,11 @@ static void test_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_lookup), cmocka_unit_test(test_select_semantics),
-        cmocka_unit_test(test_names_values),  cmocka_unit_test(test_sweep_and_reuse),
-        cmocka_unit_test(test_limit),         cmocka_unit_test(test_shared_names),
-        cmocka_unit_test(test_interned_values),
+        cmocka_unit_test(test_create_lookup),  cmocka_unit_test(test_select_semantics),
+        cmocka_unit_test(test_names_values),   cmocka_unit_test(test_sweep_and_reuse),
+        cmocka_unit_test(test_departed_ids),   cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_shared_names),   cmocka_unit_test(test_interned_values),
+        cmocka_unit_test(test_postings_widen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
