@@ -2193,18 +2193,27 @@ static size_t group_value_count(const push_group_t *g)
     return n;
 }
 
+/* Written in one reserved run: it is the whole of a steady-state push's record, made under the
+ * caller's push lock (thousands of values; one append call each cost more than the copying). */
 static void ser_values(buf_t *out, const push_group_t *g)
 {
-    ser_u32(out, (uint32_t)group_value_count(g));
+    size_t n = group_value_count(g);
+    ser_u32(out, (uint32_t)n);
+    buf_reserve(out, n * sizeof(double));
+    char *w = out->data + out->len;
     for (size_t f = 0; f < g->nfams; f++)
         for (size_t m = 0; m < g->fams[f]->n; m++) {
             const push_metric_t *pm = &g->fams[f]->metrics[m];
-            ser_f64(out, pm->value);
-            ser_f64(out, pm->sum);
-            ser_f64(out, pm->count);
-            for (uint32_t q = 0; q < pm->nq; q++)
-                ser_f64(out, pm->qv[q]);
+            double v3[3] = {pm->value, pm->sum, pm->count};
+            memcpy(w, v3, sizeof(v3));
+            w += sizeof(v3);
+            if (pm->nq) {
+                memcpy(w, pm->qv, pm->nq * sizeof(double));
+                w += pm->nq * sizeof(double);
+            }
         }
+    assert((size_t)(w - (out->data + out->len)) == n * sizeof(double));
+    out->len += n * sizeof(double);
 }
 
 int push_registry_serialize(push_registry_t *r, size_t piece_bytes, push_registry_put_fn put, void *ctx)
