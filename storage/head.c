@@ -9,10 +9,11 @@
  * floor((now - retention) / B) * B.
  *
  * Memory is the point of this layout (goal: <= 1 KB per active series, 2h at 10 s). Per series
- * (the index payload, one allocation with the index entry), 64 bytes:
+ * (the index payload, one allocation with the index entry), 72 bytes:
  *
  *   field        bytes  meaning
  *   first        8      oldest closed chunk record (below), NULL if none; records form a list
+ *   aux          8      the head owner's slot (storage: the roll-up's hint), NULL at creation
  *   obuf         8      open chunk bytes (malloc'd, grown in small steps, not doubled)
  *   ot, ovbits   16     open chunk encoder state: last encoded timestamp, value bits
  *   pend_t/bits  16     the newest sample, kept un-encoded so a later sample in the same second
@@ -86,6 +87,7 @@ enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4 };
 
 typedef struct {
     uint8_t *first;
+    void *aux;
     uint8_t *obuf;
     int64_t ot;
     uint64_t ovbits;
@@ -647,15 +649,37 @@ int head_check(head_t *h, const index_ref_t *ref, int64_t t)
 
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v)
 {
+    return head_append_ref_aux(h, ref, t, v, NULL);
+}
+
+int head_append_ref_aux(head_t *h, const index_ref_t *ref, int64_t t, double v, void **aux)
+{
     index_series_t *is = index_acquire_ref(h->ix, ref);
     if (!is)
         return HEAD_ERR_NOT_FOUND;
+    hseries_t *s = index_series_payload(is);
     pthread_mutex_t *mu = stripe(h, ref->id);
     pthread_mutex_lock(mu);
-    int rc = append_locked(h, index_series_payload(is), t, v);
+    int rc = append_locked(h, s, t, v);
+    if (aux)
+        *aux = s->aux;
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
     return rc;
+}
+
+bool head_set_aux(head_t *h, const index_ref_t *ref, void *aux)
+{
+    index_series_t *is = index_acquire_ref(h->ix, ref);
+    if (!is)
+        return false;
+    hseries_t *s = index_series_payload(is);
+    pthread_mutex_t *mu = stripe(h, ref->id);
+    pthread_mutex_lock(mu);
+    s->aux = aux;
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return true;
 }
 
 typedef struct {
@@ -663,6 +687,7 @@ typedef struct {
     const int64_t *t;
     const double *v; /* NULL: check only (head_check_batch) */
     int8_t *rc;
+    void **aux; /* head_append_batch's aux out, or NULL */
     uint64_t too_old, ooo;
 } head_batch_t;
 
@@ -676,8 +701,10 @@ static void batch_one(void *ud, uint32_t k, index_series_t *is)
     }
     pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
     pthread_mutex_lock(mu);
-    int rc = b->v ? append_locked(b->h, index_series_payload(is), b->t[k], b->v[k])
-                  : check_locked(b->h, index_series_payload(is), b->t[k]);
+    hseries_t *s = index_series_payload(is);
+    int rc = b->v ? append_locked(b->h, s, b->t[k], b->v[k]) : check_locked(b->h, s, b->t[k]);
+    if (b->aux)
+        b->aux[k] = s->aux;
     pthread_mutex_unlock(mu);
     if (!b->v) {
         b->too_old += rc == HEAD_ERR_TOO_OLD;
@@ -699,10 +726,10 @@ int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const
 }
 
 int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
-                      size_t m, int8_t *rc)
+                      size_t m, int8_t *rc, void **aux)
 {
     assert(v);
-    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc};
+    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc, .aux = aux};
     return index_visit_refs(h->ix, refs, sel, m, batch_one, &b);
 }
 
