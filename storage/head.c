@@ -507,9 +507,16 @@ static int open_reserve(head_t *h, hseries_t *s)
 static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
 {
     if (s->flags & F_OPEN) {
-        int64_t mint = open_mint(s);
-        if (open_num(s) >= CUT_SAMPLES || floordiv(mint, h->block_ms) != floordiv(t, h->block_ms) ||
-            (uint64_t)(t - mint) > UINT32_MAX || t - s->ot > INT32_MAX || open_len(s) > OPEN_MAX_BYTES)
+        /* The open chunk lies in the block of its newest sample (s->ot <= t): t stays in it iff
+         * it is less than a block after that block's start, and then it is less than a block
+         * after the chunk's first sample too, so the span check (which decodes the first
+         * timestamp) only matters for blocks wider than a record's 32-bit span. */
+        int64_t bstart = floordiv(s->ot, h->block_ms) * h->block_ms;
+        bool cut = open_num(s) >= CUT_SAMPLES || t < bstart || t - bstart >= h->block_ms || t - s->ot > INT32_MAX ||
+                   open_len(s) > OPEN_MAX_BYTES;
+        if (!cut && h->block_ms > (int64_t)UINT32_MAX)
+            cut = (uint64_t)(t - open_mint(s)) > UINT32_MAX;
+        if (cut)
             cut_chunk(h, s, true);
     }
     if (!(s->flags & F_OPEN)) {

@@ -178,7 +178,8 @@ typedef struct sstate {
 typedef struct {
     uint64_t id;
     uint32_t res_idx;
-    uint32_t seq; /* order of arrival, so merging keeps the later `last` */
+    uint32_t seq; /* order of arrival in its shard (a series' buckets are all in one), so merging
+                   * keeps the later `last` */
     rollup_bucket_t b;
 } closed_t;
 
@@ -193,6 +194,10 @@ typedef struct {
     size_t nbuckets, count;
     closed_vec_t closed;
     slab_t states; /* the shard's sstate_t records */
+    /* closed_t.seq of the next bucket closed here: under the shard lock, not one atomic counter
+     * for all shards (every series closes a bucket per minute, all at once: ingest threads
+     * bounced that counter's cache line between them) */
+    uint32_t seq;
 } shard_t;
 
 /* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
@@ -244,7 +249,6 @@ struct rollup {
     uint64_t *evicted;
     size_t nevicted, capevicted;
     _Atomic int64_t high_water; /* newest sample t seen */
-    _Atomic uint32_t seq;
     bool force_checkpoint;
     int64_t last_ckpt_wall, last_retention_wall;
     size_t ret_res;      /* retention pass: resolution being cleaned */
@@ -816,7 +820,7 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (s->open[i].ts == NO_BUCKET)
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = atomic_fetch_add(&r->seq, 1), .b = open_get(s, i)};
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .b = open_get(s, i)};
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
     s->open[i].ts = NO_BUCKET;
@@ -867,8 +871,11 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
         s->prev_ok = true;
     }
     for (size_t i = 0; i < r->rs.n; i++) {
-        int64_t ts = floor_to(s->last_t, r->rs.v[i].res_ms);
         sbucket_t *b = &s->open[i];
+        /* Mostly the open bucket's own: known without dividing by the width. */
+        bool in_open = b->ts != NO_BUCKET && s->last_t >= b->ts &&
+                       (uint64_t)s->last_t - (uint64_t)b->ts < (uint64_t)r->rs.v[i].res_ms;
+        int64_t ts = in_open ? b->ts : floor_to(s->last_t, r->rs.v[i].res_ms);
         if (b->ts != ts) {
             close_open(r, sh, s, i); /* with the `last` it had */
             b->ts = ts;
