@@ -921,6 +921,17 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp, void *
     s->dirty = true;
 }
 
+#define PREFETCH_AHEAD 8
+
+static void state_prefetch(const rollup_t *r, const void *st)
+{
+    if (!st)
+        return;
+    const char *p = st;
+    for (size_t off = 0; off < state_bytes(r); off += 64)
+        __builtin_prefetch(p + off, 1);
+}
+
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
 {
     rollup_add_samples_hinted(r, s, n, NULL);
@@ -949,6 +960,11 @@ void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, 
             pthread_mutex_lock(&sh->mu);
             for (uint32_t j = start[k]; j < start[k + 1]; j++) {
                 const rollup_sample_t *x = &s[by_shard[j]];
+                /* A hinted state is a cache miss away (one per series, scattered over slabs):
+                 * start loading the one a few samples ahead. A stale hint's record is still
+                 * mapped (slab pages live until close), and a prefetch never faults anyway. */
+                if (hints && j + PREFETCH_AHEAD < start[k + 1])
+                    state_prefetch(r, hints[by_shard[j + PREFETCH_AHEAD]]);
                 add_one(r, sh, x, hints ? &hints[by_shard[j]] : NULL);
                 if (x->t > hw)
                     hw = x->t;
