@@ -150,7 +150,10 @@ typedef struct {
     int64_t min_t, max_t;
 } tally_t;
 
-#define TALLY_INIT {.min_t = INT64_MAX, .max_t = INT64_MIN}
+static tally_t tally_init(void)
+{
+    return (tally_t){.min_t = INT64_MAX, .max_t = INT64_MIN};
+}
 
 /* The per_line counters of series payload s. */
 #define LINE(h, s) ((h)->per_line[((uintptr_t)(s) >> 6) & 63])
@@ -685,7 +688,7 @@ int head_check(head_t *h, const index_ref_t *ref, int64_t t)
     int rc = check_locked(h, index_series_payload(is), t);
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
-    tally_t tl = TALLY_INIT;
+    tally_t tl = tally_init();
     tally_refusal(&tl, rc);
     tally_flush(h, &tl);
     return rc;
@@ -704,7 +707,7 @@ int head_append_ref_aux(head_t *h, const index_ref_t *ref, int64_t t, double v, 
     hseries_t *s = index_series_payload(is);
     pthread_mutex_t *mu = stripe(h, ref->id);
     pthread_mutex_lock(mu);
-    tally_t tl = TALLY_INIT;
+    tally_t tl = tally_init();
     int rc = append_locked(h, s, t, v, &tl);
     if (aux)
         *aux = s->aux;
@@ -770,7 +773,7 @@ static void batch_one(void *ud, uint32_t k, index_series_t *is)
 
 int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc)
 {
-    head_batch_t b = {.h = h, .t = t, .rc = rc, .tl = TALLY_INIT};
+    head_batch_t b = {.h = h, .t = t, .rc = rc, .tl = tally_init()};
     if (index_visit_refs(h->ix, refs, sel, m, batch_one, &b) != 0)
         return -1;
     tally_flush(h, &b.tl);
@@ -781,7 +784,7 @@ int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, cons
                       size_t m, int8_t *rc, void **aux)
 {
     assert(v);
-    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc, .aux = aux, .tl = TALLY_INIT};
+    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc, .aux = aux, .tl = tally_init()};
     int ret = index_visit_refs(h->ix, refs, sel, m, batch_one, &b);
     tally_flush(h, &b.tl);
     return ret;
@@ -803,7 +806,7 @@ int head_append(head_t *h, const labels_t *ls, int64_t t, double v)
     }
     pthread_mutex_t *mu = stripe(h, index_series_id(is));
     pthread_mutex_lock(mu);
-    tally_t tl = TALLY_INIT;
+    tally_t tl = tally_init();
     int rc = append_locked(h, index_series_payload(is), t, v, &tl);
     pthread_mutex_unlock(mu);
     tally_flush(h, &tl);
