@@ -9,10 +9,11 @@
  * floor((now - retention) / B) * B.
  *
  * Memory is the point of this layout (goal: <= 1 KB per active series, 2h at 10 s). Per series
- * (the index payload, one allocation with the index entry), 64 bytes:
+ * (the index payload, one allocation with the index entry), 72 bytes:
  *
  *   field        bytes  meaning
  *   first        8      oldest closed chunk record (below), NULL if none; records form a list
+ *   aux          8      the head owner's slot (storage: the roll-up's hint), NULL at creation
  *   obuf         8      open chunk bytes (malloc'd, grown in small steps, not doubled)
  *   ot, ovbits   16     open chunk encoder state: last encoded timestamp, value bits
  *   pend_t/bits  16     the newest sample, kept un-encoded so a later sample in the same second
@@ -86,6 +87,7 @@ enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4 };
 
 typedef struct {
     uint8_t *first;
+    void *aux;
     uint8_t *obuf;
     int64_t ot;
     uint64_t ovbits;
@@ -131,14 +133,27 @@ struct head {
 
     _Atomic uint64_t n_chunks, closed_bytes, slab_bytes;
     _Atomic uint64_t ooo, too_old, created, removed;
-    /* Counted on every append: one shared counter would bounce its cache line between
-     * appending threads on every sample, so these are spread over lines by series. */
+    /* Counted on every append (once per call or batch, see tally_t): one shared counter would
+     * bounce its cache line between appending threads, so these are spread over lines (the
+     * struct is allocated line-aligned). */
     struct {
-        _Atomic uint64_t appended, replaced, open_cap_bytes;
-        char pad[64 - 3 * sizeof(uint64_t)];
+        _Alignas(64) _Atomic uint64_t appended, replaced, open_cap_bytes;
     } per_line[64];
-    _Atomic int64_t min_t, max_t;
+    _Alignas(64) _Atomic int64_t min_t, max_t;
 };
+
+/* What appends under stripe locks add to the shared counters, summed over a call or batch and
+ * added once at its end (tally_flush): per sample, those atomic adds on shared lines cost more
+ * than the rest of a steady append's bookkeeping. */
+typedef struct {
+    uint64_t appended, replaced, too_old, ooo;
+    int64_t min_t, max_t;
+} tally_t;
+
+static tally_t tally_init(void)
+{
+    return (tally_t){.min_t = INT64_MAX, .max_t = INT64_MIN};
+}
 
 /* The per_line counters of series payload s. */
 #define LINE(h, s) ((h)->per_line[((uintptr_t)(s) >> 6) & 63])
@@ -186,9 +201,10 @@ static void atomic_min64(_Atomic int64_t *p, int64_t v)
 
 head_t *head_new(const head_options_t *o)
 {
-    head_t *h = calloc(1, sizeof(*h));
-    if (!h)
+    head_t *h;
+    if (posix_memalign((void **)&h, 64, sizeof(*h)) != 0)
         return NULL;
+    memset(h, 0, sizeof(*h));
     h->retention_ms = o && o->retention_ms > 0 ? o->retention_ms : HEAD_DEFAULT_RETENTION_MS;
     if (o) {
         h->may_remove = o->may_remove;
@@ -505,9 +521,16 @@ static int open_reserve(head_t *h, hseries_t *s)
 static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
 {
     if (s->flags & F_OPEN) {
-        int64_t mint = open_mint(s);
-        if (open_num(s) >= CUT_SAMPLES || floordiv(mint, h->block_ms) != floordiv(t, h->block_ms) ||
-            (uint64_t)(t - mint) > UINT32_MAX || t - s->ot > INT32_MAX || open_len(s) > OPEN_MAX_BYTES)
+        /* The open chunk lies in the block of its newest sample (s->ot <= t): t stays in it iff
+         * it is less than a block after that block's start, and then it is less than a block
+         * after the chunk's first sample too, so the span check (which decodes the first
+         * timestamp) only matters for blocks wider than a record's 32-bit span. */
+        int64_t bstart = floordiv(s->ot, h->block_ms) * h->block_ms;
+        bool cut = open_num(s) >= CUT_SAMPLES || t < bstart || t - bstart >= h->block_ms || t - s->ot > INT32_MAX ||
+                   open_len(s) > OPEN_MAX_BYTES;
+        if (!cut && h->block_ms > (int64_t)UINT32_MAX)
+            cut = (uint64_t)(t - open_mint(s)) > UINT32_MAX;
+        if (cut)
             cut_chunk(h, s, true);
     }
     if (!(s->flags & F_OPEN)) {
@@ -535,7 +558,8 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         chunk_xor_appender_compact(&a);
         assert(a.cap <= UINT16_MAX);
     }
-    atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap - cap0, memory_order_relaxed);
+    if (a.cap != cap0)
+        atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap - cap0, memory_order_relaxed);
     open_store(s, &a);
     return HEAD_OK;
 }
@@ -571,22 +595,49 @@ static int check_locked(head_t *h, const hseries_t *s, int64_t t)
     return HEAD_OK;
 }
 
-static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
+static void tally_refusal(tally_t *tl, int rc)
+{
+    tl->too_old += rc == HEAD_ERR_TOO_OLD;
+    tl->ooo += rc == HEAD_ERR_OUT_OF_ORDER;
+}
+
+static void tally_flush(head_t *h, const tally_t *tl)
+{
+    if (tl->appended)
+        atomic_fetch_add_explicit(&LINE(h, tl).appended, tl->appended, memory_order_relaxed);
+    if (tl->replaced)
+        atomic_fetch_add_explicit(&LINE(h, tl).replaced, tl->replaced, memory_order_relaxed);
+    if (tl->too_old)
+        atomic_fetch_add_explicit(&h->too_old, tl->too_old, memory_order_relaxed);
+    if (tl->ooo)
+        atomic_fetch_add_explicit(&h->ooo, tl->ooo, memory_order_relaxed);
+    if (tl->max_t != INT64_MIN) {
+        atomic_max64(&h->max_t, tl->max_t);
+        atomic_min64(&h->min_t, tl->min_t);
+    }
+}
+
+static void tally_time(tally_t *tl, int64_t t)
+{
+    if (t > tl->max_t)
+        tl->max_t = t;
+    if (t < tl->min_t)
+        tl->min_t = t;
+}
+
+static int append_locked(head_t *h, hseries_t *s, int64_t t, double v, tally_t *tl)
 {
     int rc = check_locked(h, s, t);
-    if (rc == HEAD_ERR_TOO_OLD)
-        atomic_fetch_add_explicit(&h->too_old, 1, memory_order_relaxed);
-    if (rc == HEAD_ERR_OUT_OF_ORDER)
-        atomic_fetch_add_explicit(&h->ooo, 1, memory_order_relaxed);
-    if (rc)
+    if (rc) {
+        tally_refusal(tl, rc);
         return rc;
+    }
     uint64_t bits = double_to_bits(v);
     if ((s->flags & F_PENDING) && floordiv(t, 1000) == floordiv(s->pend_t, 1000)) {
         s->pend_t = t;
         s->pend_bits = bits;
-        atomic_fetch_add_explicit(&LINE(h, s).replaced, 1, memory_order_relaxed);
-        atomic_max64(&h->max_t, t);
-        atomic_min64(&h->min_t, t);
+        tl->replaced++;
+        tally_time(tl, t);
         return HEAD_OK;
     }
     if (s->flags & F_PENDING) {
@@ -597,9 +648,8 @@ static int append_locked(head_t *h, hseries_t *s, int64_t t, double v)
     s->pend_t = t;
     s->pend_bits = bits;
     s->flags = (uint8_t)((s->flags | F_PENDING) & ~F_MARK);
-    atomic_fetch_add_explicit(&LINE(h, s).appended, 1, memory_order_relaxed);
-    atomic_max64(&h->max_t, t);
-    atomic_min64(&h->min_t, t);
+    tl->appended++;
+    tally_time(tl, t);
     return HEAD_OK;
 }
 
@@ -638,24 +688,47 @@ int head_check(head_t *h, const index_ref_t *ref, int64_t t)
     int rc = check_locked(h, index_series_payload(is), t);
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
-    if (rc == HEAD_ERR_TOO_OLD)
-        atomic_fetch_add_explicit(&h->too_old, 1, memory_order_relaxed);
-    if (rc == HEAD_ERR_OUT_OF_ORDER)
-        atomic_fetch_add_explicit(&h->ooo, 1, memory_order_relaxed);
+    tally_t tl = tally_init();
+    tally_refusal(&tl, rc);
+    tally_flush(h, &tl);
     return rc;
 }
 
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v)
 {
+    return head_append_ref_aux(h, ref, t, v, NULL);
+}
+
+int head_append_ref_aux(head_t *h, const index_ref_t *ref, int64_t t, double v, void **aux)
+{
     index_series_t *is = index_acquire_ref(h->ix, ref);
     if (!is)
         return HEAD_ERR_NOT_FOUND;
+    hseries_t *s = index_series_payload(is);
     pthread_mutex_t *mu = stripe(h, ref->id);
     pthread_mutex_lock(mu);
-    int rc = append_locked(h, index_series_payload(is), t, v);
+    tally_t tl = tally_init();
+    int rc = append_locked(h, s, t, v, &tl);
+    if (aux)
+        *aux = s->aux;
     pthread_mutex_unlock(mu);
     index_release(h->ix, is);
+    tally_flush(h, &tl);
     return rc;
+}
+
+bool head_set_aux(head_t *h, const index_ref_t *ref, void *aux)
+{
+    index_series_t *is = index_acquire_ref(h->ix, ref);
+    if (!is)
+        return false;
+    hseries_t *s = index_series_payload(is);
+    pthread_mutex_t *mu = stripe(h, ref->id);
+    pthread_mutex_lock(mu);
+    s->aux = aux;
+    pthread_mutex_unlock(mu);
+    index_release(h->ix, is);
+    return true;
 }
 
 typedef struct {
@@ -663,7 +736,8 @@ typedef struct {
     const int64_t *t;
     const double *v; /* NULL: check only (head_check_batch) */
     int8_t *rc;
-    uint64_t too_old, ooo;
+    void **aux; /* head_append_batch's aux out, or NULL */
+    tally_t tl;
 } head_batch_t;
 
 /* One sample of a batch, under its stripe lock: checked, or appended when the batch has values. */
@@ -676,34 +750,44 @@ static void batch_one(void *ud, uint32_t k, index_series_t *is)
     }
     pthread_mutex_t *mu = stripe(b->h, index_series_id(is));
     pthread_mutex_lock(mu);
-    int rc = b->v ? append_locked(b->h, index_series_payload(is), b->t[k], b->v[k])
-                  : check_locked(b->h, index_series_payload(is), b->t[k]);
-    pthread_mutex_unlock(mu);
-    if (!b->v) {
-        b->too_old += rc == HEAD_ERR_TOO_OLD;
-        b->ooo += rc == HEAD_ERR_OUT_OF_ORDER;
+    hseries_t *s = index_series_payload(is);
+    int rc;
+    if (b->v) {
+        rc = append_locked(b->h, s, b->t[k], b->v[k], &b->tl);
+    } else {
+        rc = check_locked(b->h, s, b->t[k]);
+        tally_refusal(&b->tl, rc);
+        /* The append that follows the check (after the WAL write) reads the open chunk's header
+         * and writes at its end: start loading both lines now, while the request's other
+         * series are checked, instead of stalling on them one by one then. */
+        if (rc == HEAD_OK && (s->flags & F_OPEN)) {
+            __builtin_prefetch(s->obuf, 1);
+            __builtin_prefetch(s->obuf + open_len(s) - 1, 1);
+        }
     }
+    if (b->aux)
+        b->aux[k] = s->aux;
+    pthread_mutex_unlock(mu);
     b->rc[k] = (int8_t)rc;
 }
 
 int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc)
 {
-    head_batch_t b = {.h = h, .t = t, .rc = rc};
+    head_batch_t b = {.h = h, .t = t, .rc = rc, .tl = tally_init()};
     if (index_visit_refs(h->ix, refs, sel, m, batch_one, &b) != 0)
         return -1;
-    if (b.too_old)
-        atomic_fetch_add_explicit(&h->too_old, b.too_old, memory_order_relaxed);
-    if (b.ooo)
-        atomic_fetch_add_explicit(&h->ooo, b.ooo, memory_order_relaxed);
+    tally_flush(h, &b.tl);
     return 0;
 }
 
 int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
-                      size_t m, int8_t *rc)
+                      size_t m, int8_t *rc, void **aux)
 {
     assert(v);
-    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc};
-    return index_visit_refs(h->ix, refs, sel, m, batch_one, &b);
+    head_batch_t b = {.h = h, .t = t, .v = v, .rc = rc, .aux = aux, .tl = tally_init()};
+    int ret = index_visit_refs(h->ix, refs, sel, m, batch_one, &b);
+    tally_flush(h, &b.tl);
+    return ret;
 }
 
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v)
@@ -722,8 +806,10 @@ int head_append(head_t *h, const labels_t *ls, int64_t t, double v)
     }
     pthread_mutex_t *mu = stripe(h, index_series_id(is));
     pthread_mutex_lock(mu);
-    int rc = append_locked(h, index_series_payload(is), t, v);
+    tally_t tl = tally_init();
+    int rc = append_locked(h, index_series_payload(is), t, v, &tl);
     pthread_mutex_unlock(mu);
+    tally_flush(h, &tl);
     index_release(h->ix, is);
     return rc;
 }

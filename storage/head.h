@@ -68,13 +68,20 @@ int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, i
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);
 int head_append_ref(head_t *h, const index_ref_t *ref, int64_t t, double v);
+/* Every series has one pointer-sized slot for the head's owner (storage keeps the roll-up's hint
+ * for the series there): NULL when the series is created, freed with it (the head never
+ * dereferences it). head_append_ref_aux also returns the slot's value in *aux (read under the
+ * series' lock, whatever the result). head_set_aux sets it, if the series ref names is still in
+ * memory (false: it is not; a series that left and came back starts with NULL again). */
+int head_append_ref_aux(head_t *h, const index_ref_t *ref, int64_t t, double v, void **aux);
+bool head_set_aux(head_t *h, const index_ref_t *ref, void *aux);
 /* head_check / head_append_ref for the samples sel[0..m) of a batch at once: sample k is
  * refs[k], t[k] (and v[k]); rc[k] receives what the single call would return. The index's shard
  * locks are taken once per shard (index_visit_refs), not twice per sample. 0, or -1 out of
  * memory (then nothing was checked or appended). */
 int head_check_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const uint32_t *sel, size_t m, int8_t *rc);
 int head_append_batch(head_t *h, const index_ref_t *refs, const int64_t *t, const double *v, const uint32_t *sel,
-                      size_t m, int8_t *rc);
+                      size_t m, int8_t *rc, void **aux);
 /* Convenience for tests and the in-memory store: resolve (ids from an internal counter) and
  * append. ls must be sorted. */
 int head_append(head_t *h, const labels_t *ls, int64_t t, double v);

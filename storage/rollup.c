@@ -191,7 +191,8 @@ typedef struct sstate {
 typedef struct {
     uint64_t id;
     uint32_t res_idx;
-    uint32_t seq;  /* order of arrival, so merging keeps the later `last` */
+    uint32_t seq;  /* order of arrival in its shard (a series' buckets are all in one), so merging
+                    * keeps the later `last` */
     uint32_t prev; /* in a shard's closed list: the series' previous entry there, or CLOSED_NONE */
     rollup_bucket_t b;
 } closed_t;
@@ -210,6 +211,10 @@ typedef struct {
     bool taking;           /* the writer sorts a take of the closed list (see shard_take_in) */
     bool orphans;          /* ... which holds buckets of states it evicted, linked from none */
     slab_t states;         /* the shard's sstate_t records */
+    /* closed_t.seq of the next bucket closed here: under the shard lock, not one atomic counter
+     * for all shards (every series closes a bucket per minute, all at once: ingest threads
+     * bounced that counter's cache line between them) */
+    uint32_t seq;
 } shard_t;
 
 /* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
@@ -260,7 +265,6 @@ struct rollup {
     uint64_t *evicted;
     size_t nevicted, capevicted;
     _Atomic int64_t high_water; /* newest sample t seen */
-    _Atomic uint32_t seq;
     bool force_checkpoint;
     int64_t last_ckpt_wall, last_retention_wall;
     size_t ret_res;      /* retention pass: resolution being cleaned */
@@ -833,11 +837,7 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (s->open[i].ts == NO_BUCKET)
         return;
-    closed_t c = {.id = s->id,
-                  .res_idx = (uint32_t)i,
-                  .seq = atomic_fetch_add(&r->seq, 1),
-                  .prev = s->closed_last,
-                  .b = open_get(s, i)};
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(s, i)};
     assert(sh->closed.n < CLOSED_NONE);
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
@@ -891,8 +891,11 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
         s->prev_ok = true;
     }
     for (size_t i = 0; i < r->rs.n; i++) {
-        int64_t ts = floor_to(s->last_t, r->rs.v[i].res_ms);
         sbucket_t *b = &s->open[i];
+        /* Mostly the open bucket's own: known without dividing by the width. */
+        bool in_open = b->ts != NO_BUCKET && s->last_t >= b->ts &&
+                       (uint64_t)s->last_t - (uint64_t)b->ts < (uint64_t)r->rs.v[i].res_ms;
+        int64_t ts = in_open ? b->ts : floor_to(s->last_t, r->rs.v[i].res_ms);
         if (b->ts != ts) {
             close_open(r, sh, s, i); /* with the `last` it had */
             b->ts = ts;
@@ -938,6 +941,17 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp, void *
     s->dirty = true;
 }
 
+#define PREFETCH_AHEAD 8
+
+static void state_prefetch(const rollup_t *r, const void *st)
+{
+    if (!st)
+        return;
+    const char *p = st;
+    for (size_t off = 0; off < state_bytes(r); off += 64)
+        __builtin_prefetch(p + off, 1);
+}
+
 void rollup_add_samples(rollup_t *r, const rollup_sample_t *s, size_t n)
 {
     rollup_add_samples_hinted(r, s, n, NULL);
@@ -966,6 +980,11 @@ void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, 
             pthread_mutex_lock(&sh->mu);
             for (uint32_t j = start[k]; j < start[k + 1]; j++) {
                 const rollup_sample_t *x = &s[by_shard[j]];
+                /* A hinted state is a cache miss away (one per series, scattered over slabs):
+                 * start loading the one a few samples ahead. A stale hint's record is still
+                 * mapped (slab pages live until close), and a prefetch never faults anyway. */
+                if (hints && j + PREFETCH_AHEAD < start[k + 1])
+                    state_prefetch(r, hints[by_shard[j + PREFETCH_AHEAD]]);
                 add_one(r, sh, x, hints ? &hints[by_shard[j]] : NULL);
                 if (x->t > hw)
                     hw = x->t;

@@ -544,10 +544,15 @@ static int replay_samples(void *ud, const wal_sample_t *v, size_t n)
             rc->replay_errors++;
             continue;
         }
-        /* Duplicates of what the snapshot holds come back as out of order: expected. */
-        if (head_append_ref(s->head, &rc->refv[k], v[i].t_ms, v[i].v) == HEAD_OK && s->rollup) {
+        /* Duplicates of what the snapshot holds come back as out of order: expected. The
+         * roll-up hint is kept in the head series as on the append path (append_rollup). */
+        void *aux = NULL;
+        if (head_append_ref_aux(s->head, &rc->refv[k], v[i].t_ms, v[i].v, &aux) == HEAD_OK && s->rollup) {
             rollup_sample_t rs = {.series_id = rc->refv[k].id, .t = v[i].t_ms, .v = v[i].v};
-            rollup_add_samples(s->rollup, &rs, 1);
+            void *aux0 = aux;
+            rollup_add_samples_hinted(s->rollup, &rs, 1, &aux);
+            if (aux != aux0)
+                head_set_aux(s->head, &rc->refv[k], aux);
         }
     }
     return 0;
@@ -1022,8 +1027,13 @@ typedef struct {
     uint32_t *sel;
     int8_t *hrc;
     bool prechecked;  /* hrc[i] holds head_check of hint[i] for every hinted sample */
-    wal_sample_t *ws; /* samples to log, then those applied */
+    wal_sample_t *ws; /* samples to log */
     size_t nws;
+    /* The samples applied, for the roll-ups (NULL without them): rs[j] is sample sel[j], aux[j]
+     * the roll-up hint its head series held, aux0[j] a copy to see which the roll-up changed. */
+    rollup_sample_t *rs;
+    void **aux, **aux0;
+    size_t nrs;
     wal_series_t *wser; /* series created by this request, to log */
     size_t nwser, capwser;
     arena_t *a;    /* the new series' label arrays */
@@ -1066,6 +1076,13 @@ static int append_init(append_t *ap, storage_t *s, const storage_sample_t *smp, 
     ap->a = arena_create(0);
     if (!ap->refs || !ap->ok || !ap->ws || !ap->t || !ap->v || !ap->sel || !ap->hrc || !ap->a)
         return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+    if (s->rollup) {
+        ap->rs = malloc(sizeof(rollup_sample_t) * m);
+        ap->aux = malloc(sizeof(void *) * m * 2);
+        if (!ap->rs || !ap->aux)
+            return append_fail_all(ap, STORAGE_ERR_NOMEM, "out of memory");
+        ap->aux0 = ap->aux + m;
+    }
     for (size_t i = 0; i < n; i++) {
         ap->t[i] = smp[i].t;
         ap->v[i] = smp[i].v;
@@ -1082,6 +1099,8 @@ static void append_free(append_t *ap)
     free(ap->v);
     free(ap->sel);
     free(ap->hrc);
+    free(ap->rs);
+    free(ap->aux);
     free(ap->wser);
     arena_destroy(ap->a);
 }
@@ -1281,24 +1300,27 @@ static int append_log(append_t *ap)
     return append_fail_all(ap, STORAGE_ERR_IO, "write-ahead log: %s", werr);
 }
 
-/* Step 3 (under ckpt): into the head; ws becomes the samples applied. */
+/* Step 3 (under ckpt): into the head; rs becomes the samples applied (with roll-ups). */
 static void append_apply(append_t *ap)
 {
     storage_t *s = ap->s;
     /* One batch: one index lock round per shard (head_append_batch); the results are then taken
-     * in sample order. */
+     * in sample order. aux[i]: sample i's roll-up hint, compacted into rs order below. */
     size_t m = 0;
     for (size_t i = 0; i < ap->n; i++)
         if (ap->ok[i] & APPEND_PASSED)
             ap->sel[m++] = (uint32_t)i;
-    bool batched = head_append_batch(s->head, ap->refs, ap->t, ap->v, ap->sel, m, ap->hrc) == 0;
-    ap->nws = 0;
+    bool batched = head_append_batch(s->head, ap->refs, ap->t, ap->v, ap->sel, m, ap->hrc, ap->aux) == 0;
+    ap->nrs = 0;
     for (size_t i = 0; i < ap->n; i++) {
         if (!(ap->ok[i] & APPEND_PASSED))
             continue;
         const storage_sample_t *x = &ap->smp[i];
         index_ref_t *ref = &ap->refs[i];
-        int hrc = batched ? ap->hrc[i] : head_append_ref(s->head, ref, x->t, x->v);
+        void *aux = NULL;
+        int hrc = batched ? ap->hrc[i] : head_append_ref_aux(s->head, ref, x->t, x->v, &aux);
+        if (batched && ap->aux)
+            aux = ap->aux[i];
         if (hrc == HEAD_ERR_NOT_FOUND) {
             /* Swept as empty between creation and now (expiry removes series with no samples):
              * bring it back under the same id; its WAL series record is already logged. */
@@ -1307,7 +1329,7 @@ static void append_apply(append_t *ap)
             bool created;
             if (normalize(&x->labels, ap->lbuf, &ls, &why) == 0 &&
                 head_get_or_create(s->head, &ls, labels_hash(&ls), ref->id, ref, &created) == HEAD_OK)
-                hrc = head_append_ref(s->head, ref, x->t, x->v);
+                hrc = head_append_ref_aux(s->head, ref, x->t, x->v, &aux);
         }
         if (hrc != HEAD_OK) {
             /* Lost a race with another appender of this series since the check. */
@@ -1316,23 +1338,29 @@ static void append_apply(append_t *ap)
             continue;
         }
         ap->res->accepted++;
-        ap->ws[ap->nws++] = (wal_sample_t){.series_id = ref->id, .t_ms = x->t, .v = x->v};
+        if (ap->rs) {
+            /* In place: sel and aux are read at index i >= nrs only, or not any more. */
+            ap->rs[ap->nrs] = (rollup_sample_t){.series_id = ref->id, .t = x->t, .v = x->v};
+            ap->aux[ap->nrs] = aux;
+            ap->sel[ap->nrs++] = (uint32_t)i;
+        }
     }
 }
 
-/* Step 4 (outside ckpt): the applied samples into the open roll-up buckets. */
+/* Step 4 (outside ckpt): the applied samples into the open roll-up buckets. Each head series
+ * keeps the roll-up's hint for it (head_set_aux), so a known series' roll-up state is found
+ * without a hash lookup; the hints are stored back only where the roll-up changed one (a new
+ * series, or a state evicted and made again). A series that left the head meanwhile is simply
+ * not found: its slot went with it, nothing dangles. */
 static void append_rollup(append_t *ap)
 {
-    if (!ap->s->rollup)
+    if (!ap->rs || !ap->nrs)
         return;
-    /* wal_sample_t and rollup_sample_t differ in layout; convert in bounded chunks. */
-    rollup_sample_t tmp[256];
-    for (size_t i = 0; i < ap->nws;) {
-        size_t k = 0;
-        for (; k < 256 && i < ap->nws; k++, i++)
-            tmp[k] = (rollup_sample_t){.series_id = ap->ws[i].series_id, .t = ap->ws[i].t_ms, .v = ap->ws[i].v};
-        rollup_add_samples(ap->s->rollup, tmp, k);
-    }
+    memcpy(ap->aux0, ap->aux, ap->nrs * sizeof(void *));
+    rollup_add_samples_hinted(ap->s->rollup, ap->rs, ap->nrs, ap->aux);
+    for (size_t j = 0; j < ap->nrs; j++)
+        if (ap->aux[j] != ap->aux0[j])
+            head_set_aux(ap->s->head, &ap->refs[ap->sel[j]], ap->aux[j]);
 }
 
 int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_append_result_t *res)

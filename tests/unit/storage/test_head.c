@@ -289,6 +289,57 @@ static void test_removal_veto(void **state)
     head_free(h);
 }
 
+/* The owner's slot (head_set_aux / head_append_ref_aux): NULL for a new series, kept across
+ * appends and chunk cuts, per series; it goes with the series when expiry removes it (the stale
+ * ref then sets nothing), and the series made again under the same id starts with NULL. */
+static void test_aux_slot(void **state)
+{
+    head_options_t o = {.retention_ms = 120 * 1000, .block_ms = 60 * 1000};
+    head_t *h = head_new(&o);
+    label_t v[2];
+    labels_t la = lbl(v, "m", "a");
+    index_ref_t ra, rb;
+    bool created;
+    assert_int_equal(head_get_or_create(h, &la, labels_hash(&la), 7, &ra, &created), HEAD_OK);
+    assert_true(created);
+    label_t w[2];
+    labels_t lb = lbl(w, "m", "b");
+    assert_int_equal(head_get_or_create(h, &lb, labels_hash(&lb), 8, &rb, &created), HEAD_OK);
+    void *aux = &aux;
+    assert_int_equal(head_append_ref_aux(h, &ra, 0, 1, &aux), HEAD_OK);
+    assert_null(aux);
+    int x, y;
+    assert_true(head_set_aux(h, &ra, &x));
+    assert_true(head_set_aux(h, &rb, &y));
+    /* 10 s samples over 3 blocks: chunks are cut, the slot stays. */
+    for (int64_t t = 10; t < 180; t += 10) {
+        assert_int_equal(head_append_ref_aux(h, &ra, t * 1000, (double)t, &aux), HEAD_OK);
+        assert_ptr_equal(aux, &x);
+    }
+    /* A refused sample still reports the slot. */
+    aux = NULL;
+    assert_int_equal(head_append_ref_aux(h, &ra, 5000, 1, &aux), HEAD_ERR_OUT_OF_ORDER);
+    assert_ptr_equal(aux, &x);
+    assert_int_equal(head_append_ref_aux(h, &rb, 170000, 1, &aux), HEAD_OK);
+    assert_ptr_equal(aux, &y);
+    /* Everything expires; both series leave memory with their slots. */
+    int passes = 0;
+    for (int i = 0; i < 1000 && passes < 4; i++)
+        passes += head_expire(h, 3600 * 1000, 1000);
+    head_stats_t st;
+    head_get_stats(h, &st);
+    assert_int_equal(st.series, 0);
+    assert_false(head_set_aux(h, &ra, &y));
+    assert_int_equal(head_append_ref_aux(h, &ra, 3600 * 1000, 1, &aux), HEAD_ERR_NOT_FOUND);
+    /* Back under the same id (maybe in the same slot): a fresh, empty slot. */
+    assert_int_equal(head_get_or_create(h, &la, labels_hash(&la), 7, &ra, &created), HEAD_OK);
+    assert_true(created);
+    aux = &aux;
+    assert_int_equal(head_append_ref_aux(h, &ra, 3600 * 1000, 1, &aux), HEAD_OK);
+    assert_null(aux);
+    head_free(h);
+}
+
 static void test_querier_select(void **state)
 {
     head_t *h = head_new(NULL);
@@ -548,7 +599,7 @@ static void test_batch_check_append(void **state)
         if (i % 3 == 1 && i != N + 1)
             assert_int_equal(rc[i], 99); /* not selected: untouched */
     memset(rc, 99, sizeof(rc));
-    assert_int_equal(head_append_batch(h, refs, t, v, sel, m, rc), 0);
+    assert_int_equal(head_append_batch(h, refs, t, v, sel, m, rc, NULL), 0);
     for (size_t j = 0; j < m; j++) {
         uint32_t i = sel[j];
         assert_int_equal(rc[i], head_append_ref(one, &refs1[i], t[i], v[i]));
@@ -586,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_cut_keeps_open_buffer),
         cmocka_unit_test(test_expiry),
         cmocka_unit_test(test_removal_veto),
+        cmocka_unit_test(test_aux_slot),
         cmocka_unit_test(test_querier_select),
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_hard_samples_round_trip),

@@ -17,6 +17,8 @@
 
 #include "internal/labels/matcher.h"
 #include "internal/util/log.h"
+#include "storage/catalog.h"
+#include "storage/rollup.h"
 #include "storage/storage.h"
 
 static int64_t fake_now = 10 * 3600 * 1000LL;
@@ -904,6 +906,100 @@ static void test_series_id_from_catalog_only(void **state)
     storage_close(s);
 }
 
+/* Checks the buckets of series id at the first resolution: n of them, bucket k at ts[k] with
+ * count[k] samples summing to sum[k]. */
+static void expect_buckets(rollup_t *ru, uint64_t id, size_t n, const int64_t *ts, const uint64_t *count,
+                           const double *sum)
+{
+    rollup_buckets_t b = {0};
+    assert_int_equal(rollup_read(ru, id, 0, INT64_MIN, INT64_MAX, &b), 0);
+    assert_int_equal(b.n, n);
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(b.v[k].ts, ts[k]);
+        assert_int_equal(b.v[k].count, count[k]);
+        assert_true(b.v[k].sum == sum[k]);
+    }
+    rollup_buckets_free(&b);
+}
+
+/* The roll-up hint each head series keeps (append_rollup): it goes stale when the roll-up evicts
+ * the series' state and the record is handed to other series, and it leaves with the head series
+ * when that expires; neither mixes data between series or touches freed memory (ASan build), and
+ * every sample lands in its own series' buckets. */
+static void test_rollup_hints(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/hints", dir);
+    storage_options_t o;
+    storage_options_default(&o);
+    o.path = path;
+    o.rollups = "1m:1d";
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.snapshot_interval_ms = -1;
+    int64_t now0 = fake_now;
+    char err[256];
+    storage_t *s = storage_open(&o, err, sizeof(err));
+    assert_non_null(s);
+    storage_append_result_t r;
+    int64_t base = fake_now - 3600 * 1000LL; /* a whole minute */
+    assert_int_equal(base % 60000, 0);
+    storage_ref_t ra = {0}, rb = {0};
+    assert_int_equal(append_ref(s, "a", base, 1, &ra, &r), STORAGE_OK);
+    assert_int_equal(append_ref(s, "a", base + 10000, 2, &ra, &r), STORAGE_OK);
+    /* B moves the roll-up's newest time 10 minutes on: a writer cycle closes A's bucket and
+     * evicts A's state, so the hint A's head series holds is stale (the rule: a state stays
+     * while a bucket is open or until a coarsest resolution passes its last sample). */
+    assert_int_equal(append_ref(s, "b", base + 600000, 1, &rb, &r), STORAGE_OK);
+    assert_int_equal(storage_flush(s), STORAGE_OK);
+    /* A at once, through the hint to its freed state record (still free, still with A's id). */
+    storage_ref_t ra0 = ra;
+    assert_int_equal(append_ref(s, "a", base + 610000, 4, &ra, &r), STORAGE_OK);
+    assert_int_equal(append_ref(s, "b", base + 1200000, 1, &rb, &r), STORAGE_OK);
+    assert_int_equal(storage_flush(s), STORAGE_OK); /* evicted again */
+    /* New series take the freed state records (A's among them: 256 series over 64 shards). */
+    enum { N = 256 };
+    storage_ref_t rn[N];
+    char job[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(job, sizeof(job), "n%d", i);
+        memset(&rn[i], 0, sizeof(rn[i]));
+        assert_int_equal(append_ref(s, job, base + 600000, 100 + i, &rn[i], &r), STORAGE_OK);
+    }
+    /* A again, by ref, through its stale hint; twice, the second through the renewed one. */
+    assert_int_equal(append_ref(s, "a", base + 1230000, 5, &ra, &r), STORAGE_OK);
+    assert_int_equal(append_ref(s, "a", base + 1240000, 6, &ra, &r), STORAGE_OK);
+    assert_memory_equal(&ra, &ra0, sizeof(ra));
+    /* Everything leaves the head (the catalog has read the series back first). */
+    fake_now += 3 * 3600 * 1000LL;
+    assert_int_equal(storage_flush(s), STORAGE_OK);
+    for (int i = 0; i < 20; i++)
+        storage_housekeep(s);
+    head_stats_t hs;
+    head_get_stats(storage_head(s), &hs);
+    assert_int_equal(hs.series, 0);
+    /* A comes back: a new head series with an empty slot, by its stale ref and by labels. */
+    int64_t base2 = fake_now - 600000;
+    assert_int_equal(append_ref(s, "a", base2, 7, &ra, &r), STORAGE_OK);
+    assert_int_equal(ra.id, ra0.id);
+    assert_int_equal(append_ref(s, "a", base2 + 10000, 8, &ra, &r), STORAGE_OK);
+    storage_close(s);
+
+    catalog_t *cat = catalog_open(path, err, sizeof(err));
+    assert_non_null(cat);
+    rollup_config_t cfg = {.resolutions = "1m:1d", .no_thread = true, .clock_ms = clock_fn};
+    rollup_t *ru = rollup_open(cat, &cfg, err, sizeof(err));
+    assert_non_null(ru);
+    expect_buckets(ru, ra.id, 4, (int64_t[]){base, base + 600000, base + 1200000, base2}, (uint64_t[]){2, 1, 2, 2},
+                   (double[]){3, 4, 11, 15});
+    expect_buckets(ru, rb.id, 2, (int64_t[]){base + 600000, base + 1200000}, (uint64_t[]){1, 1}, (double[]){1, 1});
+    for (int i = 0; i < N; i++)
+        expect_buckets(ru, rn[i].id, 1, (int64_t[]){base + 600000}, (uint64_t[]){1}, (double[]){100 + i});
+    rollup_close(ru);
+    catalog_close(cat);
+    fake_now = now0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +1014,7 @@ int main(void)
         cmocka_unit_test(test_append_refs),
         cmocka_unit_test(test_append_refs_batch),
         cmocka_unit_test(test_series_id_from_catalog_only),
+        cmocka_unit_test(test_rollup_hints),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
