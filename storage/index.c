@@ -1,7 +1,7 @@
 /*
  * index — interned strings, series identity and postings (see index.h for the contract).
  *
- * Layout of one series (a single malloc; 132 bytes for 11 labels and head's 64-byte payload):
+ * Layout of one series (a single malloc; 140 bytes for 11 labels and head's 72-byte payload):
  *
  *   offset                 size            field
  *   0                      8               id (stable, from the catalog)
