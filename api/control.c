@@ -69,6 +69,7 @@
 #include "internal/control/control.h"
 #include "internal/control/store.h"
 #include "internal/util/clock.h"
+#include "internal/util/histogram.h"
 #include "internal/util/log.h"
 #include "internal/util/metrics.h"
 #include "internal/util/parse.h"
@@ -167,8 +168,9 @@ typedef struct ctl_op {
     int code;
     buf_t body;
     char etag[32];
-    ctl_sync_t *sync;   /* api_control_apply: signal it instead of replying */
-    api_control_t *ctl; /* set by ctl_submit */
+    ctl_sync_t *sync;     /* api_control_apply: signal it instead of replying */
+    api_control_t *ctl;   /* set by ctl_submit */
+    int64_t submitted_ns; /* monotonic, set by ctl_submit: the start of its propagation time */
     struct ctl_op *next;
 } ctl_op_t;
 
@@ -199,6 +201,9 @@ struct api_control {
     /* metrics */
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
+    /* where a change's time goes: the group commit (fsync included), the fan-out to parked polls
+     * (render + one send per poll), and the whole from queueing the change to its polls answered */
+    histogram_t commit_hist, fanout_hist, propagation_hist;
     /* wakers: helper threads that answer the polls of workers 1..N-1 while the control thread
      * answers worker 0's (ctl_wake_polls), so the sends of a fan-out run in parallel. Guarded by
      * wake_mu: the job (wake_ev, wake_resp), its generation and how many lists are still to do. */
@@ -634,6 +639,7 @@ static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
         return;
     if (atomic_load(&ctl->parked) == 0)
         return; /* nothing to wake: skip rendering and the wakers */
+    int64_t t0 = clock_mono_ns();
     buf_t resp = BUF_INIT;
     ctl_render_answer(ev, &resp);
     if (!resp.data)
@@ -658,6 +664,7 @@ static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
         pthread_mutex_unlock(&ctl->wake_mu);
     }
     buf_free(&resp);
+    histogram_observe(&ctl->fanout_hist, (double)(clock_mono_ns() - t0) / 1e9);
 }
 
 static void ctl_collect_event(control_event_t *ev, void *ud)
@@ -706,7 +713,9 @@ static void ctl_run_applies(api_control_t *ctl, ctl_op_t **ops, size_t n)
     }
     for (size_t i = 0; i < n; i++)
         items[i] = (control_store_item_t){.job = ops[i]->job, .chg = &ops[i]->chg, .updated_by = ops[i]->who};
+    int64_t t0 = clock_mono_ns();
     control_store_apply_batch(ctl->store, items, n, clock_wall_ms());
+    histogram_observe(&ctl->commit_hist, (double)(clock_mono_ns() - t0) / 1e9);
     for (size_t i = 0; i < n; i++) {
         ctl_op_t *op = ops[i];
         const char *err = items[i].err;
@@ -744,6 +753,10 @@ static void ctl_run_applies(api_control_t *ctl, ctl_op_t **ops, size_t n)
         if (newest)
             ctl_wake_polls(ctl, items[i].ev);
     }
+    int64_t woken = clock_mono_ns();
+    for (size_t i = 0; i < n; i++)
+        if (items[i].ev)
+            histogram_observe(&ctl->propagation_hist, (double)(woken - ops[i]->submitted_ns) / 1e9);
     for (size_t i = 0; i < n; i++) {
         if (!items[i].ev)
             continue;
@@ -864,6 +877,7 @@ static void *ctl_thread_main(void *arg)
 static void ctl_submit(api_control_t *ctl, ctl_op_t *op)
 {
     op->ctl = ctl;
+    op->submitted_ns = clock_mono_ns();
     pthread_mutex_lock(&ctl->mu);
     op->next = NULL;
     if (ctl->tail)
@@ -1577,6 +1591,13 @@ static void ctl_metrics(void *ud, buf_t *out)
                (long long)atomic_load(&ctl->parked), (unsigned long long)atomic_load(&ctl->polls_answered),
                (unsigned long long)atomic_load(&ctl->polls_timed_out), (long long)atomic_load(&ctl->subscribers),
                (unsigned long long)atomic_load(&ctl->dropped), (unsigned long long)atomic_load(&ctl->expired));
+    histogram_write(&ctl->commit_hist, "sluice_control_commit_duration_seconds",
+                    "Group commits of flow-control changes to control.db, fsync included.", NULL, 1, out);
+    histogram_write(&ctl->fanout_hist, "sluice_control_fanout_duration_seconds",
+                    "Answering a change's parked long-polls from the control thread (render and sends).", NULL, 1, out);
+    histogram_write(&ctl->propagation_hist, "sluice_control_propagation_seconds",
+                    "From a flow-control change reaching the control thread's queue to its parked long-polls answered.",
+                    NULL, 1, out);
 }
 
 /* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends
@@ -1633,6 +1654,14 @@ api_control_t *api_control_new(const api_control_options_t *opt, char *err, size
     ctl->read_auth = opt->read_auth;
     pthread_mutex_init(&ctl->mu, NULL);
     pthread_cond_init(&ctl->cv, NULL);
+    /* 50 µs .. 10 s: a quiet commit is ~1 ms, a fan-out to 1,000 polls ~8 ms */
+    static const double bounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01,
+                                    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
+    size_t nb = sizeof(bounds) / sizeof(bounds[0]);
+    int hrc = histogram_init(&ctl->commit_hist, bounds, nb) | histogram_init(&ctl->fanout_hist, bounds, nb) |
+              histogram_init(&ctl->propagation_hist, bounds, nb);
+    assert(hrc == 0);
+    (void)hrc;
     if (opt->token_file && opt->token_file[0]) {
         int n = api_control_load_tokens(opt->token_file, &ctl->tok_names, &ctl->tok_values, err, errlen);
         if (n < 0)

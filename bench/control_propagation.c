@@ -156,6 +156,18 @@ int main(int argc, char **argv)
     /* Under other load (bench/control_propagation.sh with SOAK=1) sluice already holds connections
      * and parked polls of its own: count ours on top of what was there before the first round. */
     double base_conns = metric("sluice_http_open_connections");
+    /* sluice's own split of a change's time (its histograms), as means over this run's changes */
+    static const char *const phases[] = {"sluice_control_commit_duration_seconds",
+                                         "sluice_control_fanout_duration_seconds",
+                                         "sluice_control_propagation_seconds"};
+    double phase_sum0[3], phase_n0[3];
+    char key[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "%s_sum", phases[i]);
+        phase_sum0[i] = metric(key);
+        snprintf(key, sizeof(key), "%s_count", phases[i]);
+        phase_n0[i] = metric(key);
+    }
     long rss_before = 0, rss_parked = 0;
     for (int r = 0; r < rounds; r++) {
         /* sluice counts a closed connection as open until its sweep; let the last round's 1,000
@@ -267,6 +279,18 @@ int main(int argc, char **argv)
     printf("  SSE event          p50 %7.2f ms   p99 %7.2f ms\n", pct(sse_lat, rounds, 0.5), pct(sse_lat, rounds, 0.99));
     printf("  POST acknowledged  p50 %7.2f ms   p99 %7.2f ms   (includes the fsync'd commit)\n",
            pct(post_lat, rounds, 0.5), pct(post_lat, rounds, 0.99));
+    if (phase_n0[0] >= 0) { /* a sluice with the histograms */
+        double mean[3];
+        for (int i = 0; i < 3; i++) {
+            snprintf(key, sizeof(key), "%s_sum", phases[i]);
+            double ds = metric(key) - phase_sum0[i];
+            snprintf(key, sizeof(key), "%s_count", phases[i]);
+            double dn = metric(key) - phase_n0[i];
+            mean[i] = dn > 0 ? ds / dn * 1e3 : -1;
+        }
+        printf("  inside sluice (means): commit %.2f ms, fan-out %.2f ms, queued change -> polls answered %.2f ms\n",
+               mean[0], mean[1], mean[2]);
+    }
     printf("  TIS polling every 10 s: mean delay 5000 ms, worst 10000 ms\n");
     if (pid && rss_before > 0)
         printf("  memory per parked poll: %.1f KiB (RSS %ld -> %ld KiB with %d parked)\n",

@@ -12,10 +12,13 @@ import time
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import SLUICE_BIN
 
 SLUICECTL_BIN = os.environ.get("SLUICECTL_BIN", os.path.join(os.path.dirname(SLUICE_BIN), "sluicectl"))
+TIMING_HISTOGRAMS = ("sluice_control_commit_duration_seconds", "sluice_control_fanout_duration_seconds",
+                     "sluice_control_propagation_seconds")
 TIS_PATH = "/config/config.ajax?action=fullbuild_workflow_action&event_submit_do_get_rate_controller=true"
 
 
@@ -234,6 +237,7 @@ def test_thousand_parked_long_polls_and_an_sse_subscriber_all_see_a_change(sluic
     socks = [raw_send(sluice.port, "/api/v1/control/jobs/bulk?version=0&wait=120s") for _ in range(n)]
     wait_until(lambda: metric(sluice, "sluice_control_long_polls_parked") == n, "1000 polls to park")
     assert metric(sluice, "sluice_control_stream_subscribers") == 1
+    before = {h: (metric(sluice, h + "_count"), metric(sluice, h + "_sum")) for h in TIMING_HISTOGRAMS}
     r = requests.post(job_url(sluice, "bulk", "/pause"), json={"reason": "bulk"})
     assert r.status_code == 200
     for s in socks:
@@ -247,6 +251,24 @@ def test_thousand_parked_long_polls_and_an_sse_subscriber_all_see_a_change(sluic
     sse.close()
     assert metric(sluice, "sluice_control_long_polls_parked") == 0
     assert metric(sluice, "sluice_control_long_polls_answered_total") == n
+    # where the change's time went: one commit, one fan-out (1,000 sends), one propagation
+    fams = {f.name: f for f in text_string_to_metric_families(requests.get(sluice.url + "/metrics").text)}
+    took = {}
+    for h in TIMING_HISTOGRAMS:
+        f = fams[h]
+        assert f.type == "histogram"
+        count = next(s.value for s in f.samples if s.name == h + "_count")
+        total = next(s.value for s in f.samples if s.name == h + "_sum")
+        buckets = [s for s in f.samples if s.name == h + "_bucket"]
+        assert count == before[h][0] + 1, h
+        assert buckets[-1].labels["le"] == "+Inf" and buckets[-1].value == count
+        assert all(a.value <= b.value for a, b in zip(buckets, buckets[1:])), "buckets are cumulative"
+        took[h] = total - before[h][1]
+        assert took[h] > 0, h
+    # the commit and then the fan-out are both part of the propagation
+    prop = took["sluice_control_propagation_seconds"]
+    assert prop >= took["sluice_control_fanout_duration_seconds"]
+    assert prop >= took["sluice_control_commit_duration_seconds"]
 
 
 def test_shutdown_answers_parked_polls(start_sluice):
