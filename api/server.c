@@ -50,9 +50,9 @@
 #define SERVER_MAX_WORKERS 256
 #define SERVER_MAX_HOOKS 16
 #define SERVER_MAX_SINGLE_READ (1 << 20)
-#define SERVER_LIBEVENT_READ 4096          /* libevent 2.1's most per read (EVBUFFER_MAX_READ) */
-#define SERVER_READ_CHUNK (128 * 1024 - 64) /* one read of server_conn_read_ahead (fits a 128 KiB chain) */
-#define SERVER_READ_AHEAD (1u << 20)       /* most bytes server_conn_input reads per call */
+#define SERVER_LIBEVENT_READ 4096           /* libevent 2.1's most per read (EVBUFFER_MAX_READ) */
+#define SERVER_READ_CHUNK (128 * 1024 - 64) /* one read of api__server_read_ahead (fits a 128 KiB chain) */
+#define SERVER_READ_AHEAD API_SERVER_READ_AHEAD
 
 /* --- metrics ----------------------------------------------------------------------------------- */
 
@@ -191,9 +191,7 @@ static void server_conn_set_busy(server_conn_t *c, bool busy)
     }
 }
 
-/* Reads what else a plain socket holds into its input buffer, in large pieces (at most
- * SERVER_READ_AHEAD per call); returns the bytes read. */
-static size_t server_conn_read_ahead(struct evbuffer *buf, evutil_socket_t fd)
+size_t api__server_read_ahead(struct evbuffer *buf, int fd)
 {
     size_t total = 0;
     while (total < SERVER_READ_AHEAD) {
@@ -202,11 +200,11 @@ static size_t server_conn_read_ahead(struct evbuffer *buf, evutil_socket_t fd)
         if (nv <= 0)
             break;
         struct iovec iov[2];
-        size_t want = 0;
+        size_t want = 0, room = SERVER_READ_AHEAD - total;
         for (int i = 0; i < nv; i++) {
             iov[i].iov_base = v[i].iov_base;
-            iov[i].iov_len = v[i].iov_len;
-            want += v[i].iov_len;
+            iov[i].iov_len = v[i].iov_len < room - want ? v[i].iov_len : room - want;
+            want += iov[i].iov_len;
         }
         ssize_t r = readv(fd, iov, nv);
         if (r <= 0) {
@@ -250,7 +248,7 @@ static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_inf
     if (fd < 0)
         return;
     c->reading_ahead = true; /* our own commits call back here */
-    server_conn_read_ahead(buf, fd);
+    api__server_read_ahead(buf, fd);
     c->reading_ahead = false;
 }
 
