@@ -230,7 +230,7 @@ size_t api__server_read_ahead(struct evbuffer *buf, int fd)
  *
  * libevent 2.1 reads at most 4 KiB per readiness (EVBUFFER_MAX_READ, which
  * bufferevent_set_max_single_read cannot raise), each read after a FIONREAD ioctl and followed
- * by evhttp's read callback: a 590 KiB push body took ~150 such rounds, a third of a steady
+ * by evhttp's read callback: a 590 KiB push body took ~150 such rounds, near half of a steady
  * push's CPU. So when libevent's read filled those 4 KiB (the socket likely holds more), the rest
  * is read here at once into the same buffer, before evhttp's callback consumes it. Each such call
  * adds at most SERVER_READ_AHEAD, and evhttp still applies its header and body limits as it
