@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +50,9 @@
 #define SERVER_MAX_WORKERS 256
 #define SERVER_MAX_HOOKS 16
 #define SERVER_MAX_SINGLE_READ (1 << 20)
+#define SERVER_LIBEVENT_READ 4096           /* libevent 2.1's most per read (EVBUFFER_MAX_READ) */
+#define SERVER_READ_CHUNK (128 * 1024 - 64) /* one read of api__server_read_ahead (fits a 128 KiB chain) */
+#define SERVER_READ_AHEAD API_SERVER_READ_AHEAD
 
 /* --- metrics ----------------------------------------------------------------------------------- */
 
@@ -152,6 +156,7 @@ typedef struct server_conn {
     bool saw_request;
     bool busy;       /* bytes arrived since the last request was dispatched: a request is being read */
     bool over_limit; /* opened beyond --web.max-connections: closed by the next sweep */
+    bool reading_ahead; /* server_conn_input is reading the socket itself */
 } server_conn_t;
 
 typedef struct server_worker {
@@ -186,11 +191,65 @@ static void server_conn_set_busy(server_conn_t *c, bool busy)
     }
 }
 
-/* Bytes arrived on a connection: until its request is dispatched, shutdown waits for it. */
+size_t api__server_read_ahead(struct evbuffer *buf, int fd)
+{
+    size_t total = 0;
+    while (total < SERVER_READ_AHEAD) {
+        struct evbuffer_iovec v[2];
+        int nv = evbuffer_reserve_space(buf, SERVER_READ_CHUNK, v, 2);
+        if (nv <= 0)
+            break;
+        struct iovec iov[2];
+        size_t want = 0, room = SERVER_READ_AHEAD - total;
+        for (int i = 0; i < nv; i++) {
+            iov[i].iov_base = v[i].iov_base;
+            iov[i].iov_len = v[i].iov_len < room - want ? v[i].iov_len : room - want;
+            want += iov[i].iov_len;
+        }
+        ssize_t r = readv(fd, iov, nv);
+        if (r <= 0) {
+            /* EOF, an error, or nothing more (EAGAIN): libevent's next read sees it as usual. */
+            evbuffer_commit_space(buf, NULL, 0);
+            break;
+        }
+        size_t left = (size_t)r;
+        int used = 0;
+        for (; used < nv && left; used++) {
+            v[used].iov_len = left < v[used].iov_len ? left : v[used].iov_len;
+            left -= v[used].iov_len;
+        }
+        evbuffer_commit_space(buf, v, used);
+        total += (size_t)r;
+        if ((size_t)r < want)
+            break; /* the socket is drained */
+    }
+    return total;
+}
+
+/* Bytes arrived on a connection: until its request is dispatched, shutdown waits for it.
+ *
+ * libevent 2.1 reads at most 4 KiB per readiness (EVBUFFER_MAX_READ, which
+ * bufferevent_set_max_single_read cannot raise), each read after a FIONREAD ioctl and followed
+ * by evhttp's read callback: a 590 KiB push body took ~150 such rounds, near half of a steady
+ * push's CPU. So when libevent's read filled those 4 KiB (the socket likely holds more), the rest
+ * is read here at once into the same buffer, before evhttp's callback consumes it. Each such call
+ * adds at most SERVER_READ_AHEAD, and evhttp still applies its header and body limits as it
+ * consumes the buffer, so a client cannot make a connection buffer without bound. TLS
+ * connections are left alone: their socket bytes are not this buffer's. */
 static void server_conn_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
-    if (info->n_added > 0)
-        server_conn_set_busy(arg, true);
+    server_conn_t *c = arg;
+    if (info->n_added == 0)
+        return;
+    server_conn_set_busy(c, true);
+    if (c->srv->tls || c->reading_ahead || info->n_added < SERVER_LIBEVENT_READ)
+        return;
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
+    if (fd < 0)
+        return;
+    c->reading_ahead = true; /* our own commits call back here */
+    api__server_read_ahead(buf, fd);
+    c->reading_ahead = false;
 }
 
 /* Every worker accepts from the one listening socket, and libevent's listener accepts until the
@@ -273,9 +332,9 @@ static struct bufferevent *server_bevcb(struct event_base *base, void *arg)
     }
     if (!bev)
         return NULL;
-    /* libevent reads at most 16 KiB per readiness and asks the kernel (FIONREAD) before each
-     * read: a 300 KB push body took ~20 rounds of ioctl + readv + callback, a fifth of a steady
-     * push's CPU. The body limit (evhttp's max body size) still bounds what a request may hold. */
+    /* bufferevent's own cap per read (16 KiB by default) is lifted, but libevent 2.1 still reads
+     * at most 4 KiB at a time: server_conn_input reads the rest of what arrived. The body limit
+     * (evhttp's max body size) still bounds what a request may hold. */
     bufferevent_set_max_single_read(bev, SERVER_MAX_SINGLE_READ);
     server_conn_t *c = calloc(1, sizeof(*c));
     if (!c || hashmap_put(&w->conn_by_bev, (uintptr_t)bev, (uintptr_t)c) < 0) {

@@ -72,5 +72,11 @@ void api__server_observe(api_server_t *s, int route, int code, double seconds);
 bool api__server_may_log(api_server_t *s, uint64_t *held);
 /* The server's route table (api_route_add fills it). */
 struct api_router *api__server_router(api_server_t *s);
+/* Appends what the non-blocking socket fd holds to buf, in large reads, at most
+ * API_SERVER_READ_AHEAD bytes; returns the bytes read (0 at EOF, on an error or when nothing
+ * waits: the caller's next read sees those as usual). */
+#define API_SERVER_READ_AHEAD (1u << 20)
+struct evbuffer;
+size_t api__server_read_ahead(struct evbuffer *buf, int fd);
 
 #endif

@@ -826,6 +826,60 @@ static void test_label_sets_interned(void **state)
     journal_free();
 }
 
+/* Every stored sample's labels are sorted by name with no empty value, wherever __name__ and the
+ * quantile/le label fall among the metric's own labels (names before "__name__", between, after
+ * "quantile"), on the full push, its repeat, and the staleness markers of a DELETE. */
+static void expect_sorted_labels(const push_effect_t *e, size_t n, size_t nlabels_min)
+{
+    assert_int_equal(e->n, n);
+    for (size_t i = 0; i < e->n; i++) {
+        const labels_t *ls = &e->samples[i].labels;
+        assert_true(ls->n >= nlabels_min);
+        assert_int_equal(labels_check_sorted_unique(ls), 0);
+        for (size_t j = 0; j < ls->n; j++)
+            assert_true(ls->v[j].value[0] != 0);
+        assert_non_null(labels_get(ls, "__name__"));
+    }
+}
+
+static void test_effect_labels_sorted(void **state)
+{
+    (void)state;
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[3];
+    const char *b1 = "# TYPE s summary\ns{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\",quantile=\"0.5\"} 1\n"
+                     "s_sum{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\"} 2\n"
+                     "s_count{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\"} 3\n"
+                     "# TYPE h histogram\nh_bucket{a=\"1\",lz=\"2\",le=\"0.5\"} 1\nh_sum{a=\"1\",lz=\"2\"} 2\n"
+                     "h_count{a=\"1\",lz=\"2\"} 3\n";
+    const char *b2 = "# TYPE s summary\ns{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\",quantile=\"0.5\"} 4\n"
+                     "s_sum{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\"} 5\n"
+                     "s_count{A=\"x\",_b=\"y\",m=\"\",p=\"z\",zz=\"w\"} 6\n"
+                     "# TYPE h histogram\nh_bucket{a=\"1\",lz=\"2\",le=\"0.5\"} 4\nh_sum{a=\"1\",lz=\"2\"} 5\n"
+                     "h_count{a=\"1\",lz=\"2\"} 6\n";
+    /* summary: quantile, _sum, _count; histogram: le=0.5, le=+Inf, _sum, _count */
+    push_shaped(r, "j", b1, 1000, &s[0]);
+    expect_sorted_labels(&s[0].effect, 7, 4);
+    assert_true(effect_value(&s[0].effect, "s", "quantile", "0.5") == 1);
+    assert_true(effect_value(&s[0].effect, "h_bucket", "le", "+Inf") == 3);
+    assert_int_equal(push_repeat(r, "j", b2, 2000, &s[1]), PUSH_OK);
+    expect_sorted_labels(&s[1].effect, 7, 4);
+    assert_true(effect_value(&s[1].effect, "s", "quantile", "0.5") == 4);
+    assert_true(effect_value(&s[1].effect, "h_bucket", "le", "0.5") == 4);
+    for (size_t i = 0; i < s[1].effect.n; i++)
+        assert_true(labels_equal(&s[1].effect.samples[i].labels, &s[0].effect.samples[i].labels));
+    s[2].a = arena_create(0);
+    label_t g[1] = {{"job", "j"}};
+    labels_t grouping = {g, 1};
+    assert_true(push_registry_delete(r, &grouping, 3000, s[2].a, &s[2].effect, next_delta()));
+    expect_sorted_labels(&s[2].effect, 7, 4);
+    assert_int_equal(count_stale(&s[2].effect), 7);
+    for (int i = 0; i < 3; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+    journal_free();
+}
+
 /* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
 static void test_repeat_of_changed_group_misses(void **state)
 {
@@ -1030,6 +1084,7 @@ int main(void)
         cmocka_unit_test(test_series_refs),
         cmocka_unit_test(test_repeated_push),
         cmocka_unit_test(test_repeat_of_changed_group_misses),
+        cmocka_unit_test(test_effect_labels_sorted),
         cmocka_unit_test(test_label_sets_interned),
         cmocka_unit_test(test_render_pieces_equal_one_shot),
         cmocka_unit_test(test_render_survives_changes),
