@@ -1079,7 +1079,15 @@ static void hset_free(querier_set_t *base)
     free(s);
 }
 
-static const querier_set_ops_t hset_ops = {.next = hset_next, .error = hset_error, .free = hset_free};
+/* The candidates' labels are copied into s->a at select time. */
+static bool hset_labels_stable(querier_set_t *base)
+{
+    (void)base;
+    return true;
+}
+
+static const querier_set_ops_t hset_ops = {
+    .next = hset_next, .error = hset_error, .free = hset_free, .labels_stable = hset_labels_stable};
 
 typedef struct {
     querier_t base;

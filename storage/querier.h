@@ -14,7 +14,8 @@
  * has the rules).
  *
  * Ownership: a series returned by querier_set_next, its labels and its chunk bytes belong to the
- * set and stay valid until the next call to querier_set_next or querier_set_free. Strings and
+ * set and stay valid until the next call to querier_set_next or querier_set_free (the labels until
+ * querier_set_free where the set says so: querier_set_labels_stable). Strings and
  * arrays from label_names/label_values are allocated in the caller's arena. Series come out
  * sorted by labels (labels_compare), each once.
  *
@@ -81,6 +82,11 @@ typedef struct {
     size_t (*warnings)(querier_set_t *set, const char *const **out);
     /* Optional (NULL = QUERIER_ERR_INTERNAL): the kind of the error error() reports. */
     querier_err_kind_t (*error_kind)(querier_set_t *set);
+    /* Optional (NULL = false): true when the labels of every series the set returns stay valid
+     * until querier_set_free, not only until the next call -- a reader that keeps the set open
+     * can then keep them instead of a copy (the PromQL engine: tens of MB for a selector of tens
+     * of thousands of series). */
+    bool (*labels_stable)(querier_set_t *set);
 } querier_set_ops_t;
 struct querier_set {
     const querier_set_ops_t *ops;
@@ -128,6 +134,10 @@ static inline size_t querier_set_warnings(querier_set_t *s, const char *const **
 static inline querier_err_kind_t querier_set_error_kind(querier_set_t *s)
 {
     return s->ops->error_kind ? s->ops->error_kind(s) : QUERIER_ERR_INTERNAL;
+}
+static inline bool querier_set_labels_stable(querier_set_t *s)
+{
+    return s->ops->labels_stable && s->ops->labels_stable(s);
 }
 /* s may be NULL. */
 static inline void querier_set_free(querier_set_t *s)

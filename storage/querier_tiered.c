@@ -609,7 +609,15 @@ static void tset_free(querier_set_t *base)
     free(s);
 }
 
-static const querier_set_ops_t tset_ops = {.next = tset_next, .error = tset_error, .free = tset_free};
+/* Every output series takes its labels from the head set's series or from the catalog candidates
+ * (in s->a): stable as long as the head set's are. */
+static bool tset_labels_stable(querier_set_t *base)
+{
+    return querier_set_labels_stable(((tset_t *)base)->hs);
+}
+
+static const querier_set_ops_t tset_ops = {
+    .next = tset_next, .error = tset_error, .free = tset_free, .labels_stable = tset_labels_stable};
 
 static querier_set_t *tq_select(querier_t *qb, const matcher_t *const *ms, size_t n, int64_t mint, int64_t maxt,
                                 const querier_hints_t *hints)

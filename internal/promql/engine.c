@@ -10,8 +10,10 @@
  *   subquery at t           the inner expression evaluated at every multiple of the step in
  *                           [te - range, te]
  *
- * Memory: loaded series live in a data arena for the query; every step allocates in a scratch
- * arena reset after the step; results are deep-copied into the result's arena.
+ * Memory: loaded series live in a data arena for the query, their samples as the store's XOR
+ * chunks (decoded per series by the series-major evaluation, all at once by the step-wise one);
+ * every step allocates in a scratch arena reset after the step; results are deep-copied into the
+ * result's arena.
  */
 #include <assert.h>
 #include <math.h>
@@ -207,6 +209,11 @@ static labels_t labels_alloc(pq_ctx_t *c, size_t n)
 
 labels_t pq_labels_drop_name(pq_ctx_t *c, labels_t ls)
 {
+    /* Label sets are sorted and never written once built, so where __name__ comes first (every
+     * name but upper-case ones sorts after it) the rest is a view of the same array: a range
+     * function over tens of thousands of series then copies no label arrays. */
+    if (ls.n && strcmp(ls.v[0].name, LABEL_METRIC_NAME) == 0)
+        return (labels_t){ls.v + 1, ls.n - 1};
     for (size_t i = 0; i < ls.n; i++) {
         if (strcmp(ls.v[i].name, LABEL_METRIC_NAME) == 0) {
             labels_t r = labels_alloc(c, ls.n);
@@ -446,6 +453,22 @@ static void note_set_warnings(pq_ctx_t *c, querier_set_t *set)
     }
 }
 
+/* A selector's set kept open while its series' labels are in use (querier_set_labels_stable). */
+typedef struct pq_open_set {
+    querier_set_t *set;
+    struct pq_open_set *next;
+} pq_open_set_t;
+
+static void open_sets_free(pq_ctx_t *c)
+{
+    while (c->open_sets) {
+        pq_open_set_t *os = c->open_sets;
+        c->open_sets = os->next;
+        querier_set_free(os->set);
+        free(os);
+    }
+}
+
 static void load_selectors(pq_ctx_t *c, arena_t *da)
 {
     int n = c->ast->nselectors;
@@ -470,40 +493,29 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
             pq_errorf(c, PROMQL_ERR_INTERNAL, "out of memory selecting series");
         size_t cap = 0;
         const querier_series_t *qs;
-        /* One series' samples are gathered in tmp before they get an exact-size array in da;
-         * tmp is charged to the query's budget like the arenas. Nothing here may unwind while the
-         * set is open: a refusal breaks out, closes it, then raises the error. */
-        promql_point_t *tmp = NULL;
-        size_t tcap = 0;
+        /* Each series keeps its chunks (copied: the set reuses its buffers) from the one holding
+         * its first sample in [mint, maxt] up to the last one starting before maxt; series with no
+         * sample there are left out. Nothing here may unwind while the set is open: a refusal
+         * breaks out, closes it, then raises the error. */
         const arena_budget_t *refused = NULL;
         bool failed = false;
+        /* labels the set keeps until it is freed are used where they are, the set kept open */
+        bool keep = querier_set_labels_stable(set);
+        pq_open_set_t *os = keep ? malloc(sizeof(*os)) : NULL;
+        if (keep && !os)
+            keep = false;
         while (!failed && (qs = querier_set_next(set)) != NULL) {
             querier_iter_t it;
             querier_iter_init(&it, qs, sd->mint, sd->maxt);
-            size_t np = 0;
-            bool stale = false;
             int64_t t;
             double v;
-            while (querier_iter_next(&it, &t, &v)) {
-                if (np == tcap) {
-                    size_t ncap = tcap ? tcap * 2 : 256;
-                    refused = arena_budget_charge(&c->budget, (ncap - tcap) * sizeof(*tmp));
-                    promql_point_t *nt = refused ? NULL : realloc(tmp, ncap * sizeof(*nt));
-                    if (!nt) {
-                        if (!refused)
-                            arena_budget_release(&c->budget, (ncap - tcap) * sizeof(*tmp));
-                        failed = true;
-                        break;
-                    }
-                    tmp = nt;
-                    tcap = ncap;
-                }
-                tmp[np++] = (promql_point_t){t, v};
-                if (promql_is_stale_nan(v))
-                    stale = true;
-            }
-            if (failed || np == 0)
+            if (!querier_iter_next(&it, &t, &v))
                 continue;
+            size_t c0 = it.ci, c1 = c0 + 1, cbytes = 0;
+            while (c1 < qs->nchunks && qs->chunks[c1].mint <= sd->maxt)
+                c1++;
+            for (size_t k = c0; k < c1; k++)
+                cbytes += qs->chunks[k].len;
             if (sd->n == cap) {
                 size_t ncap = cap ? cap * 2 : 16;
                 pq_sseries_t *ns = arena_try_alloc(da, ncap * sizeof(*ns));
@@ -518,16 +530,18 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
                 cap = ncap;
             }
             pq_sseries_t *ss = &sd->s[sd->n];
+            memset(ss, 0, sizeof(*ss));
             ss->metric.n = qs->labels.n;
-            ss->pts = arena_try_alloc(da, np * sizeof(promql_point_t));
-            /* the label set in one piece: the label_t array, then every name and value */
+            /* the label set in one piece: the label_t array, then every name and value; the
+             * chunks likewise: their descriptors, then their bytes */
             size_t lbytes = (qs->labels.n ? qs->labels.n : 1) * sizeof(label_t);
-            for (size_t i = 0; i < qs->labels.n; i++)
+            for (size_t i = 0; !keep && i < qs->labels.n; i++)
                 lbytes += strlen(qs->labels.v[i].name) + strlen(qs->labels.v[i].value) + 2;
-            ss->metric.v = arena_try_alloc(da, lbytes);
-            bool ok = ss->metric.v && ss->pts;
-            char *str = ok ? (char *)(ss->metric.v + (qs->labels.n ? qs->labels.n : 1)) : NULL;
-            for (size_t i = 0; ok && i < qs->labels.n; i++) {
+            ss->metric.v = keep ? qs->labels.v : arena_try_alloc(da, lbytes);
+            querier_chunk_t *ch = arena_try_alloc(da, (c1 - c0) * sizeof(*ch) + cbytes);
+            bool ok = ss->metric.v && ch;
+            char *str = ok && !keep ? (char *)(ss->metric.v + (qs->labels.n ? qs->labels.n : 1)) : NULL;
+            for (size_t i = 0; ok && !keep && i < qs->labels.n; i++) {
                 size_t nl = strlen(qs->labels.v[i].name) + 1, vl = strlen(qs->labels.v[i].value) + 1;
                 memcpy(str, qs->labels.v[i].name, nl);
                 memcpy(str + nl, qs->labels.v[i].value, vl);
@@ -540,23 +554,28 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
                 failed = true;
                 break;
             }
-            memcpy(ss->pts, tmp, np * sizeof(promql_point_t));
-            ss->n = np;
-            ss->has_stale = stale;
+            uint8_t *bytes = (uint8_t *)(ch + (c1 - c0));
+            for (size_t k = c0; k < c1; k++) {
+                ch[k - c0] = qs->chunks[k];
+                memcpy(bytes, qs->chunks[k].bytes, qs->chunks[k].len);
+                ch[k - c0].bytes = bytes;
+                bytes += qs->chunks[k].len;
+            }
+            ss->chunks = ch;
+            ss->nchunks = c1 - c0;
             ss->rollup_until = qs->rollup_until;
             ss->rollup_res = qs->rollup_res_ms;
             sd->n++;
         }
         if (!failed)
             sd->name_dups = has_name_dups(c, sd);
-        free(tmp);
-        arena_budget_release(&c->budget, tcap * sizeof(*tmp));
         const char *qerr = failed ? NULL : querier_set_error(set);
         if (qerr) {
             char m[400];
             snprintf(m, sizeof(m), "%s", qerr);
             /* A remote store's failure (fall-through, fail mode) is Prometheus' 422 / 503. */
             querier_err_kind_t qk = querier_set_error_kind(set);
+            free(os);
             querier_set_free(set);
             if (qk == QUERIER_ERR_REMOTE)
                 pq_errorf(c, PROMQL_ERR_EXECUTION, "expanding series: %s", m);
@@ -566,9 +585,71 @@ static void load_selectors(pq_ctx_t *c, arena_t *da)
         }
         if (!failed)
             note_set_warnings(c, set);
-        querier_set_free(set);
+        if (keep && !failed) {
+            os->set = set;
+            os->next = c->open_sets;
+            c->open_sets = os;
+        } else {
+            free(os);
+            querier_set_free(set);
+        }
         if (failed)
             memory_refused(c, refused);
+    }
+}
+
+size_t pq_sseries_bound(const pq_sseries_t *ss)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < ss->nchunks; k++) {
+        const querier_chunk_t *ch = &ss->chunks[k];
+        if (ch->len < CHUNK_XOR_HEADER_BYTES)
+            continue;
+        /* the header's count, but a sample after the first takes at least 2 bits: a chunk from a
+         * remote store cannot make this allocate more than its bytes justify */
+        size_t num = ((size_t)ch->bytes[0] << 8) | ch->bytes[1];
+        size_t most = 1 + (ch->len - CHUNK_XOR_HEADER_BYTES) * 4;
+        n += num < most ? num : most;
+    }
+    return n;
+}
+
+size_t pq_sseries_decode(const pq_seldata_t *sd, const pq_sseries_t *ss, bool drop_stale, promql_point_t *out,
+                         size_t most, bool *has_stale)
+{
+    querier_series_t qs = {.chunks = ss->chunks, .nchunks = ss->nchunks};
+    querier_iter_t it;
+    querier_iter_init(&it, &qs, sd->mint, sd->maxt);
+    size_t n = 0;
+    bool stale = false;
+    int64_t t;
+    double v;
+    while (n < most && querier_iter_next(&it, &t, &v)) {
+        if (promql_is_stale_nan(v)) {
+            stale = true;
+            if (drop_stale)
+                continue;
+        }
+        out[n++] = (promql_point_t){t, v};
+    }
+    if (has_stale)
+        *has_stale = stale;
+    return n;
+}
+
+/* The step-wise evaluation reads every series' samples at every step: decodes them all once. */
+static void materialize_selectors(pq_ctx_t *c, arena_t *da)
+{
+    for (int id = 0; id < c->ast->nselectors; id++) {
+        pq_seldata_t *sd = &c->sel[id];
+        for (size_t i = 0; i < sd->n; i++) {
+            pq_sseries_t *ss = &sd->s[i];
+            if (ss->pts)
+                continue;
+            size_t most = pq_sseries_bound(ss);
+            ss->pts = arena_alloc(da, (most + 1) * sizeof(promql_point_t));
+            ss->n = pq_sseries_decode(sd, ss, false, ss->pts, most, &ss->has_stale);
+        }
     }
 }
 
@@ -1444,6 +1525,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
 
     promql_value_t *out = &res->value;
     if (interval == 0) {
+        materialize_selectors(c, da);
         pq_val_t v = pq_eval(c, ast->root, start);
         out->type = v.type;
         out->t = start;
@@ -1475,6 +1557,7 @@ static promql_result_t *exec(querier_t *q, const promql_ast_t *ast, int64_t star
     } else if (!c->stepwise && pq_range_eval(c, res) == 0) {
         res->series_major = true;
     } else {
+        materialize_selectors(c, da);
         acc_t acc;
         /* the accumulator and its index must outlive step resets: build it in the data arena */
         arena_t *keep = c->sa;
@@ -1525,6 +1608,7 @@ done:
     owned_release_all(c);
     arena_destroy(c->sa);
     arena_destroy(da);
+    open_sets_free(c); /* after everything that may point at their labels */
     /* the result outlives the query's budget, which lives in c; it is bounded by max_samples */
     (void)arena_set_budget(res->arena, NULL, NULL, NULL);
     assert(atomic_load(&c->budget.used) == 0);

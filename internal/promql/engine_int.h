@@ -48,10 +48,16 @@ typedef struct {
     int64_t range_ms, win_end;
 } pq_val_t;
 
-/* A selector's loaded series. */
+/* A selector's loaded series. Its samples stay XOR-encoded as the store gave them (chunks, about
+ * 1-8 bytes a sample instead of 16) until they are used: the series-major evaluation decodes one
+ * series at a time (pq_sseries_decode), the step-wise one decodes every series once up front
+ * (pts). A dashboard's range query over tens of thousands of series would otherwise hold all their
+ * samples decoded at once, and writing those fresh pages was most of its time. */
 typedef struct {
     labels_t metric;
-    promql_point_t *pts; /* all samples incl. stale markers, time ordered */
+    const querier_chunk_t *chunks; /* copies; the first holds the first sample in [mint, maxt] */
+    size_t nchunks;
+    promql_point_t *pts; /* step-wise evaluation only: all samples incl. stale markers, time ordered */
     size_t n;
     bool has_stale;
     int64_t rollup_until; /* points before it are roll-up buckets (storage/querier.h), else 0 */
@@ -76,9 +82,10 @@ typedef struct pq_ctx {
     int64_t start, end, interval; /* outer query; interval 0 for instant */
     int64_t lookback, subq_step, max_samples;
     int64_t cur_samples, peak_samples, result_samples;
-    int64_t deadline_ns;          /* 0: none */
-    arena_budget_t budget;        /* this query's memory; parent: promql_opts_t.budget */
-    struct pq_owned_arena *owned; /* arenas made mid-evaluation, destroyed at the end even on error */
+    int64_t deadline_ns;           /* 0: none */
+    arena_budget_t budget;         /* this query's memory; parent: promql_opts_t.budget */
+    struct pq_owned_arena *owned;  /* arenas made mid-evaluation, destroyed at the end even on error */
+    struct pq_open_set *open_sets; /* selector sets whose labels the loaded series use, freed at the end */
     const volatile int *cancel;
     unsigned tick;
     pq_seldata_t *sel;
@@ -98,6 +105,15 @@ typedef struct pq_ctx {
     promql_errkind_t err_kind;
     char err[512];
 } pq_ctx_t;
+
+/* The most samples pq_sseries_decode can write for ss (its chunks' sample counts, bounded by
+ * what their bytes can hold). */
+size_t pq_sseries_bound(const pq_sseries_t *ss);
+/* Decodes ss's samples in [sd->mint, sd->maxt] into out (room for `most`, at least
+ * pq_sseries_bound(ss) for all of them), stale markers included unless drop_stale; returns how
+ * many. *has_stale (optional): some were stale. */
+size_t pq_sseries_decode(const pq_seldata_t *sd, const pq_sseries_t *ss, bool drop_stale, promql_point_t *out,
+                         size_t most, bool *has_stale);
 
 /* Raises an evaluation error (longjmp to the query entry). */
 _Noreturn void pq_errorf(pq_ctx_t *c, promql_errkind_t k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -81,6 +81,7 @@ typedef struct {
     int64_t *ts;  /* step times */
     int64_t *cnt; /* per step: samples the step-wise evaluation would have counted */
     bool fuse;    /* aggregations of range functions without materialising the latter */
+    arena_t *pa;  /* the samples of the one selector series being read (rv_points), or NULL */
     /* heap memory of the evaluation (not in the arena), freed by rv_free_heap */
     rv_regex_t *regexes; /* malloc'd nodes */
     buf_t text;          /* label_replace / label_join values being built */
@@ -316,6 +317,20 @@ static void rv_check_dups(rv_t *r, const rv_val_t *v, bool any_step)
 
 static rv_val_t rv_eval(rv_t *r, const promql_expr_t *e);
 
+/* The samples of a selector series, decoded from its chunks (stale markers left out with
+ * drop_stale); valid until the next call: one series' samples are in memory at a time. */
+static const promql_point_t *rv_points(rv_t *r, const pq_seldata_t *sd, const pq_sseries_t *ss, bool drop_stale,
+                                       size_t *n)
+{
+    if (!r->pa)
+        r->pa = pq_owned_create(r->c);
+    arena_reset(r->pa);
+    size_t most = pq_sseries_bound(ss);
+    promql_point_t *p = arena_alloc(r->pa, (most + 1) * sizeof(*p));
+    *n = pq_sseries_decode(sd, ss, drop_stale, p, most, NULL);
+    return p;
+}
+
 static int64_t rv_te(rv_t *r, promql_at_t at, int64_t at_ms, int64_t off, size_t step)
 {
     return (at == PROMQL_AT_NONE ? r->ts[step] : pq_resolve_at(r->c, at, at_ms, r->ts[step])) - off;
@@ -329,21 +344,23 @@ static rv_val_t rv_vector_sel(rv_t *r, const promql_expr_t *e)
     rv_val_t out = rv_vector(r, sd->n);
     for (size_t i = 0; i < sd->n; i++) {
         const pq_sseries_t *ss = &sd->s[i];
+        size_t np;
+        const promql_point_t *pts = rv_points(r, sd, ss, false, &np);
         size_t lo = 0, hi = 0; /* the steps whose lookback window [te - lookback, te] holds a sample */
-        if (ss->n)
-            rv_step_span(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, ss->pts[0].t,
-                         rv_sat_add(ss->pts[ss->n - 1].t, c->lookback), &lo, &hi);
+        if (np)
+            rv_step_span(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, pts[0].t,
+                         rv_sat_add(pts[np - 1].t, c->lookback), &lo, &hi);
         rv_series_t *o = rv_add_span(r, &out, ss->metric, lo, hi);
         ssize_t k = -1; /* last point with t <= te */
         for (size_t st = lo; st < hi; st++) {
             int64_t te = rv_te(r, e->u.sel.at, e->u.sel.at_ms, e->u.sel.offset_ms, st);
-            while (k + 1 < (ssize_t)ss->n && ss->pts[k + 1].t <= te)
+            while (k + 1 < (ssize_t)np && pts[k + 1].t <= te)
                 k++;
-            if (k < 0 || ss->pts[k].t < te - c->lookback || promql_is_stale_nan(ss->pts[k].v))
+            if (k < 0 || pts[k].t < te - c->lookback || promql_is_stale_nan(pts[k].v))
                 continue;
-            if (ss->pts[k].t < ss->rollup_until)
+            if (pts[k].t < ss->rollup_until)
                 pq_note_rollups(c, NULL, 0, te, ss->rollup_res, ss->rollup_until);
-            o->v[st] = ss->pts[k].v;
+            o->v[st] = pts[k].v;
             o->has[st] = 1;
         }
         rv_settle(r, &out, true);
@@ -405,17 +422,8 @@ static rv_val_t rv_call_range(rv_t *r, const promql_expr_t *e, const rv_sink_t *
         double *vals = sink ? scratch : arena_alloc(r->a, r->nsteps * sizeof(double));
         uint8_t *has = arena_calloc(r->a, r->nsteps, 1);
         arena_mark_t fmark = arena_mark(r->a); /* temporaries of the series from here */
-        const promql_point_t *p = ss->pts;
-        size_t n = ss->n;
-        if (ss->has_stale) {
-            promql_point_t *fp = arena_alloc(r->a, n * sizeof(*fp));
-            size_t k = 0;
-            for (size_t j = 0; j < n; j++)
-                if (!promql_is_stale_nan(p[j].v))
-                    fp[k++] = p[j];
-            p = fp;
-            n = k;
-        }
+        size_t n;
+        const promql_point_t *p = rv_points(r, sd, ss, true, &n);
         arena_mark_t cmark = arena_mark(r->a); /* temporaries of one call from here */
         size_t any = 0;
         size_t lo = 0, hi = 0; /* window: p[lo, hi) */
@@ -1240,6 +1248,8 @@ int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
         memcpy(c->jb, outer, sizeof(outer));
         c->sa = sa;
         rv_free_heap(r);
+        if (r->pa)
+            pq_owned_release(c, r->pa);
         if (r->a)
             pq_owned_release(c, r->a);
         free(r);
@@ -1270,6 +1280,8 @@ int pq_range_eval(pq_ctx_t *c, promql_result_t *res)
     memcpy(c->jb, outer, sizeof(outer));
     c->sa = sa;
     rv_free_heap(r);
+    if (r->pa)
+        pq_owned_release(c, r->pa);
     pq_owned_release(c, r->a);
     free(r);
     return 0;

@@ -2,8 +2,10 @@
  * Engine entry points beyond the conformance scripts: range-query shape (step alignment, sorted
  * series, scalar results as one label-less series), result ownership, error kinds (bad_data for
  * range queries of range vectors, execution for max_samples and duplicate label sets, canceled),
- * memory bounds (subqueries counted as Prometheus counts them, per-query and shared budgets), and
- * the test-script runner's own failure reporting.
+ * memory bounds (subqueries counted as Prometheus counts them, per-query and shared budgets), the
+ * decoding of a loaded series' chunks (clipped to the selector's window, stale markers, a chunk
+ * whose header claims more samples than its bytes hold), and the test-script runner's own failure
+ * reporting.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,8 +18,10 @@
 
 #include "internal/promql/ast.h"
 #include "internal/promql/engine.h"
+#include "internal/promql/engine_int.h"
 #include "internal/promql/testscript.h"
 #include "internal/util/arena.h"
+#include "storage/chunk_xor.h"
 
 static promql_memstore_t *store_with_counters(void)
 {
@@ -236,12 +240,68 @@ static void test_memory_budgets(void **s)
     promql_memstore_free(m);
 }
 
+/* A loaded series keeps its chunks; decoding clips them to [mint, maxt], drops stale markers when
+ * asked, and never writes more than pq_sseries_bound says, whatever a chunk's header claims. */
+static void test_sseries_decode(void **s)
+{
+    (void)s;
+    chunk_xor_appender_t a[2];
+    querier_chunk_t ch[2];
+    for (int c = 0; c < 2; c++) {
+        assert_int_equal(chunk_xor_appender_init(&a[c]), 0);
+        for (int i = 0; i < 100; i++) {
+            int64_t t = (int64_t)(c * 100 + i) * 1000;
+            double v = (c == 1 && i == 10) ? promql_stale_nan() : (double)(c * 100 + i);
+            assert_int_equal(chunk_xor_append(&a[c], t, v), 0);
+        }
+        size_t len;
+        const uint8_t *b = chunk_xor_bytes(&a[c], &len);
+        ch[c] = (querier_chunk_t){.mint = c * 100000, .maxt = (c * 100 + 99) * 1000, .bytes = b, .len = len};
+    }
+    pq_sseries_t ss = {.chunks = ch, .nchunks = 2};
+    pq_seldata_t sd = {.mint = 50000, .maxt = 150000};
+    size_t bound = pq_sseries_bound(&ss);
+    assert_int_equal(bound, 200);
+    promql_point_t *out = malloc(bound * sizeof(*out));
+    bool stale = false;
+    size_t n = pq_sseries_decode(&sd, &ss, false, out, bound, &stale);
+    assert_int_equal(n, 101); /* t = 50 s .. 150 s */
+    assert_true(stale);
+    assert_int_equal(out[0].t, 50000);
+    assert_int_equal(out[100].t, 150000);
+    assert_true(promql_is_stale_nan(out[60].v)); /* t = 110 s */
+    n = pq_sseries_decode(&sd, &ss, true, out, bound, &stale);
+    assert_int_equal(n, 100);
+    assert_true(stale);
+    for (size_t i = 0; i < n; i++)
+        assert_false(promql_is_stale_nan(out[i].v));
+    free(out);
+
+    /* a chunk of 12 bytes whose header says 65535 samples: at most 1 + 10 * 4 come out */
+    uint8_t lie[12];
+    size_t len;
+    memcpy(lie, chunk_xor_bytes(&a[0], &len), sizeof(lie));
+    lie[0] = lie[1] = 0xff;
+    querier_chunk_t lc = {.mint = 0, .maxt = INT64_MAX, .bytes = lie, .len = sizeof(lie)};
+    pq_sseries_t ls = {.chunks = &lc, .nchunks = 1};
+    pq_seldata_t all = {.mint = INT64_MIN, .maxt = INT64_MAX};
+    bound = pq_sseries_bound(&ls);
+    assert_int_equal(bound, 41);
+    out = malloc(bound * sizeof(*out)); /* ASan: no write past it */
+    n = pq_sseries_decode(&all, &ls, false, out, bound, NULL);
+    assert_true(n <= bound);
+    free(out);
+    chunk_xor_appender_free(&a[0]);
+    chunk_xor_appender_free(&a[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_range_rate),     cmocka_unit_test(test_scalar_range_and_instant_vector),
         cmocka_unit_test(test_errors),         cmocka_unit_test(test_subquery_sample_accounting),
         cmocka_unit_test(test_memory_budgets), cmocka_unit_test(test_script_runner_reports_failures),
+        cmocka_unit_test(test_sseries_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
