@@ -4,15 +4,16 @@
  * ---- Life of a sample -------------------------------------------------------------------------
  *
  *   ingest thread                        writer thread (only SQLite writer)
- *   rollup_add_samples                   every flush interval (rollup_flush):
- *     shard lock (id % SHARDS)             1. close open buckets whose series went quiet
- *     state = per-series record            2. move every shard's closed list to `inflight`
- *     update open bucket per resolution       and snapshot the states that changed
- *     bucket start moved on?                  (per shard: a copy of the closed list, sorted
- *       -> push old bucket on the shard's      outside the shard lock, becomes its `inflight`
- *          closed list                         and leaves the closed list in one step)
- *                                          3. one transaction: catalog rows, buckets merged into
- *                                             blobs / plain rows, state rows, last_seen
+ *   rollup_add_samples                   every flush interval (rollup_flush), one transaction:
+ *     shard lock (id % SHARDS)             1. catalog rows; per shard: close open buckets whose
+ *     state = per-series record               series went quiet
+ *     update open bucket per resolution    2. per shard: move its closed list to `inflight` and
+ *     bucket start moved on?                  snapshot the states that changed (a copy of the
+ *       -> push old bucket on the shard's     closed list, sorted outside the shard lock, becomes
+ *          closed list                        its `inflight` and leaves the closed list in one
+ *                                             step); the shard's state rows, last_seen
+ *                                          3. every shard's inflight buckets merged into blobs /
+ *                                             plain rows, in key order
  *                                          4. COMMIT and forget `inflight` in one step w.r.t.
  *                                             readers (view lock held exclusively)
  *                                          5. a database from before 1h blobs: copy a few
@@ -822,7 +823,9 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     s->closed_last = CLOSED_NONE;
     for (size_t i = 0; i < r->rs.n; i++)
         s->open[i].ts = NO_BUCKET;
-    if (sh->count >= sh->nbuckets)
+    /* Up to two states per chain: ingest finds its states through hints and sweeps walk the
+     * chains anyway, so a bucket per state would only double the table (4 MB at 256k series). */
+    if (sh->count >= 2 * sh->nbuckets)
         shard_grow(sh);
     size_t k = slot_of(sh, id);
     s->next = sh->tab[k];
@@ -1297,12 +1300,25 @@ static int write_inflight(rollup_t *r, sqlite3_stmt *plain, sqlite3_stmt *bsel, 
     }
 }
 
-/* The body of one transaction: inflight buckets, snapshots, evictions. */
-static int write_batch(rollup_t *r, sqlite3 *db)
+/* The statements of one writer transaction. */
+typedef struct {
+    sqlite3_stmt *plain, *state, *del, *seen, *bsel, *bup;
+} wst_t;
+
+static void wst_finalize(wst_t *w)
 {
-    sqlite3_stmt *plain = NULL, *state = NULL, *del = NULL, *seen = NULL, *bsel = NULL, *bup = NULL;
-    buf_t enc = BUF_INIT;
-    int ret = -1;
+    sqlite3_finalize(w->plain);
+    sqlite3_finalize(w->state);
+    sqlite3_finalize(w->del);
+    sqlite3_finalize(w->seen);
+    sqlite3_finalize(w->bsel);
+    sqlite3_finalize(w->bup);
+    *w = (wst_t){0};
+}
+
+static int wst_prepare(sqlite3 *db, wst_t *w)
+{
+    *w = (wst_t){0};
     if (sqlite3_prepare_v2(db,
                            "INSERT INTO rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)"
                            " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET"
@@ -1310,52 +1326,61 @@ static int write_batch(rollup_t *r, sqlite3 *db)
                            " min = min(coalesce(min, excluded.min), coalesce(excluded.min, min)),"
                            " max = max(coalesce(max, excluded.max), coalesce(excluded.max, max)),"
                            " last = excluded.last, increase = increase + excluded.increase",
-                           -1, &plain, NULL) != SQLITE_OK ||
+                           -1, &w->plain, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
                            "INSERT OR REPLACE INTO rollup_state(series_id, last_t, prev, prev_ok, open)"
                            " VALUES(?, ?, ?, ?, ?)",
-                           -1, &state, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &del, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &seen, NULL) !=
-            SQLITE_OK ||
-        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1, &bsel,
+                           -1, &w->state, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &w->del, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &w->seen,
                            NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1,
+                           &w->bsel, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
                            "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?, ?, ?, ?, ?)"
                            " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
-                           -1, &bup, NULL) != SQLITE_OK)
-        goto out;
-    if (write_inflight(r, plain, bsel, bup, &enc) != 0)
-        goto out;
+                           -1, &w->bup, NULL) != SQLITE_OK) {
+        log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
+        wst_finalize(w);
+        return -1;
+    }
+    return 0;
+}
+
+/* The snapshots and evictions taken so far (one shard's, see rollup_flush) into the open
+ * transaction; they are cleared either way. */
+static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w)
+{
+    int ret = -1;
     for (size_t i = 0; i < r->nsnaps; i++) {
         const sstate_t *sn = (const sstate_t *)(const void *)(r->snaps + i * state_bytes(r));
         uint8_t open[(ROLLUP_MAX_RESOLUTIONS + 1) * STATE_ENTRY_BYTES];
         size_t nopen = snap_entries(r, sn, open);
-        sqlite3_bind_int64(state, 1, (sqlite3_int64)sn->id);
-        sqlite3_bind_int64(state, 2, sn->last_t);
-        sqlite3_bind_double(state, 3, sn->prev_ok ? sn->prev : 0);
-        sqlite3_bind_int(state, 4, sn->prev_ok);
+        sqlite3_bind_int64(w->state, 1, (sqlite3_int64)sn->id);
+        sqlite3_bind_int64(w->state, 2, sn->last_t);
+        sqlite3_bind_double(w->state, 3, sn->prev_ok ? sn->prev : 0);
+        sqlite3_bind_int(w->state, 4, sn->prev_ok);
         if (nopen)
-            sqlite3_bind_blob(state, 5, open, (int)(nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
+            sqlite3_bind_blob(w->state, 5, open, (int)(nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
         else
-            sqlite3_bind_null(state, 5);
-        int rc = sqlite3_step(state);
-        sqlite3_reset(state);
+            sqlite3_bind_null(w->state, 5);
+        int rc = sqlite3_step(w->state);
+        sqlite3_reset(w->state);
         if (rc != SQLITE_DONE)
             goto out;
         /* newest sample, pending one included (catalog last_seen) */
         int64_t seen_t = sn->pend && sn->pend_t > sn->last_t ? sn->pend_t : sn->last_t;
-        sqlite3_bind_int64(seen, 1, seen_t);
-        sqlite3_bind_int64(seen, 2, (sqlite3_int64)sn->id);
-        rc = sqlite3_step(seen);
-        sqlite3_reset(seen);
+        sqlite3_bind_int64(w->seen, 1, seen_t);
+        sqlite3_bind_int64(w->seen, 2, (sqlite3_int64)sn->id);
+        rc = sqlite3_step(w->seen);
+        sqlite3_reset(w->seen);
         if (rc != SQLITE_DONE)
             goto out;
     }
     for (size_t i = 0; i < r->nevicted; i++) {
-        sqlite3_bind_int64(del, 1, (sqlite3_int64)r->evicted[i]);
-        int rc = sqlite3_step(del);
-        sqlite3_reset(del);
+        sqlite3_bind_int64(w->del, 1, (sqlite3_int64)r->evicted[i]);
+        int rc = sqlite3_step(w->del);
+        sqlite3_reset(w->del);
         if (rc != SQLITE_DONE)
             goto out;
     }
@@ -1363,13 +1388,7 @@ static int write_batch(rollup_t *r, sqlite3 *db)
 out:
     if (ret != 0)
         log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
-    sqlite3_finalize(plain);
-    sqlite3_finalize(state);
-    sqlite3_finalize(del);
-    sqlite3_finalize(seen);
-    sqlite3_finalize(bsel);
-    sqlite3_finalize(bup);
-    buf_free(&enc);
+    r->nsnaps = r->nevicted = 0; /* the buffers stay for the next shard; rollup_flush frees them */
     return ret;
 }
 
@@ -1589,10 +1608,27 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     for (size_t i = 0; i < r->rs.n; i++)
         before[i] = hw == INT64_MIN ? INT64_MIN : hw - r->rs.v[i].res_ms;
 
-    /* 2. Per shard, under its lock only: the closed list is copied (the take) and the states
-     *    are snapshotted; the take is sorted into the shard's inflight outside the lock. */
+    /* One transaction. Readers still see `inflight` until the COMMIT below. */
+    catalog_t *cat = r->cat;
+    sqlite3 *db = catalog__write_db(cat);
+    catalog__write_lock(cat);
     size_t old_inflight = inflight_count(r);
-    for (size_t k = 0; k < SHARDS; k++) {
+    wst_t w = {0};
+    int rc = exec_sql(db, "BEGIN IMMEDIATE");
+    if (rc == 0)
+        rc = catalog__write_pending(cat);
+    if (rc == 0)
+        rc = wst_prepare(db, &w);
+
+    /* 2. Per shard, under its lock only: the closed list is copied (the take) and the states
+     *    are snapshotted; the take is sorted into the shard's inflight outside the lock, and the
+     *    snapshots go into the transaction before the next shard is taken. Snapshotting every
+     *    shard first held a copy of every state that closed a bucket: after a minute boundary,
+     *    all of them (~40 MB at 256k series) for the whole cycle. A state's snapshot and its
+     *    shard's take are still made in one hold of the shard lock, so a checkpointed open
+     *    bucket is never also on disk. A failed transaction takes nothing: what is closed waits
+     *    in the closed lists for the next cycle. */
+    for (size_t k = 0; k < SHARDS && rc == 0; k++) {
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         shard_sweep(r, sh, before, true);
@@ -1625,17 +1661,17 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         pthread_mutex_unlock(&sh->mu);
         if (n)
             shard_take_in(sh, take, n);
+        rc = write_snaps(r, db, &w);
     }
-
-    /* 3. One transaction. Readers still see `inflight` until the COMMIT below. */
-    catalog_t *cat = r->cat;
-    sqlite3 *db = catalog__write_db(cat);
-    catalog__write_lock(cat);
-    int rc = exec_sql(db, "BEGIN IMMEDIATE");
-    if (rc == 0)
-        rc = catalog__write_pending(cat);
-    if (rc == 0)
-        rc = write_batch(r, db);
+    /* 3. Every shard's inflight buckets, in key order. */
+    if (rc == 0) {
+        buf_t enc = BUF_INIT;
+        rc = write_inflight(r, w.plain, w.bsel, w.bup, &enc);
+        if (rc != 0)
+            log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
+        buf_free(&enc);
+    }
+    wst_finalize(&w);
     /* 4. COMMIT and forget inflight atomically for readers. */
     pthread_rwlock_wrlock(&r->view_rw);
     if (rc == 0)
