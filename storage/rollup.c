@@ -155,10 +155,11 @@ typedef struct {
 
 /* A state's open bucket of one resolution: a rollup_bucket_t without `last`, which every open
  * bucket of a state shares (each aggregated the state's newest sample: commit_pending adds a
- * sample to every resolution, and a bucket only leaves by closing), with a 32-bit count (at most
- * one sample per second is aggregated: 136 years of seconds), and the resolution's disk_lo. */
+ * sample to every resolution, and a bucket only leaves by closing), and without `ts`, which is
+ * the one of last_t (commit_pending closes a bucket of another period before last_t moves on:
+ * see open_ts), with a 32-bit count (at most one sample per second is aggregated: 136 years of
+ * seconds; 0: none open), and the resolution's disk_lo. */
 typedef struct {
-    int64_t ts; /* NO_BUCKET: none open */
     double sum, min, max, increase;
     uint32_t count;
     /* Every bucket stored for the series at this resolution has ts >= disk_lo * res (INT32_MAX:
@@ -166,7 +167,7 @@ typedef struct {
     int32_t disk_lo;
 } sbucket_t;
 
-/* 64 bytes + 48 per resolution (160 with the default two), from the shard's slab: no allocator
+/* 64 bytes + 40 per resolution (144 with the default two), from the shard's slab: no allocator
  * header or size-class rounding (it was 184 bytes in a 192-byte malloc chunk). */
 typedef struct sstate {
     struct sstate *next; /* hash chain */
@@ -785,11 +786,22 @@ static void disk_lo_set(const rollup_t *r, sstate_t *s, size_t i, int64_t ts)
     s->open[i].disk_lo = q < INT32_MIN ? INT32_MIN : q >= INT32_MAX ? INT32_MAX - 1 : (int32_t)q;
 }
 
+static bool open_is(const sstate_t *s, size_t i)
+{
+    return s->open[i].count != 0;
+}
+
+/* The start of open bucket i of s (NO_BUCKET: none open): the period of last_t. */
+static int64_t open_ts(const rollup_t *r, const sstate_t *s, size_t i)
+{
+    return open_is(s, i) ? floor_to(s->last_t, r->rs.v[i].res_ms) : NO_BUCKET;
+}
+
 /* Open bucket i of s as a rollup_bucket_t (ts NO_BUCKET: none). */
-static rollup_bucket_t open_get(const sstate_t *s, size_t i)
+static rollup_bucket_t open_get(const rollup_t *r, const sstate_t *s, size_t i)
 {
     const sbucket_t *b = &s->open[i];
-    return (rollup_bucket_t){.ts = b->ts,
+    return (rollup_bucket_t){.ts = open_ts(r, s, i),
                              .count = b->count,
                              .sum = b->sum,
                              .min = b->min,
@@ -822,7 +834,7 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     s->last_t = INT64_MIN;
     s->closed_last = CLOSED_NONE;
     for (size_t i = 0; i < r->rs.n; i++)
-        s->open[i].ts = NO_BUCKET;
+        s->open[i].count = 0;
     /* Up to two states per chain: ingest finds its states through hints and sweeps walk the
      * chains anyway, so a bucket per state would only double the table (4 MB at 256k series). */
     if (sh->count >= 2 * sh->nbuckets)
@@ -838,15 +850,15 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
 /* Moves the open bucket i of s to the shard's closed list (shard locked). */
 static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
-    if (s->open[i].ts == NO_BUCKET)
+    if (!open_is(s, i))
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(s, i)};
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(r, s, i)};
     assert(sh->closed.n < CLOSED_NONE);
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
     else
         s->closed_last = (uint32_t)(sh->closed.n - 1);
-    s->open[i].ts = NO_BUCKET;
+    s->open[i].count = 0;
     s->closed = true;
     s->dirty = true;
 }
@@ -881,8 +893,13 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
     if (!s->pend)
         return;
     s->pend = false;
-    s->last_t = s->pend_t;
     s->dirty = true;
+    /* Open buckets of another period than the sample's close while last_t still dates them
+     * (a staleness marker too, which aggregates nothing: no later sample can land in them). */
+    for (size_t i = 0; i < r->rs.n; i++)
+        if (open_is(s, i) && open_ts(r, s, i) != floor_to(s->pend_t, r->rs.v[i].res_ms))
+            close_open(r, sh, s, i); /* with the `last` it had */
+    s->last_t = s->pend_t;
     double v = s->pend_v;
     if (dbits(v) == STALE_NAN_BITS) {
         s->prev_ok = false; /* ends continuity, is not aggregated */
@@ -895,14 +912,7 @@ static void commit_pending(rollup_t *r, shard_t *sh, sstate_t *s)
     }
     for (size_t i = 0; i < r->rs.n; i++) {
         sbucket_t *b = &s->open[i];
-        /* Mostly the open bucket's own: known without dividing by the width. */
-        bool in_open = b->ts != NO_BUCKET && s->last_t >= b->ts &&
-                       (uint64_t)s->last_t - (uint64_t)b->ts < (uint64_t)r->rs.v[i].res_ms;
-        int64_t ts = in_open ? b->ts : floor_to(s->last_t, r->rs.v[i].res_ms);
-        if (b->ts != ts) {
-            close_open(r, sh, s, i); /* with the `last` it had */
-            b->ts = ts;
-            b->count = 0;
+        if (b->count == 0) {
             b->sum = b->increase = 0;
             b->min = b->max = NAN;
         }
@@ -1026,9 +1036,9 @@ static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool ev
             if (s->pend && floor_to(s->pend_t, r->rs.v[0].res_ms) + r->rs.v[0].res_ms <= before[0])
                 commit_pending(r, sh, s);
             for (size_t i = 0; i < r->rs.n; i++) {
-                if (s->open[i].ts != NO_BUCKET && s->open[i].ts + r->rs.v[i].res_ms <= before[i])
+                if (open_is(s, i) && open_ts(r, s, i) + r->rs.v[i].res_ms <= before[i])
                     close_open(r, sh, s, i);
-                any_open |= s->open[i].ts != NO_BUCKET;
+                any_open |= open_is(s, i);
             }
             if (evict && !any_open && !s->pend && s->last_t < before[r->rs.n - 1]) {
                 if (r->nevicted == r->capevicted) {
@@ -1121,8 +1131,8 @@ static size_t snap_entries(const rollup_t *r, const sstate_t *s, uint8_t *out)
 {
     size_t n = 0;
     for (size_t i = 0; i < r->rs.n; i++)
-        if (s->open[i].ts != NO_BUCKET) {
-            rollup_bucket_t b = open_get(s, i);
+        if (open_is(s, i)) {
+            rollup_bucket_t b = open_get(r, s, i);
             put_state_entry(out + STATE_ENTRY_BYTES * n++, r->rs.v[i].res_ms, &b);
         }
     if (s->pend) {
@@ -2247,7 +2257,7 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
     }
     rollup_bucket_t open = {.ts = NO_BUCKET}, pendb = {.ts = NO_BUCKET};
     if (s) {
-        open = open_get(s, res_idx);
+        open = open_get(r, s, res_idx);
         /* The pending sample is part of what the series has sent: show it as if committed. */
         if (s->pend && dbits(s->pend_v) != STALE_NAN_BITS) {
             int64_t pts = floor_to(s->pend_t, r->rs.v[res_idx].res_ms);
@@ -2413,8 +2423,21 @@ static int load_states(rollup_t *r, sqlite3 *db)
                 dropped++; /* resolution no longer configured */
                 continue;
             }
-            s->open[i] = (sbucket_t){.ts = b.ts,
-                                     .sum = b.sum,
+            if (b.count == 0)
+                continue; /* aggregated nothing */
+            if (s->last_t == INT64_MIN || floor_to(s->last_t, res_ms) != b.ts) {
+                /* Not of last_t's period (written when a staleness marker moved last_t on without
+                 * closing it): closed now, as the next sample or sweep would have. */
+                closed_t c = {.id = id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = b};
+                if (closed_push(&sh->closed, &c) != 0) {
+                    sqlite3_finalize(st);
+                    return -1;
+                }
+                s->closed_last = (uint32_t)(sh->closed.n - 1);
+                s->closed = s->dirty = true;
+                continue;
+            }
+            s->open[i] = (sbucket_t){.sum = b.sum,
                                      .min = b.min,
                                      .max = b.max,
                                      .increase = b.increase,
