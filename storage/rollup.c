@@ -852,7 +852,8 @@ static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (!open_is(s, i))
         return;
-    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(r, s, i)};
+    closed_t c = {
+        .id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(r, s, i)};
     assert(sh->closed.n < CLOSED_NONE);
     if (closed_push(&sh->closed, &c) != 0)
         log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
@@ -1342,8 +1343,8 @@ static int wst_prepare(sqlite3 *db, wst_t *w)
                            " VALUES(?, ?, ?, ?, ?)",
                            -1, &w->state, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &w->del, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &w->seen,
-                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &w->seen, NULL) !=
+            SQLITE_OK ||
         sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1,
                            &w->bsel, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,

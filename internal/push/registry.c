@@ -1563,7 +1563,10 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
         case PART_SUM: m->x->sum = v; break; /* the build that made dest made x */
         case PART_COUNT: m->x->count = v; break;
         case PART_NONE: break;
-        default: assert((uint32_t)d.part < m->nq); m->x->qv[d.part] = v; break;
+        default:
+            assert((uint32_t)d.part < m->nq);
+            m->x->qv[d.part] = v;
+            break;
         }
     }
     push_collect_t col = {.a = a};
@@ -2435,8 +2438,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
             double sum = rd_f64(rd), count = rd_f64(rd);
             pm->nq = rd_count(rd, 16);
             /* A counter's or gauge's sum and count are 0 (written as such: metric_sum) */
-            bool complex = f->type == EXPFMT_SUMMARY || f->type == EXPFMT_HISTOGRAM ||
-                           f->type == EXPFMT_GAUGE_HISTOGRAM;
+            bool complex =
+                f->type == EXPFMT_SUMMARY || f->type == EXPFMT_HISTOGRAM || f->type == EXPFMT_GAUGE_HISTOGRAM;
             if (complex || pm->nq || dbits_of(sum) || dbits_of(count)) {
                 push_mx_t *x = pm->x = batch_alloc(batch, sizeof(*pm->x));
                 *x = (push_mx_t){.sum = sum, .count = count};

@@ -1090,7 +1090,6 @@ static void test_hour_blobs(void **state)
     remove_dir(f.dir);
 }
 
-
 /* An open bucket has no ts of its own: it is the period of the state's newest sample. A
  * staleness marker in a later period closes it (it aggregates nothing), also when the marker was
  * pending across a restart; and a state row whose open bucket is of an older period than its
@@ -1106,7 +1105,7 @@ static void test_open_bucket_dated_by_last_t(void **state)
     assert_int_equal(rollup_flush(f.r, true), 0);
     fx_close(&f);
     fx_open(&f);
-    add(f.r, 1, T0 + MIN_MS + 11000, 20);     /* commits the marker: minute 0 closes */
+    add(f.r, 1, T0 + MIN_MS + 11000, 20);    /* commits the marker: minute 0 closes */
     add(f.r, 1, T0 + 2 * MIN_MS + 1000, 25); /* commits 20: minute 1, no increase */
     rollup_buckets_t b = {0};
     assert_int_equal(rollup_read(f.r, 1, 0, INT64_MIN, INT64_MAX, &b), 0);

@@ -189,12 +189,9 @@ static void test_openmetrics(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_shape_reads_values),
-        cmocka_unit_test(test_changed_bodies_miss),
-        cmocka_unit_test(test_one_hash_covers_every_piece),
-        cmocka_unit_test(test_split_family_order),
-        cmocka_unit_test(test_unrecognisable_bodies),
-        cmocka_unit_test(test_openmetrics),
+        cmocka_unit_test(test_same_shape_reads_values),     cmocka_unit_test(test_changed_bodies_miss),
+        cmocka_unit_test(test_one_hash_covers_every_piece), cmocka_unit_test(test_split_family_order),
+        cmocka_unit_test(test_unrecognisable_bodies),       cmocka_unit_test(test_openmetrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
