@@ -1106,9 +1106,10 @@ static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *
 }
 
 /* Capacities kept from one writer cycle to the next, in bytes: a cycle after a minute boundary
- * closes a bucket of every series (and snapshots every state), ~70 MB at 256k series. Beyond
- * this, the buffers are freed after the cycle (they are big enough to be mmap'd, so the memory
- * goes back to the system instead of staying in the writer thread's malloc arena). */
+ * closes a bucket of every series, ~22 MB of closed buckets at 256k series (the snapshots are
+ * one shard's at a time, ~0.6 MB). Beyond this, the buffers are freed after the cycle (they are
+ * big enough to be mmap'd, so the memory goes back to the system instead of staying in the
+ * writer thread's malloc arena). */
 #define KEEP_CAP_BYTES (1u << 20)
 
 static void snap_state(rollup_t *r, const sstate_t *s)
