@@ -80,15 +80,37 @@ typedef struct push_batch {
     struct push_batch *base;
 } push_batch_t;
 
+/* What a summary or histogram metric has besides its labels: kept apart, so the metrics of
+ * counters, gauges and untyped (nearly all of a Flink TaskManager's) are 32 bytes, not 64. */
 typedef struct {
-    label_t *labels; /* sorted by name; grouping applied; instance defaulted; no quantile/le */
-    uint32_t nlabels;
-    uint32_t nq;  /* quantiles (summary) or buckets (histogram) */
-    double value; /* counter, gauge, untyped */
     double sum, count;
     double *qb, *qv; /* quantile / upper bound, and value / cumulative count */
     const char **qs; /* qb as the body wrote it, normalized (NULL after a restore: format qb) */
+} push_mx_t;
+
+typedef struct {
+    label_t *labels; /* sorted by name; grouping applied; instance defaulted; no quantile/le */
+    uint32_t nlabels;
+    uint32_t nq;  /* quantiles (summary) or buckets (histogram); then x is set */
+    double value; /* counter, gauge, untyped */
+    push_mx_t *x; /* sum, count, quantiles / buckets; NULL: sum and count 0, none */
 } push_metric_t;
+
+static uint64_t dbits_of(double v)
+{
+    uint64_t u;
+    memcpy(&u, &v, sizeof(u));
+    return u;
+}
+
+static double metric_sum(const push_metric_t *m)
+{
+    return m->x ? m->x->sum : 0;
+}
+static double metric_count(const push_metric_t *m)
+{
+    return m->x ? m->x->count : 0;
+}
 
 typedef struct {
     const char *name;
@@ -409,8 +431,8 @@ static push_batch_t *batch_pack(push_family_t *const *fams, size_t nfams, size_t
         const push_family_t *of = fams[i];
         bytes += pack_size(sizeof(push_family_t)) + pack_size((of->n ? of->n : 1) * sizeof(push_metric_t));
         for (size_t m = 0; m < of->n; m++)
-            if (of->metrics[m].nq)
-                bytes += pack_size(of->metrics[m].nq * sizeof(double));
+            if (of->metrics[m].x)
+                bytes += pack_size(sizeof(push_mx_t)) + pack_size(of->metrics[m].nq * sizeof(double));
     }
     push_batch_t *nb = calloc(1, sizeof(*nb));
     char *cur = nb ? malloc(bytes) : NULL;
@@ -430,9 +452,14 @@ static push_batch_t *batch_pack(push_family_t *const *fams, size_t nfams, size_t
         nf->metrics = pack_take(&cur, (of->n ? of->n : 1) * sizeof(push_metric_t));
         memcpy(nf->metrics, of->metrics, of->n * sizeof(push_metric_t));
         for (size_t m = 0; m < of->n; m++)
-            if (of->metrics[m].nq) {
-                nf->metrics[m].qv = pack_take(&cur, of->metrics[m].nq * sizeof(double));
-                memcpy(nf->metrics[m].qv, of->metrics[m].qv, of->metrics[m].nq * sizeof(double));
+            if (of->metrics[m].x) {
+                /* sum, count and values change from push to push; bounds and their text stay */
+                push_mx_t *x = nf->metrics[m].x = pack_take(&cur, sizeof(push_mx_t));
+                *x = *of->metrics[m].x;
+                if (of->metrics[m].nq) {
+                    x->qv = pack_take(&cur, of->metrics[m].nq * sizeof(double));
+                    memcpy(x->qv, of->metrics[m].x->qv, of->metrics[m].nq * sizeof(double));
+                }
             }
         assert(off + of->nseries <= (nseries ? nseries : 1));
         nf->refs = nb->srefs + off;
@@ -731,7 +758,7 @@ static uint64_t family_shape(const push_family_t *f)
         }
         XXH3_64bits_update(&st, &m->nq, sizeof(m->nq));
         if (m->nq)
-            XXH3_64bits_update(&st, m->qb, m->nq * sizeof(double));
+            XXH3_64bits_update(&st, m->x->qb, m->nq * sizeof(double));
     }
     return XXH3_64bits_digest(&st);
 }
@@ -821,27 +848,32 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
             m->nlabels = nl;
         }
         dest[i] = (push_dest_t){0, (uint32_t)(m - ms), PART_NONE};
+        bool part = s->kind == EXPFMT_KIND_QUANTILE || s->kind == EXPFMT_KIND_BUCKET || s->kind == EXPFMT_KIND_SUM ||
+                    s->kind == EXPFMT_KIND_COUNT;
+        if (part && !m->x)
+            m->x = arena_calloc(tmp, 1, sizeof(*m->x));
         switch (s->kind) {
         case EXPFMT_KIND_VALUE: m->value = s->value, dest[i].part = PART_VALUE; break;
-        case EXPFMT_KIND_SUM: m->sum = s->value, dest[i].part = PART_SUM; break;
-        case EXPFMT_KIND_COUNT: m->count = s->value, dest[i].part = PART_COUNT; break;
+        case EXPFMT_KIND_SUM: m->x->sum = s->value, dest[i].part = PART_SUM; break;
+        case EXPFMT_KIND_COUNT: m->x->count = s->value, dest[i].part = PART_COUNT; break;
         case EXPFMT_KIND_QUANTILE:
         case EXPFMT_KIND_BUCKET: {
+            push_mx_t *x = m->x;
             dest[i].part = (int32_t)m->nq;
             const char *bs = s->labels[s->nlabels - 1].value;
             double bound = strtod(bs, NULL);
             uint32_t *cap = &qcap[m - ms];
             if (m->nq == *cap) {
                 *cap = *cap ? *cap * 2 : 8;
-                m->qb = realloc(m->qb, *cap * sizeof(double));
-                m->qv = realloc(m->qv, *cap * sizeof(double));
-                m->qs = realloc(m->qs, *cap * sizeof(char *));
-                if (!m->qb || !m->qv || !m->qs)
+                x->qb = realloc(x->qb, *cap * sizeof(double));
+                x->qv = realloc(x->qv, *cap * sizeof(double));
+                x->qs = realloc(x->qs, *cap * sizeof(char *));
+                if (!x->qb || !x->qv || !x->qs)
                     abort();
             }
-            m->qb[m->nq] = bound;
-            m->qv[m->nq] = s->value;
-            m->qs[m->nq] = strtab_intern(st, bs);
+            x->qb[m->nq] = bound;
+            x->qv[m->nq] = s->value;
+            x->qs[m->nq] = strtab_intern(st, bs);
             m->nq++;
             break;
         }
@@ -861,16 +893,17 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
         push_metric_t *m = &sorted[i];
         *m = ms[perm[i]];
         inv[perm[i]] = (uint32_t)i;
-        if (m->nq) {
-            m->qb = batch_memdup(batch, m->qb, m->nq * sizeof(double));
-            m->qv = arena_memdup(tmp, m->qv, m->nq * sizeof(double));
-            m->qs = batch_memdup(batch, m->qs, m->nq * sizeof(char *));
+        push_mx_t *x = m->x;
+        if (x && m->nq) {
+            double *qb = x->qb, *qv = x->qv;
+            const char **qs = x->qs;
+            x->qb = batch_memdup(batch, qb, m->nq * sizeof(double));
+            x->qv = arena_memdup(tmp, qv, m->nq * sizeof(double));
+            x->qs = batch_memdup(batch, qs, m->nq * sizeof(char *));
+            free(qb);
+            free(qv);
+            free(qs);
         }
-    }
-    for (size_t i = 0; i < n; i++) {
-        free(ms[i].qb);
-        free(ms[i].qv);
-        free(ms[i].qs);
     }
     for (size_t i = 0; i < bf->nsamples; i++)
         dest[i].metric = inv[dest[i].metric];
@@ -910,21 +943,21 @@ static void family_each_series(const push_family_t *f, push_series_fn fn, void *
         switch (f->type) {
         case EXPFMT_SUMMARY:
             for (uint32_t q = 0; q < m->nq; q++)
-                fn(ud, f->name, m, "quantile", m->qb[q], m->qs ? m->qs[q] : NULL, m->qv[q]);
-            fn(ud, sum, m, NULL, 0, NULL, m->sum);
-            fn(ud, count, m, NULL, 0, NULL, m->count);
+                fn(ud, f->name, m, "quantile", m->x->qb[q], m->x->qs ? m->x->qs[q] : NULL, m->x->qv[q]);
+            fn(ud, sum, m, NULL, 0, NULL, metric_sum(m));
+            fn(ud, count, m, NULL, 0, NULL, metric_count(m));
             break;
         case EXPFMT_HISTOGRAM:
         case EXPFMT_GAUGE_HISTOGRAM: {
             bool has_inf = false;
             for (uint32_t q = 0; q < m->nq; q++) {
-                fn(ud, bucket, m, "le", m->qb[q], m->qs ? m->qs[q] : NULL, m->qv[q]);
-                has_inf |= isinf(m->qb[q]) && m->qb[q] > 0;
+                fn(ud, bucket, m, "le", m->x->qb[q], m->x->qs ? m->x->qs[q] : NULL, m->x->qv[q]);
+                has_inf |= isinf(m->x->qb[q]) && m->x->qb[q] > 0;
             }
             if (!has_inf)
-                fn(ud, bucket, m, "le", INFINITY, "+Inf", m->count);
-            fn(ud, sum, m, NULL, 0, NULL, m->sum);
-            fn(ud, count, m, NULL, 0, NULL, m->count);
+                fn(ud, bucket, m, "le", INFINITY, "+Inf", metric_count(m));
+            fn(ud, sum, m, NULL, 0, NULL, metric_sum(m));
+            fn(ud, count, m, NULL, 0, NULL, metric_count(m));
             break;
         }
         default: fn(ud, f->name, m, NULL, 0, NULL, m->value); break;
@@ -1537,10 +1570,13 @@ int push_registry_settle_fast(push_registry_t *r, push_fast_t *f, int64_t now_ms
             v = expfmt_go_uint64_trunc(v);
         switch (d.part) {
         case PART_VALUE: m->value = v; break;
-        case PART_SUM: m->sum = v; break;
-        case PART_COUNT: m->count = v; break;
+        case PART_SUM: m->x->sum = v; break; /* the build that made dest made x */
+        case PART_COUNT: m->x->count = v; break;
         case PART_NONE: break;
-        default: assert((uint32_t)d.part < m->nq); m->qv[d.part] = v; break;
+        default:
+            assert((uint32_t)d.part < m->nq);
+            m->x->qv[d.part] = v;
+            break;
         }
     }
     push_collect_t col = {.a = a};
@@ -2028,14 +2064,14 @@ static void json_family(buf_t *b, const push_family_t *f, int64_t ts_ms)
             for (uint32_t q = 0; q < m->nq; q++) {
                 if (q)
                     buf_putc(b, ',');
-                json_float_str(b, m->qb[q]);
+                json_float_str(b, m->x->qb[q]);
                 buf_putc(b, ':');
-                json_float_str(b, m->qv[q]);
+                json_float_str(b, m->x->qv[q]);
             }
             buf_puts(b, "},\"count\":");
-            json_float_str(b, m->count);
+            json_float_str(b, metric_count(m));
             buf_puts(b, ",\"sum\":");
-            json_float_str(b, m->sum);
+            json_float_str(b, metric_sum(m));
         } else {
             buf_puts(b, ",\"value\":");
             json_float_str(b, m->value);
@@ -2182,12 +2218,12 @@ static void ser_group(buf_t *out, const push_group_t *g)
             const push_metric_t *pm = &fam->metrics[m];
             ser_labels(out, pm->labels, pm->nlabels);
             ser_f64(out, pm->value);
-            ser_f64(out, pm->sum);
-            ser_f64(out, pm->count);
+            ser_f64(out, metric_sum(pm));
+            ser_f64(out, metric_count(pm));
             ser_u32(out, pm->nq);
             for (uint32_t q = 0; q < pm->nq; q++) {
-                ser_f64(out, pm->qb[q]);
-                ser_f64(out, pm->qv[q]);
+                ser_f64(out, pm->x->qb[q]);
+                ser_f64(out, pm->x->qv[q]);
             }
         }
     }
@@ -2214,11 +2250,11 @@ static void ser_values(buf_t *out, const push_group_t *g)
     for (size_t f = 0; f < g->nfams; f++)
         for (size_t m = 0; m < g->fams[f]->n; m++) {
             const push_metric_t *pm = &g->fams[f]->metrics[m];
-            double v3[3] = {pm->value, pm->sum, pm->count};
+            double v3[3] = {pm->value, metric_sum(pm), metric_count(pm)};
             memcpy(w, v3, sizeof(v3));
             w += sizeof(v3);
             if (pm->nq) {
-                memcpy(w, pm->qv, pm->nq * sizeof(double));
+                memcpy(w, pm->x->qv, pm->nq * sizeof(double));
                 w += pm->nq * sizeof(double);
             }
         }
@@ -2409,14 +2445,20 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
             }
             pm->labels = labelset_intern(&st, ls, pm->nlabels);
             pm->value = rd_f64(rd);
-            pm->sum = rd_f64(rd);
-            pm->count = rd_f64(rd);
+            double sum = rd_f64(rd), count = rd_f64(rd);
             pm->nq = rd_count(rd, 16);
-            pm->qb = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
-            pm->qv = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
-            for (uint32_t q = 0; q < pm->nq; q++) {
-                pm->qb[q] = rd_f64(rd);
-                pm->qv[q] = rd_f64(rd);
+            /* A counter's or gauge's sum and count are 0 (written as such: metric_sum) */
+            bool complex =
+                f->type == EXPFMT_SUMMARY || f->type == EXPFMT_HISTOGRAM || f->type == EXPFMT_GAUGE_HISTOGRAM;
+            if (complex || pm->nq || dbits_of(sum) || dbits_of(count)) {
+                push_mx_t *x = pm->x = batch_alloc(batch, sizeof(*pm->x));
+                *x = (push_mx_t){.sum = sum, .count = count};
+                x->qb = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
+                x->qv = batch_alloc(batch, (pm->nq ? pm->nq : 1) * sizeof(double));
+                for (uint32_t q = 0; q < pm->nq; q++) {
+                    x->qb[q] = rd_f64(rd);
+                    x->qv[q] = rd_f64(rd);
+                }
             }
         }
         if (rd->bad || f->type > EXPFMT_UNKNOWN || group_family(g, f->name)) {
@@ -2504,10 +2546,13 @@ static void rd_values(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         for (size_t m = 0; m < g->fams[f]->n; m++) {
             push_metric_t *pm = &g->fams[f]->metrics[m];
             pm->value = rd_f64(rd);
-            pm->sum = rd_f64(rd);
-            pm->count = rd_f64(rd);
+            double sum = rd_f64(rd), count = rd_f64(rd);
+            if (pm->x) {
+                pm->x->sum = sum;
+                pm->x->count = count;
+            }
             for (uint32_t q = 0; q < pm->nq; q++)
-                pm->qv[q] = rd_f64(rd);
+                pm->x->qv[q] = rd_f64(rd);
         }
     }
     g->push_ms = push_ms;

@@ -6,21 +6,21 @@
  * in full, push_shape_build cuts it at every sample's value: each piece is the bytes from the end
  * of the previous sample's line up to this sample's value (comments, HELP/TYPE lines, blank
  * lines, dropped samples, then the sample's name, labels and the blanks before its value), kept
- * as its length and 128-bit hash, with the index of the sample the value belongs to. What follows
- * the last sample's line is kept the same way.
+ * as its length, with the index of the sample the value belongs to; one 128-bit hash covers the
+ * bytes of all pieces. What follows the last sample's line is the last piece.
  *
  * push_shape_match reads a new body against those pieces: every piece must come back byte for
- * byte (same length, same hash), each followed by a value token that runs to the end of its line
+ * byte (same lengths, same hash over them all), each followed by a value token that runs to the end of its line
  * (no timestamp, no exemplar, no blank) and parses as the text parser parses values. Then parsing
  * the new body in full would give exactly the families of the first body (the parser's state at
  * every byte depends on the bytes before it, and only value tokens differ, which the parser only
  * converts), with these values — so the caller can reuse what it built from the first body and
  * skip parsing, label handling and checks. Anything else is a miss and the caller parses in full.
  *
- * Hashes instead of bytes keep ~24 bytes per series instead of the body's ~400. Telling two
- * different pieces of one group apart by their length and 128-bit XXH3 is not proof against a
- * pusher who crafts a collision, but such a pusher can only misplace values among its own
- * group's series, which it could write directly anyway.
+ * Lengths and one hash instead of bytes keep ~4 bytes per series instead of the body's ~400.
+ * Telling two bodies' pieces apart by their lengths and one 128-bit XXH3 over all of them is not
+ * proof against a pusher who crafts a collision, but such a pusher can only misplace values among
+ * its own group's series, which it could write directly anyway.
  */
 #ifndef SLUICE_PUSH_SHAPE_H
 #define SLUICE_PUSH_SHAPE_H

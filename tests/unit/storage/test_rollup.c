@@ -1090,6 +1090,76 @@ static void test_hour_blobs(void **state)
     remove_dir(f.dir);
 }
 
+/* An open bucket has no ts of its own: it is the period of the state's newest sample. A
+ * staleness marker in a later period closes it (it aggregates nothing), also when the marker was
+ * pending across a restart; and a state row whose open bucket is of an older period than its
+ * last_t (written when a marker moved last_t on without closing it) loads with that bucket
+ * closed, kept and written, not moved into last_t's period. */
+static void test_open_bucket_dated_by_last_t(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f);
+    add(f.r, 1, T0 + 1000, 10);
+    add(f.r, 1, T0 + 11000, 12);
+    add(f.r, 1, T0 + MIN_MS + 1000, stale_nan()); /* pending across the restart */
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    fx_close(&f);
+    fx_open(&f);
+    add(f.r, 1, T0 + MIN_MS + 11000, 20);    /* commits the marker: minute 0 closes */
+    add(f.r, 1, T0 + 2 * MIN_MS + 1000, 25); /* commits 20: minute 1, no increase */
+    rollup_buckets_t b = {0};
+    assert_int_equal(rollup_read(f.r, 1, 0, INT64_MIN, INT64_MAX, &b), 0);
+    assert_int_equal(b.n, 3);
+    assert_true(b.v[0].ts == T0 && b.v[0].count == 2 && b.v[0].sum == 22 && b.v[0].last == 12);
+    assert_true(b.v[0].increase == 2);
+    assert_true(b.v[1].ts == T0 + MIN_MS && b.v[1].count == 1 && b.v[1].sum == 20 && b.v[1].increase == 0);
+    assert_true(b.v[2].ts == T0 + 2 * MIN_MS && b.v[2].count == 1 && b.v[2].increase == 5);
+    rollup_buckets_free(&b);
+    assert_int_equal(rollup_read(f.r, 1, 1, INT64_MIN, INT64_MAX, &b), 0);
+    assert_int_equal(b.n, 1);
+    assert_true(b.v[0].count == 4 && b.v[0].sum == 67 && b.v[0].increase == 7 && b.v[0].last == 25);
+    rollup_buckets_free(&b);
+    fx_close(&f);
+
+    /* A row with last_t in minute 1 and an open 1m bucket of minute 0. */
+    sqlite3 *db = db_open_rw(f.dir);
+    uint64_t w[8] = {(uint64_t)MIN_MS, (uint64_t)T0, 2, 0, 0, 0, 0, 0};
+    double d[5] = {5, 2, 3, 3, 1}; /* sum, min, max, last, increase */
+    memcpy(&w[3], d, sizeof(d));
+    uint8_t blob[64];
+    for (int k = 0; k < 8; k++)
+        for (int byte = 0; byte < 8; byte++)
+            blob[k * 8 + byte] = (uint8_t)(w[k] >> (8 * byte));
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "INSERT OR REPLACE INTO rollup_state(series_id, last_t, prev, prev_ok, open)"
+                                        " VALUES(5, ?, 3, 1, ?)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, T0 + MIN_MS + 1000);
+    sqlite3_bind_blob(st, 2, blob, sizeof(blob), SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    for (int pass = 0; pass < 2; pass++) { /* as loaded, then from disk after a flush and restart */
+        fx_open(&f);
+        if (pass == 0) {
+            add(f.r, 5, T0 + MIN_MS + 500, 99); /* in last_t's second: ignored */
+            add(f.r, 5, T0 + MIN_MS + 11000, 4);
+            add(f.r, 5, T0 + MIN_MS + 21000, 6);
+        }
+        assert_int_equal(rollup_read(f.r, 5, 0, INT64_MIN, INT64_MAX, &b), 0);
+        assert_int_equal(b.n, 2);
+        assert_true(b.v[0].ts == T0 && b.v[0].count == 2 && b.v[0].sum == 5 && b.v[0].last == 3);
+        assert_true(b.v[0].min == 2 && b.v[0].max == 3 && b.v[0].increase == 1);
+        assert_true(b.v[1].ts == T0 + MIN_MS && b.v[1].count == 2 && b.v[1].sum == 10 && b.v[1].increase == 3);
+        rollup_buckets_free(&b);
+        assert_int_equal(rollup_flush(f.r, true), 0);
+        fx_close(&f);
+    }
+    remove_dir(f.dir);
+}
+
 /* A database from before 1h blobs (1h buckets in rollup_plain only, no boundary in meta) opens
  * and reads correctly: old hours from the rows until the writer's first cycle copies them into
  * blobs (then the boundary is gone, in meta too), an old hour re-opened by late samples merged
@@ -1500,6 +1570,7 @@ int main(void)
         cmocka_unit_test(test_parse_resolutions),
         cmocka_unit_test(test_pick_resolution),
         cmocka_unit_test(test_counter_reset_stale_nan),
+        cmocka_unit_test(test_open_bucket_dated_by_last_t),
         cmocka_unit_test(test_late_sample_merges),
         cmocka_unit_test(test_random_against_direct),
         cmocka_unit_test(test_three_resolutions_against_direct),

@@ -739,6 +739,54 @@ static char *flink_like_body(int tick)
     return s;
 }
 
+/* A summary's or histogram's sum, count and quantiles/buckets are kept apart from the metric:
+ * parts a body leaves out read as 0 (text, storage), come back the same from a snapshot, and a
+ * repeated push sets the parts it has; gauges beside them keep their values. */
+static void test_metric_parts_apart(void **state)
+{
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[3];
+    const char *b1 = "# TYPE s summary\ns{quantile=\"0.5\"} 7\n# TYPE h histogram\nh_count 3\n"
+                     "# TYPE u summary\nu_sum 1.5\n# TYPE g gauge\ng 2\n";
+    const char *b2 = "# TYPE s summary\ns{quantile=\"0.5\"} 8\n# TYPE h histogram\nh_count 4\n"
+                     "# TYPE u summary\nu_sum 2.5\n# TYPE g gauge\ng 5\n";
+    push_shaped(r, "j", b1, 1000, &s[0]);
+    const push_effect_t *e = &s[0].effect;
+    assert_true(effect_value(e, "s", "quantile", "0.5") == 7);
+    assert_true(effect_value(e, "s_sum", NULL, NULL) == 0 && effect_value(e, "s_count", NULL, NULL) == 0);
+    assert_true(effect_value(e, "h_bucket", "le", "+Inf") == 3 && effect_value(e, "h_sum", NULL, NULL) == 0);
+    assert_true(effect_value(e, "u_sum", NULL, NULL) == 1.5 && effect_value(e, "u_count", NULL, NULL) == 0);
+    assert_true(effect_value(e, "g", NULL, NULL) == 2);
+    assert_int_equal(push_repeat(r, "j", b2, 2000, &s[1]), PUSH_OK);
+    e = &s[1].effect;
+    assert_true(effect_value(e, "s", "quantile", "0.5") == 8 && effect_value(e, "s_sum", NULL, NULL) == 0);
+    assert_true(effect_value(e, "h_count", NULL, NULL) == 4 && effect_value(e, "h_bucket", "le", "+Inf") == 4);
+    assert_true(effect_value(e, "u_sum", NULL, NULL) == 2.5 && effect_value(e, "g", NULL, NULL) == 5);
+    buf_t t1 = BUF_INIT, t2 = BUF_INIT, j1 = BUF_INIT, j2 = BUF_INIT;
+    push_registry_write_text(r, &t1);
+    push_registry_write_json(r, &j1);
+    assert_non_null(strstr(t1.data, "s_count{instance=\"\",job=\"j\"} 0\n"));
+    assert_non_null(strstr(t1.data, "u_sum{instance=\"\",job=\"j\"} 2.5\n"));
+    assert_non_null(strstr(t1.data, "g{instance=\"\",job=\"j\"} 5\n"));
+    pieces_t ser;
+    pieces_serialize(r, 1u << 20, &ser);
+    push_registry_t *r2 = push_registry_new(NULL);
+    assert_int_equal(pieces_restore(r2, &ser), 0);
+    push_registry_write_text(r2, &t2);
+    push_registry_write_json(r2, &j2);
+    assert_string_equal(t1.data, t2.data);
+    assert_string_equal(j1.data, j2.data);
+    pieces_free(&ser);
+    push_registry_free(r2);
+    buf_free(&t1);
+    buf_free(&t2);
+    buf_free(&j1);
+    buf_free(&j2);
+    for (int i = 0; i < 2; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+}
+
 /* The representation: label sets stored once per push, not once per metric; a repeat adds only
  * a block of metrics and values over the same base, replacing the previous one; a restore
  * interns the sets again; the text is unchanged throughout. */
@@ -1083,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_render_races_pushes),
         cmocka_unit_test(test_series_refs),
         cmocka_unit_test(test_repeated_push),
+        cmocka_unit_test(test_metric_parts_apart),
         cmocka_unit_test(test_repeat_of_changed_group_misses),
         cmocka_unit_test(test_effect_labels_sorted),
         cmocka_unit_test(test_label_sets_interned),

@@ -122,6 +122,23 @@ static void test_changed_bodies_miss(void **state)
     push_shape_free(s);
 }
 
+/* One hash covers every piece: a change of the same length in the first, a middle or the last
+ * piece (what follows the last sample) is a miss; an unchanged body with new values matches. */
+static void test_one_hash_covers_every_piece(void **state)
+{
+    const char *base = "# HELP a x\na 1\nb{l=\"v\"} 2\nc 3\n# end\n";
+    push_shape_t *s = shape_of(base, EXPFMT_FORMAT_TEXT);
+    assert_non_null(s);
+    double v[3];
+    assert_true(matches(s, "# HELP a x\na 7\nb{l=\"v\"} 8\nc 9\n# end\n", v));
+    assert_true(v[0] == 7 && v[1] == 8 && v[2] == 9);
+    assert_false(matches(s, "# HELP a y\na 7\nb{l=\"v\"} 8\nc 9\n# end\n", v)); /* first */
+    assert_false(matches(s, "# HELP a x\na 7\nb{l=\"w\"} 8\nc 9\n# end\n", v)); /* middle */
+    assert_false(matches(s, "# HELP a x\na 7\nb{l=\"v\"} 8\nd 9\n# end\n", v)); /* last sample's */
+    assert_false(matches(s, "# HELP a x\na 7\nb{l=\"v\"} 8\nc 9\n# enD\n", v)); /* tail */
+    push_shape_free(s);
+}
+
 /* A family split over the body (a, b, a) is regrouped by the parser: values come back in the
  * parsed order, not the body's. */
 static void test_split_family_order(void **state)
@@ -172,11 +189,9 @@ static void test_openmetrics(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_shape_reads_values),
-        cmocka_unit_test(test_changed_bodies_miss),
-        cmocka_unit_test(test_split_family_order),
-        cmocka_unit_test(test_unrecognisable_bodies),
-        cmocka_unit_test(test_openmetrics),
+        cmocka_unit_test(test_same_shape_reads_values),     cmocka_unit_test(test_changed_bodies_miss),
+        cmocka_unit_test(test_one_hash_covers_every_piece), cmocka_unit_test(test_split_family_order),
+        cmocka_unit_test(test_unrecognisable_bodies),       cmocka_unit_test(test_openmetrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
