@@ -1592,12 +1592,12 @@ static void ctl_metrics(void *ud, buf_t *out)
                (unsigned long long)atomic_load(&ctl->polls_timed_out), (long long)atomic_load(&ctl->subscribers),
                (unsigned long long)atomic_load(&ctl->dropped), (unsigned long long)atomic_load(&ctl->expired));
     histogram_write(&ctl->commit_hist, "sluice_control_commit_duration_seconds",
-                    "Group commits of flow-control changes to control.db, fsync included.", NULL, 1, out);
+                    "Group commits of flow-control changes to control.db, fsync included.", out);
     histogram_write(&ctl->fanout_hist, "sluice_control_fanout_duration_seconds",
-                    "Answering a change's parked long-polls from the control thread (render and sends).", NULL, 1, out);
+                    "Answering a change's parked long-polls from the control thread (render and sends).", out);
     histogram_write(&ctl->propagation_hist, "sluice_control_propagation_seconds",
                     "From a flow-control change reaching the control thread's queue to its parked long-polls answered.",
-                    NULL, 1, out);
+                    out);
 }
 
 /* Runs on each worker at shutdown: answers parked polls (304: nothing changed, come back), ends

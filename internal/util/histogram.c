@@ -34,37 +34,23 @@ void histogram_observe(histogram_t *h, double v)
         !atomic_compare_exchange_weak_explicit(&h->sum_bits, &old, upd, memory_order_relaxed, memory_order_relaxed));
 }
 
-static void histogram_put_bucket(buf_t *out, const char *name, const char *labels, double le, uint64_t cum)
+void histogram_write(const histogram_t *h, const char *name, const char *help, buf_t *out)
 {
-    buf_puts(out, name);
-    buf_puts(out, "_bucket{");
-    if (labels && *labels) {
-        buf_puts(out, labels);
-        buf_putc(out, ',');
-    }
-    buf_puts(out, "le=\"");
-    if (isinf(le))
-        buf_puts(out, "+Inf");
-    else
-        buf_put_float(out, le);
-    buf_printf(out, "\"} %llu\n", (unsigned long long)cum);
-}
-
-void histogram_write(const histogram_t *h, const char *name, const char *help, const char *labels, int with_header,
-                     buf_t *out)
-{
-    if (with_header)
-        buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    buf_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (size_t i = 0; i <= h->nbounds; i++) {
         cum += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        histogram_put_bucket(out, name, labels, i < h->nbounds ? h->bounds[i] : INFINITY, cum);
+        buf_printf(out, "%s_bucket{le=\"", name);
+        if (i < h->nbounds)
+            buf_put_float(out, h->bounds[i]);
+        else
+            buf_puts(out, "+Inf");
+        buf_printf(out, "\"} %llu\n", (unsigned long long)cum);
     }
     uint64_t bits = atomic_load_explicit(&h->sum_bits, memory_order_relaxed);
     double sum;
     memcpy(&sum, &bits, sizeof(sum));
-    const char *lo = labels && *labels ? "{" : "", *lc = labels && *labels ? "}" : "";
-    buf_printf(out, "%s_sum%s%s%s ", name, lo, labels && *labels ? labels : "", lc);
+    buf_printf(out, "%s_sum ", name);
     buf_put_float(out, sum);
-    buf_printf(out, "\n%s_count%s%s%s %llu\n", name, lo, labels && *labels ? labels : "", lc, (unsigned long long)cum);
+    buf_printf(out, "\n%s_count %llu\n", name, (unsigned long long)cum);
 }

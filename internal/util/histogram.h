@@ -30,10 +30,8 @@ int histogram_init(histogram_t *h, const double *bounds, size_t nbounds);
 /* Counts v in the first bucket whose bound is >= v (Prometheus' `le`); NaN counts in +Inf. */
 void histogram_observe(histogram_t *h, double v);
 
-/* Appends the histogram as exposition text: HELP and TYPE lines, then name_bucket{le=...} (with
- * `labels`, e.g. `op="commit"`, before le if not NULL/empty), name_sum, name_count. With
- * with_header false only the samples are written (a second label set of the same family). */
-void histogram_write(const histogram_t *h, const char *name, const char *help, const char *labels, int with_header,
-                     buf_t *out);
+/* Appends the histogram as exposition text: HELP and TYPE lines, then name_bucket{le=...},
+ * name_sum, name_count. */
+void histogram_write(const histogram_t *h, const char *name, const char *help, buf_t *out);
 
 #endif
