@@ -88,6 +88,12 @@ struct catalog {
      * pending_min, so a reader never sees both empty while a batch still needs its labels. */
     _Atomic uint64_t pending_min, inflight_min;
     size_t nadd;          /* PENDING_ADD entries in `pending` (under pending_mu) */
+    /* The batch catalog__write_pending wrote into the writer's open transaction: kept (and
+     * searched by catalog_get_labels) until catalog__settle_pending says whether that
+     * transaction committed, so a rollback puts it back instead of losing its rows. Set and
+     * cleared under pending_mu and write_mu. */
+    pending_t *inflight;
+    size_t ninflight, nadd_inflight;
     sqlite3_stmt *get_st; /* SELECT enc by id on rdb, prepared once (under read_mu) */
 };
 
@@ -701,12 +707,14 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
 int catalog__write_pending(catalog_t *cat)
 {
     pthread_mutex_lock(&cat->pending_mu);
+    assert(!cat->inflight && cat->ninflight == 0); /* settled after the previous transaction */
     pending_t *batch = cat->pending;
     size_t n = cat->npending;
-    uint64_t batch_min = atomic_load(&cat->pending_min);
-    atomic_store(&cat->inflight_min, batch_min);
+    atomic_store(&cat->inflight_min, atomic_load(&cat->pending_min));
     atomic_store(&cat->pending_min, UINT64_MAX);
-    size_t nadd = cat->nadd;
+    cat->inflight = batch;
+    cat->ninflight = n;
+    cat->nadd_inflight = cat->nadd;
     cat->pending = NULL;
     cat->npending = cat->cappending = 0;
     cat->nadd = 0;
@@ -740,33 +748,47 @@ out:
     sqlite3_finalize(st.pair_ins);
     sqlite3_finalize(st.post_ins);
     sqlite3_finalize(st.touch);
-    if (ret == 0) {
+    return ret;
+}
+
+void catalog__settle_pending(catalog_t *cat, bool committed)
+{
+    pthread_mutex_lock(&cat->pending_mu);
+    pending_t *batch = cat->inflight;
+    size_t n = cat->ninflight;
+    cat->inflight = NULL;
+    cat->ninflight = 0;
+    if (committed || n == 0) {
+        atomic_store(&cat->inflight_min, UINT64_MAX);
+        pthread_mutex_unlock(&cat->pending_mu);
         for (size_t k = 0; k < n; k++)
             pending_free(&batch[k]);
         free(batch);
-        atomic_store(&cat->inflight_min, UINT64_MAX);
-        return 0;
+        return;
     }
-    /* The caller rolls back; keep every entry (writes are idempotent) for the next attempt. */
-    pthread_mutex_lock(&cat->pending_mu);
+    /* Rolled back: the entries go back in front of what was queued meanwhile (writes are
+     * idempotent), for the next attempt. */
     pending_t *v = realloc(batch, (n + cat->npending) * sizeof(*v));
     if (v) {
-        memcpy(v + n, cat->pending, cat->npending * sizeof(*v));
+        if (cat->npending)
+            memcpy(v + n, cat->pending, cat->npending * sizeof(*v));
         free(cat->pending);
         cat->pending = v;
         cat->npending = cat->cappending = n + cat->npending;
-        cat->nadd += nadd;
+        cat->nadd += cat->nadd_inflight;
+        uint64_t batch_min = atomic_load(&cat->inflight_min);
         if (batch_min < atomic_load(&cat->pending_min))
             atomic_store(&cat->pending_min, batch_min);
         atomic_store(&cat->inflight_min, UINT64_MAX);
-    } else {
-        atomic_store(&cat->inflight_min, UINT64_MAX);
-        for (size_t k = 0; k < n; k++)
-            pending_free(&batch[k]);
-        free(batch);
+        pthread_mutex_unlock(&cat->pending_mu);
+        return;
     }
+    log_error("catalog", "out of memory; series rows dropped", LF_I("series", n));
+    atomic_store(&cat->inflight_min, UINT64_MAX);
     pthread_mutex_unlock(&cat->pending_mu);
-    return -1;
+    for (size_t k = 0; k < n; k++)
+        pending_free(&batch[k]);
+    free(batch);
 }
 
 int catalog_flush(catalog_t *cat)
@@ -779,6 +801,7 @@ int catalog_flush(catalog_t *cat)
         rc = exec_sql(cat->wdb, "COMMIT", NULL, 0);
     else
         exec_sql(cat->wdb, "ROLLBACK", NULL, 0);
+    catalog__settle_pending(cat, rc == 0);
     catalog__write_unlock(cat);
     return rc;
 }
@@ -1004,6 +1027,15 @@ static int copy_labels_to_arena(const labels_t *src, arena_t *a, labels_t *out)
     return 0;
 }
 
+/* The newest queued entry for id among v[0..n) that carries its labels, or NULL. */
+static const pending_t *find_pending(const pending_t *v, size_t n, uint64_t id)
+{
+    for (size_t i = n; i-- > 0;)
+        if (v[i].id == id && (v[i].kind == PENDING_ADD || v[i].kind == PENDING_REF))
+            return &v[i];
+    return NULL;
+}
+
 int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
 {
     int ret = 1;
@@ -1013,16 +1045,17 @@ int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
     /* Only a queued copy, or a queued reference at or above pending_min, can hold id: after a
      * burst of new series, a history query's thousands of lookups skip the scan. */
     size_t scan = cat->nadd || id >= atomic_load(&cat->pending_min) ? cat->npending : 0;
-    for (size_t i = scan; i-- > 0;) {
-        if (cat->pending[i].kind == PENDING_ADD && cat->pending[i].id == id) {
-            ret = copy_labels_to_arena(&cat->pending[i].ls, a, out);
-            break;
-        }
-        if (cat->pending[i].kind == PENDING_REF && cat->pending[i].id == id) {
-            by_ref = true;
-            hint = cat->pending[i].hint;
-            break;
-        }
+    const pending_t *e = find_pending(cat->pending, scan, id);
+    if (!e) {
+        /* Written but not yet committed: the read connection cannot see those rows. */
+        scan = cat->nadd_inflight || id >= atomic_load(&cat->inflight_min) ? cat->ninflight : 0;
+        e = find_pending(cat->inflight, scan, id);
+    }
+    if (e && e->kind == PENDING_ADD)
+        ret = copy_labels_to_arena(&e->ls, a, out);
+    else if (e) {
+        by_ref = true;
+        hint = e->hint;
     }
     pthread_mutex_unlock(&cat->pending_mu);
     /* The label source takes its own locks: never call it under pending_mu. */

@@ -111,7 +111,11 @@ struct sqlite3 *catalog__write_db(catalog_t *cat);
 void catalog__write_lock(catalog_t *cat);
 void catalog__write_unlock(catalog_t *cat);
 /* Writes the pending list with the write connection inside the caller's open transaction (lock
- * held). On error the entries are put back for the next attempt. Returns 0 or -1. */
+ * held). The entries stay in flight until catalog__settle_pending. Returns 0 or -1. */
 int catalog__write_pending(catalog_t *cat);
+/* After the caller's COMMIT or ROLLBACK (lock still held): committed, the written entries are
+ * done; otherwise they go back to the pending list for the next attempt. Call it after every
+ * transaction that called catalog__write_pending, whatever that returned. */
+void catalog__settle_pending(catalog_t *cat, bool committed);
 
 #endif

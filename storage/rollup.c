@@ -1707,6 +1707,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
                  LF_I("carried", old_inflight));
     }
     pthread_rwlock_unlock(&r->view_rw);
+    catalog__settle_pending(cat, rc == 0);
     catalog__write_unlock(cat);
     snaps_clear(r);
     /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */

@@ -1,6 +1,7 @@
 /* Unit tests for storage/catalog.c: ids survive a reopen, label lookups (with time bounds),
  * pending rows visible to catalog_get_labels, catalog_load, series queued by reference, pairs
- * shared across write chunks, a version-1 file converted on open. */
+ * shared across write chunks, rows of a rolled-back transaction kept, a version-1 file converted
+ * on open. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -280,6 +281,53 @@ static void test_add_by_reference(void **state)
     remove_dir(dir);
 }
 
+/* Rows written into a transaction that then rolls back (the roll-up writer's, when a later step
+ * of it fails) are not lost: they go back to the pending list and the next flush writes them.
+ * Until the transaction settles, they are not reported written and their labels are still found. */
+static void test_rollback_keeps_rows(void **state)
+{
+    char *dir = make_dir();
+    catalog_t *cat = open_cat(dir);
+    source_t src = {0};
+    catalog_set_label_source(cat, source_labels, &src);
+    uint64_t ids[3];
+    add_three(cat, ids);
+    uint64_t ref = catalog_next_id(cat);
+    src.present[ref] = true;
+    assert_int_equal(catalog_add_series_ref(cat, ref, ref * 100, 5000), 0);
+
+    sqlite3 *db = catalog__write_db(cat);
+    catalog__write_lock(cat);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(catalog__write_pending(cat), 0);
+    /* In flight: not committed, so neither written nor missing. */
+    assert_false(catalog_is_written(cat, ref));
+    arena_t *a = arena_create(0);
+    labels_t back;
+    assert_int_equal(catalog_get_labels(cat, ids[2], a, &back), 0);
+    assert_string_equal(back.v[0].value, "lag");
+    assert_int_equal(catalog_get_labels(cat, ref, a, &back), 0);
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    catalog__settle_pending(cat, false);
+    catalog__write_unlock(cat);
+
+    assert_false(catalog_is_written(cat, ref));
+    arena_reset(a);
+    assert_int_equal(catalog_get_labels(cat, ids[0], a, &back), 0);
+    assert_string_equal(back.v[1].value, "h1");
+    assert_int_equal(catalog_flush(cat), 0);
+    assert_true(catalog_is_written(cat, ref));
+    arena_destroy(a);
+    catalog_close(cat);
+
+    cat = open_cat(dir);
+    loaded_t got = {0};
+    assert_int_equal(catalog_load(cat, on_load, &got), 0);
+    assert_int_equal(got.n, 4);
+    catalog_close(cat);
+    remove_dir(dir);
+}
+
 static int64_t sql_int(const char *path, const char *sql)
 {
     sqlite3 *db;
@@ -413,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_ids_and_lookups),
         cmocka_unit_test(test_reopen),
         cmocka_unit_test(test_add_by_reference),
+        cmocka_unit_test(test_rollback_keeps_rows),
         cmocka_unit_test(test_pairs_across_chunks),
         cmocka_unit_test(test_converts_version_1),
     };
