@@ -1873,12 +1873,16 @@ struct push_render {
     size_t fam_end; /* end of the family the refs from next on belong to; next when at a new one */
 };
 
-/* GET /metrics can be 100 MB for a few hundred Flink TaskManagers, so only the collection of
- * references happens under the lock: each family pins its batch (families are immutable once
- * committed and live in their batch), the bookkeeping series are copied, and sorting and
- * formatting run unlocked while pushes go on. */
+/* GET /metrics can be 100 MB for a few hundred Flink TaskManagers, so only pinning happens under
+ * the lock: each family pins its batch (families are immutable once committed and live in their
+ * batch) and the bookkeeping series are copied. The arrays for that are allocated and touched
+ * before the lock is taken (a fresh page costs tens of microseconds here, and every push waits
+ * for this lock); listing every series (~256k references), sorting and formatting run unlocked
+ * while pushes go on. */
 push_render_t *push_registry_render_begin(push_registry_t *r)
 {
+    static const push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
+    static const push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
     push_render_t *h = calloc(1, sizeof(*h));
     if (!h)
         return NULL;
@@ -1888,26 +1892,31 @@ push_render_t *push_registry_render_begin(push_registry_t *r)
         free(h);
         return NULL;
     }
-    pthread_mutex_lock(&r->mu);
-    size_t nref = 0, nfam = 0;
-    for (size_t i = 0; i < r->gcap; i++)
-        for (push_group_t *g = r->gtab[i]; g; g = g->next) {
-            nfam += g->nfams;
-            for (size_t f = 0; f < g->nfams; f++)
-                nref += g->fams[f]->n;
-        }
-    size_t ng = r->ngroups;
-    h->refs = malloc((nref + ng * 2 + 1) * sizeof(*h->refs));
-    h->pinned = malloc((nfam + 1) * sizeof(*h->pinned));
-    push_metric_t *bookkeeping = arena_calloc(h->a, ng ? ng * 2 : 1, sizeof(push_metric_t));
-    static const push_family_t ftime = {.name = PUSH_TIME_NAME, .help = PUSH_TIME_HELP, .type = EXPFMT_GAUGE};
-    static const push_family_t ffail = {.name = PUSH_FAIL_NAME, .help = PUSH_FAIL_HELP, .type = EXPFMT_GAUGE};
-    if (!h->refs || !h->pinned || !bookkeeping) {
+    /* Size under the lock, allocate outside it; again if pushes added families meanwhile. */
+    size_t capfam = 0, capg = 0;
+    push_metric_t *bookkeeping = NULL;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        size_t nfam = 0;
+        for (size_t i = 0; i < r->gcap; i++)
+            for (push_group_t *g = r->gtab[i]; g; g = g->next)
+                nfam += g->nfams;
+        size_t ng = r->ngroups;
+        if (nfam <= capfam && ng <= capg)
+            break; /* the lock stays held */
         pthread_mutex_unlock(&r->mu);
-        push_registry_render_end(h);
-        return NULL;
+        capfam = nfam + nfam / 8 + 16;
+        capg = ng + ng / 8 + 4;
+        free(h->pinned);
+        h->pinned = malloc(capfam * sizeof(*h->pinned));
+        bookkeeping = arena_calloc(h->a, capg * 2, sizeof(push_metric_t));
+        if (!h->pinned || !bookkeeping) {
+            push_registry_render_end(h);
+            return NULL;
+        }
+        memset(h->pinned, 0, capfam * sizeof(*h->pinned));
     }
-    size_t k = 0, gi = 0;
+    size_t gi = 0;
     for (size_t i = 0; i < r->gcap; i++)
         for (push_group_t *g = r->gtab[i]; g; g = g->next, gi++) {
             for (size_t f = 0; f < g->nfams; f++) {
@@ -1915,8 +1924,6 @@ push_render_t *push_registry_render_begin(push_registry_t *r)
                 if (fam->batch)
                     fam->batch->refs++;
                 h->pinned[h->npinned++] = fam;
-                for (size_t m = 0; m < fam->n; m++)
-                    h->refs[k++] = (push_render_item_t){fam, &fam->metrics[m]};
             }
             push_metric_t *mt = &bookkeeping[gi * 2], *mf = &bookkeeping[gi * 2 + 1];
             mt->labels = group_series_labels_copy(g, h->a, &mt->nlabels);
@@ -1924,13 +1931,30 @@ push_render_t *push_registry_render_begin(push_registry_t *r)
             mf->labels = mt->labels;
             mf->nlabels = mt->nlabels;
             mf->value = (double)g->fail_ms / 1000.0;
-            /* The bookkeeping families join the sort like any other. */
-            h->refs[k++] = (push_render_item_t){&ftime, mt};
-            h->refs[k++] = (push_render_item_t){&ffail, mf};
         }
-    assert(gi == ng && k == nref + ng * 2);
+    assert(gi == r->ngroups);
     pthread_mutex_unlock(&r->mu);
 
+    size_t nref = 0;
+    for (size_t i = 0; i < h->npinned; i++)
+        nref += h->pinned[i]->n;
+    h->refs = malloc((nref + gi * 2 + 1) * sizeof(*h->refs));
+    if (!h->refs) {
+        push_registry_render_end(h);
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < h->npinned; i++) {
+        push_family_t *fam = h->pinned[i];
+        for (size_t m = 0; m < fam->n; m++)
+            h->refs[k++] = (push_render_item_t){fam, &fam->metrics[m]};
+    }
+    /* The bookkeeping families join the sort like any other. */
+    for (size_t g = 0; g < gi; g++) {
+        h->refs[k++] = (push_render_item_t){&ftime, &bookkeeping[g * 2]};
+        h->refs[k++] = (push_render_item_t){&ffail, &bookkeeping[g * 2 + 1]};
+    }
+    assert(k == nref + gi * 2);
     qsort(h->refs, k, sizeof(*h->refs), ref_cmp);
     h->k = k;
     h->mark = arena_mark(h->a);
