@@ -41,14 +41,30 @@ PER_SEND = 50
 # ---- helpers -----------------------------------------------------------------------------------
 
 
+class PortTaken(AssertionError):
+    pass
+
+
 class VictoriaMetrics:
     def __init__(self, workdir, port=None):
         assert os.access(VM, os.X_OK), "victoria-metrics not installed"
-        self.port = port or free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
         self.workdir = workdir
         self.proc = None
-        self.start()
+        # A port from free_port() can be taken by a test running in parallel before VictoriaMetrics
+        # binds it (it then exits at once): pick another one, a few times. A given port is kept.
+        for attempt in range(4):
+            self.port = port or free_port()
+            self.url = "http://127.0.0.1:%d" % self.port
+            try:
+                self.start()
+                return
+            except PortTaken:
+                if port or attempt == 3:
+                    raise
+
+    def log_tail(self):
+        with open(os.path.join(self.workdir, "vm.log"), "rb") as f:
+            return f.read()[-2000:].decode(errors="replace")
 
     def start(self):
         self.log = open(os.path.join(self.workdir, "vm.log"), "ab")
@@ -58,7 +74,12 @@ class VictoriaMetrics:
             stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.time() + 60
         while time.time() < deadline:
-            assert self.proc.poll() is None, "victoria-metrics exited"
+            if self.proc.poll() is not None:
+                self.log.close()
+                tail = self.log_tail()
+                if "address already in use" in tail:
+                    raise PortTaken(tail)
+                raise AssertionError("victoria-metrics exited with status %d:\n%s" % (self.proc.returncode, tail))
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
