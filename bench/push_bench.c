@@ -34,6 +34,10 @@
  *          p50_ms=.. p99_ms=.. max_ms=.. rss_kb=.. hwm_kb=.. planned=.. series=..
  *          steady_samples_s=.. (rounds 2..N only: every series exists) first_round_s=..
  *          cpu_s=.. cpu_s_per_1m=.. steady_p50_ms=.. steady_p99_ms=.. (rounds 2..N)
+ *          round1_p50_ms=.. round1_p99_ms=.. (round 1 only: every push creates its group's series)
+ * --latency-log FILE writes one line per push: round, TaskManager, start and end (seconds after
+ * the clock started), latency (ms), HTTP status; and the clock's CLOCK_MONOTONIC origin on a
+ * first "# t0_monotonic=" line, to line pushes up with a server profile (perf -k CLOCK_MONOTONIC).
  * RSS / HWM are the server's VmRSS / VmHWM (/proc/<pid>/status) after the last push.
  *
  * Not part of the CMake build (bench/ is not globbed); bench/push_bench.sh compiles it with
@@ -178,7 +182,7 @@ typedef struct {
     int port, tms, rounds, conns, pid;
     uint64_t seed;
     double max_seconds, timeout, interval; /* interval: fixed-rate seconds between a TM's pushes, 0 = flat out */
-    const char *bodies, *write_bodies;
+    const char *bodies, *write_bodies, *latency_log;
 } opts_t;
 
 /* --bodies file: per body (round-major, as generated) u64 series, u64 length, the bytes; mapped
@@ -259,7 +263,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: push_bench --target sluice|pushgateway|vm --port P [--host H] [--tms N] "
                     "[--rounds R] [--conns C] [--seed S] [--max-seconds T] [--timeout T] [--pid PID] "
-                    "[--name LABEL] [--bodies FILE]\n       push_bench --write-bodies FILE [--tms N] "
+                    "[--name LABEL] [--bodies FILE] [--interval S] [--latency-log FILE]\n       push_bench --write-bodies FILE [--tms N] "
                     "[--rounds R] [--seed S]\n");
     exit(2);
 }
@@ -314,6 +318,8 @@ int main(int argc, char **argv)
             o.write_bodies = v;
         else if (!strcmp(a, "--interval"))
             o.interval = atof(v);
+        else if (!strcmp(a, "--latency-log"))
+            o.latency_log = v;
         else
             usage();
     }
@@ -414,10 +420,16 @@ int main(int argc, char **argv)
     size_t nlat = 0, next = 0, ok = 0, errors = 0, timeouts = 0, inflight = 0, ok_samples = 0;
     char first_err[512] = "";
     double *lat_steady = calloc(nreq, sizeof(double));
-    size_t nsteady = 0;
+    double *lat_first = calloc(nreq, sizeof(double));
+    size_t nsteady = 0, nfirst = 0;
+    FILE *llog = NULL;
+    if (o.latency_log && !(llog = fopen(o.latency_log, "w")))
+        die(o.latency_log);
     double cpu0 = o.pid ? proc_cpu_s(o.pid) : -1;
     double t0 = now_s(), tend = t0;
     bool stop_issuing = false;
+    if (llog)
+        fprintf(llog, "# t0_monotonic=%.6f\n# round tm start_s end_s latency_ms status\n", t0);
 
     for (;;) {
         double t = now_s();
@@ -551,6 +563,11 @@ int main(int argc, char **argv)
             lat[nlat++] = l;
             if (c->req->round > 0)
                 lat_steady[nsteady++] = l;
+            else
+                lat_first[nfirst++] = l;
+            if (llog)
+                fprintf(llog, "%d %d %.6f %.6f %.3f %d\n", c->req->round + 1, (int)((size_t)(c->req - reqs) % (size_t)o.tms),
+                        c->t0 - t0, tend - t0, l * 1e3, c->status);
             if (c->status >= 200 && c->status < 300) {
                 ok++;
                 ok_samples += c->req->series;
@@ -578,6 +595,11 @@ int main(int argc, char **argv)
     qsort(lat_steady, nsteady, sizeof(double), cmp_double);
     double sp50 = nsteady ? lat_steady[(size_t)(0.50 * (double)(nsteady - 1))] : 0;
     double sp99 = nsteady ? lat_steady[(size_t)(0.99 * (double)(nsteady - 1) + 0.5)] : 0;
+    qsort(lat_first, nfirst, sizeof(double), cmp_double);
+    double fp50 = nfirst ? lat_first[(size_t)(0.50 * (double)(nfirst - 1))] : 0;
+    double fp99 = nfirst ? lat_first[(size_t)(0.99 * (double)(nfirst - 1) + 0.5)] : 0;
+    if (llog)
+        fclose(llog);
     double secs = tend - t0;
     if (secs <= 0)
         secs = 1e-9;
@@ -612,10 +634,11 @@ int main(int argc, char **argv)
     printf("RESULT name=%s pushes=%zu ok=%zu errors=%zu timeouts=%zu seconds=%.3f pushes_s=%.2f "
            "samples_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_kb=%ld hwm_kb=%ld planned=%zu "
            "series=%zu steady_samples_s=%.0f first_round_s=%.3f cpu_s=%.2f cpu_s_per_1m=%.3f steady_p50_ms=%.2f "
-           "steady_p99_ms=%.2f\n",
+           "steady_p99_ms=%.2f round1_p50_ms=%.2f round1_p99_ms=%.2f\n",
            o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3,
            p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0, cpu,
-           cpu >= 0 && ok_samples ? cpu / ((double)ok_samples / 1e6) : -1.0, sp50 * 1e3, sp99 * 1e3);
+           cpu >= 0 && ok_samples ? cpu / ((double)ok_samples / 1e6) : -1.0, sp50 * 1e3, sp99 * 1e3, fp50 * 1e3,
+           fp99 * 1e3);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

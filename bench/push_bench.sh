@@ -14,7 +14,8 @@
 # TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1, INTERVAL= (seconds:
 # the fixed-rate run — every TaskManager pushes once per INTERVAL at its own phase, latency from
 # when the push was due, CPU-seconds of the server per 1M samples; e.g. INTERVAL=10 ROUNDS=6 is
-# the real cadence for 60 s).
+# the real cadence for 60 s), LATENCY_DIR= (a directory: each run's per-push latencies are written
+# there as <target>.<rep>.lat, see push_bench.c --latency-log).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -28,6 +29,7 @@ MAX_SECONDS=${MAX_SECONDS:-120}
 PG_CHECK_SECONDS=${PG_CHECK_SECONDS:-30}
 TARGETS=${TARGETS:-"sluice vm pushgateway-nocheck pushgateway"}
 INTERVAL=${INTERVAL:-0}
+LATENCY_DIR=${LATENCY_DIR:-}
 
 bin=$build/sluice
 [ -x "$bin" ] || { echo "push_bench: no $bin (make build-release first)" >&2; exit 1; }
@@ -109,9 +111,11 @@ for rep in $(seq "$REPS"); do
         pushgateway*) kind=pushgateway ;;
         esac
         [ "$target" = pushgateway ] && cap=$PG_CHECK_SECONDS timeout=$PG_CHECK_SECONDS
+        latlog=()
+        [ -n "$LATENCY_DIR" ] && latlog=(--latency-log "$LATENCY_DIR/$target.$rep.lat")
         "$work/push_bench" --target "$kind" --name "$target" --port "$port" --tms "$TMS" --rounds "$ROUNDS" \
             --conns "$CONNS" --seed "$SEED" --bodies "$work/bodies.bin" --max-seconds "$cap" \
-            --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" 2>"$dir/bench.err" | tee -a "$results" |
+            --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" "${latlog[@]}" 2>"$dir/bench.err" | tee -a "$results" |
             grep -v '^RESULT'
         if [ "$target" = sluice ]; then
             # which HTTP worker took the pool's connections (one worker holding all of them serves
@@ -142,8 +146,9 @@ m = {n: med(r) for n, r in rows.items()}
 vm = m.get("vm")
 print()
 print(f"push ingest, {sys.argv[2]} TaskManagers x {sys.argv[3]} rounds (median of {max(len(r) for r in rows.values())} runs by samples/s)")
-print("samples/s: all rounds; steady/s: rounds 2..N (series exist); round 1 s: time to create every group")
-hdr = f"{'server':<30} {'pushes/s':>9} {'samples/s':>10} {'steady/s':>9} {'round 1 s':>9} {'p50 ms':>8} {'p99 ms':>8} {'RSS MiB':>8} {'series':>8} {'ok/planned':>11} {'x VM samples/s':>15} {'x VM RSS':>9}"
+print("samples/s: all rounds; steady/s: rounds 2..N (series exist); round 1 s: time to create every group;")
+print("p50/p99: every push; st p99: rounds 2..N only; r1 p99: round 1 only")
+hdr = f"{'server':<30} {'pushes/s':>9} {'samples/s':>10} {'steady/s':>9} {'round 1 s':>9} {'p50 ms':>8} {'p99 ms':>8} {'st p99':>7} {'r1 p99':>7} {'RSS MiB':>8} {'series':>8} {'ok/planned':>11} {'x VM samples/s':>15} {'x VM RSS':>9}"
 print(hdr)
 print("-" * len(hdr))
 for n in order:
@@ -158,7 +163,8 @@ for n in order:
     r1 = float(r.get("first_round_s", -1))
     print(f"{label[n]:<30} {float(r['pushes_s']):>9.1f} {sps:>10.0f} {(f'{st:.0f}' if st else '-'):>9} "
           f"{(f'{r1:.1f}' if r1 >= 0 else '-'):>9} {float(r['p50_ms']):>8.1f} "
-          f"{float(r['p99_ms']):>8.1f} {rss:>8.1f} {int(r['series']):>8} {okp:>11} {rs:>15} {rr:>9}")
+          f"{float(r['p99_ms']):>8.1f} {float(r.get('steady_p99_ms', 0)):>7.1f} {float(r.get('round1_p99_ms', 0)):>7.1f} "
+          f"{rss:>8.1f} {int(r['series']):>8} {okp:>11} {rs:>15} {rr:>9}")
     spread = [float(x["samples_s"]) for x in rows[n]]
     if len(spread) > 1:
         print(f"{'':<30} samples/s over runs: " + ", ".join(f"{x:.0f}" for x in spread))

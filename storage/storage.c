@@ -99,6 +99,12 @@ struct storage {
     _Atomic uint64_t snapshots, snapshot_errors, wal_errors, rejected_limit, rejected_labels, rejected_max_series;
     _Atomic int64_t last_snapshot_duration_ms;
 
+    /* Deferred roll-up steps (storage_append_refs_defer): the next ticket and the one whose
+     * turn it is. */
+    pthread_mutex_t rj_mu;
+    pthread_cond_t rj_cv;
+    uint64_t rj_next, rj_turn;
+
     storage_wal_hold_fn wal_hold; /* see storage_set_wal_hold */
     void *wal_hold_ud;
 
@@ -212,6 +218,8 @@ storage_t *storage_new(const storage_options_t *o, char *err, size_t errlen)
     pthread_mutex_init(&s->snap_lock, NULL);
     pthread_mutex_init(&s->stop_lock, NULL);
     pthread_mutex_init(&s->min_lock, NULL);
+    pthread_mutex_init(&s->rj_mu, NULL);
+    pthread_cond_init(&s->rj_cv, NULL);
     pthread_cond_init(&s->stop_cond, NULL);
     return s;
 }
@@ -926,6 +934,8 @@ void storage_close(storage_t *s)
     pthread_mutex_destroy(&s->snap_lock);
     pthread_mutex_destroy(&s->stop_lock);
     pthread_mutex_destroy(&s->min_lock);
+    pthread_mutex_destroy(&s->rj_mu);
+    pthread_cond_destroy(&s->rj_cv);
     pthread_cond_destroy(&s->stop_cond);
     free(s->path);
     free(s->rollups_spec);
@@ -949,9 +959,33 @@ static int fail(storage_append_result_t *res, size_t i, int code, const char *fm
     return code;
 }
 
-/* Sorted copy without empty values into out (capacity MAX_LABELS_PER_SERIES); -1 if invalid. */
+/* Whether a label set is already what normalize makes (sorted, unique, valid names, no empty
+ * value, a metric name): the push path's are, and then they are used in place, uncopied. */
+static bool normalized(const labels_t *in)
+{
+    bool has_name = false;
+    if (in->n > MAX_LABELS_PER_SERIES)
+        return false;
+    for (size_t i = 0; i < in->n; i++) {
+        const char *name = in->v[i].name, *value = in->v[i].value;
+        if (!name || !value || !value[0] || (i > 0 && strcmp(in->v[i - 1].name, name) >= 0))
+            return false;
+        if (strcmp(name, LABEL_METRIC_NAME) == 0)
+            has_name = true;
+        else if (!labels_valid_name(name, strlen(name)))
+            return false;
+    }
+    return has_name;
+}
+
+/* Sorted copy without empty values into out (capacity MAX_LABELS_PER_SERIES), or in itself when
+ * it is that already; -1 if invalid. */
 static int normalize(const labels_t *in, label_t *out, labels_t *ls, const char **why)
 {
+    if (normalized(in)) {
+        *ls = *in;
+        return 0;
+    }
     size_t n = 0;
     bool has_name = false;
     for (size_t i = 0; i < in->n; i++) {
@@ -1154,9 +1188,13 @@ static int append_note_series(append_t *ap, uint64_t id, const labels_t *ls)
     }
     wal_series_t *w = &ap->wser[ap->nwser++];
     w->id = id;
-    w->labels.n = ls->n;
-    w->labels.v = arena_alloc(ap->a, sizeof(label_t) * ls->n);
-    memcpy(w->labels.v, ls->v, sizeof(label_t) * ls->n);
+    w->labels = *ls;
+    /* The caller's labels live through the call (the WAL record is made in it); the scratch
+     * copy normalize may have made is reused by the next sample. */
+    if (ls->v == ap->lbuf) {
+        w->labels.v = arena_alloc(ap->a, sizeof(label_t) * ls->n);
+        memcpy(w->labels.v, ls->v, sizeof(label_t) * ls->n);
+    }
     return STORAGE_OK;
 }
 
@@ -1202,6 +1240,15 @@ static int append_resolve_one(append_t *ap, size_t i, bool *resolved)
             return STORAGE_ERR_NOMEM;
     }
     *resolved = true;
+    /* A series this call just made holds no sample: only the age limit can refuse it (what
+     * head_check would find, without its index and stripe locks). Anything else, e.g. another
+     * appender's sample landing in between, is caught by the append itself. */
+    const storage_sample_t *x = &ap->smp[i];
+    if (created && x->t <= ap->max_t && x->t >= head_min_valid_time(s->head)) {
+        ap->ok[i] |= APPEND_RESOLVED | APPEND_PASSED;
+        ap->ws[ap->nws++] = (wal_sample_t){.series_id = ap->refs[i].id, .t_ms = x->t, .v = x->v};
+        return STORAGE_OK;
+    }
     append_check(ap, i, &ls, true);
     return STORAGE_OK;
 }
@@ -1368,8 +1415,49 @@ int storage_append(storage_t *s, const storage_sample_t *smp, size_t n, storage_
     return storage_append_refs(s, smp, n, NULL, res);
 }
 
+/* A deferred roll-up step: the append's state (its roll-up samples, hints and refs) and its
+ * place in line. Jobs are numbered as their appends finish (under the caller's lock, so in its
+ * order) and run in that order (rj_turn). */
+struct storage_rollup_job {
+    append_t ap;
+    uint64_t ticket;
+};
+
+static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
+                       storage_append_result_t *res, storage_rollup_job_t **job);
+
 int storage_append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
                         storage_append_result_t *res)
+{
+    return append_refs(s, smp, n, refs, res, NULL);
+}
+
+int storage_append_refs_defer(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
+                              storage_append_result_t *res, storage_rollup_job_t **job)
+{
+    *job = NULL;
+    return append_refs(s, smp, n, refs, res, job);
+}
+
+void storage_append_rollups(storage_t *s, storage_rollup_job_t *job)
+{
+    if (!job)
+        return;
+    pthread_mutex_lock(&s->rj_mu);
+    while (s->rj_turn != job->ticket)
+        pthread_cond_wait(&s->rj_cv, &s->rj_mu);
+    pthread_mutex_unlock(&s->rj_mu);
+    append_rollup(&job->ap);
+    pthread_mutex_lock(&s->rj_mu);
+    s->rj_turn++;
+    pthread_cond_broadcast(&s->rj_cv);
+    pthread_mutex_unlock(&s->rj_mu);
+    append_free(&job->ap);
+    free(job);
+}
+
+static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
+                       storage_append_result_t *res, storage_rollup_job_t **job)
 {
     storage_append_result_t local;
     if (!res)
@@ -1389,25 +1477,39 @@ int storage_append_refs(storage_t *s, const storage_sample_t *smp, size_t n, sto
         res->first_error = STORAGE_ERR_LIMIT;
         return STORAGE_ERR_LIMIT;
     }
-    append_t ap;
-    int rc = append_init(&ap, s, smp, n, res);
-    ap.hint = refs;
+    /* A deferred roll-up step keeps the append's state until it runs: on the heap then. */
+    storage_rollup_job_t *jb = job && s->rollup ? malloc(sizeof(*jb)) : NULL;
+    append_t aplocal, *ap = jb ? &jb->ap : &aplocal;
+    int rc = append_init(ap, s, smp, n, res);
+    ap->hint = refs;
     if (rc == STORAGE_OK) {
         pthread_rwlock_rdlock(&s->ckpt);
-        rc = append_resolve(&ap);
+        rc = append_resolve(ap);
         if (rc == STORAGE_OK)
-            rc = append_log(&ap);
+            rc = append_log(ap);
         if (rc == STORAGE_OK)
-            append_apply(&ap);
+            append_apply(ap);
         pthread_rwlock_unlock(&s->ckpt);
     }
+    bool deferred = false;
     if (rc == STORAGE_OK) {
-        append_rollup(&ap);
+        if (jb && ap->rs && ap->nrs) {
+            pthread_mutex_lock(&s->rj_mu);
+            jb->ticket = s->rj_next++;
+            pthread_mutex_unlock(&s->rj_mu);
+            *job = jb;
+            deferred = true;
+        } else {
+            append_rollup(ap);
+        }
         rc = res->failed ? res->first_error : STORAGE_OK;
     }
     for (size_t i = 0; refs && i < n; i++)
-        refs[i] = ap.ok && (ap.ok[i] & APPEND_RESOLVED) ? ap.refs[i] : (storage_ref_t){0};
-    append_free(&ap);
+        refs[i] = ap->ok && (ap->ok[i] & APPEND_RESOLVED) ? ap->refs[i] : (storage_ref_t){0};
+    if (!deferred) {
+        append_free(ap);
+        free(jb);
+    }
     return rc;
 }
 

@@ -126,6 +126,23 @@ typedef index_ref_t storage_ref_t;
 int storage_append_refs(storage_t *s, const storage_sample_t *samples, size_t n, storage_ref_t *refs,
                         storage_append_result_t *res);
 
+/* The roll-up step of an append, left for later by storage_append_refs_defer. */
+typedef struct storage_rollup_job storage_rollup_job_t;
+
+/* storage_append_refs for a caller that serializes its appends under a lock of its own (the push
+ * path's): all of it (WAL, head; the result and refs are the same) except feeding the applied
+ * samples to the roll-ups, which *job holds for storage_append_rollups (NULL: nothing to do).
+ * Run the job once that lock is released: the roll-ups of one append then overlap the next
+ * append. Jobs run in the order their appends made them (a job waits for the ones before it), so
+ * the roll-ups see each series' samples in the order the head took them. Every job must be run,
+ * or the later ones wait forever. */
+int storage_append_refs_defer(storage_t *s, const storage_sample_t *samples, size_t n, storage_ref_t *refs,
+                              storage_append_result_t *res, storage_rollup_job_t **job);
+
+/* Feeds a deferred append's samples to the roll-ups (after every earlier job) and frees the job.
+ * job may be NULL. */
+void storage_append_rollups(storage_t *s, storage_rollup_job_t *job);
+
 /* A querier over everything stored (querier.h; tiers and synthetic roll-up samples:
  * storage/querier_tiered.h); close with querier_close. NULL on OOM. */
 querier_t *storage_querier(storage_t *s);

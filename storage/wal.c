@@ -37,6 +37,15 @@
  * The segment fields (fd, seg_no, seg_size, dirty, need_repair) belong to whoever holds the token;
  * the leader publishes them into `stats` under `mu` for everyone else.
  *
+ * In interval mode the background fsync runs without the token (wal_sync_behind): it writes what
+ * is pending as a leader, then, token released, fsyncs a dup of the segment's fd while appenders
+ * go on writing. A segment that rolls while dirty is not fsync'd by the rolling leader either: its
+ * fd is retired to a list the next background pass (or an explicit wal_sync, wal_cut, wal_close)
+ * fsyncs and closes. Before, every fsync (a second of writes: tens of MiB while a burst of new
+ * series is logged) held the token, so each append that came in meanwhile, and the push waiting
+ * on it, waited for the disk. Durability is what interval mode promised: written data is
+ * fsync'd within about one interval; always mode still fsyncs each batch under the token.
+ *
  * A failed pwrite may have written part of the batch. The leader immediately ftruncates the
  * segment back to `seg_size` (the end of the last good batch); if even that fails, `need_repair`
  * makes every later leader retry the ftruncate before writing anything, failing until it works.
@@ -242,6 +251,10 @@ struct wal {
     wal_waiter_t *wait_head, **wait_tail;
     bool io_busy;
     wal_stats_t stats;
+    int *retired; /* fds of rolled segments still to fsync and close (interval mode) */
+    size_t nretired, capretired;
+    uint32_t syncing; /* wal_sync_behind passes fsyncing outside the token */
+    bool resync;      /* a fsync outside the token failed: fsync the current segment again */
 
     /* owned by the holder of the io_busy token */
     int fd;
@@ -263,15 +276,68 @@ typedef struct {
     int rc;     /* batch result: what every waiter of the batch gets */
     int cut_rc; /* wal_cut only */
     uint64_t fsync_ns;
+    uint32_t nfsyncs; /* successful fsyncs besides `fsynced` (retired segments) */
     bool fsynced, fsync_failed, write_failed, rolled;
     uint64_t written, records;
     char msg[256];
 } io_result_t;
 
+/* Queues a dup of fd for the next fsync pass (mu held). 0, or -1 (no memory or fds): then the
+ * caller fsyncs itself. */
+static int wal_retire_locked(wal_t *w, int fd)
+{
+    if (w->nretired == w->capretired) {
+        size_t cap = w->capretired ? w->capretired * 2 : 4;
+        int *v = realloc(w->retired, cap * sizeof(*v));
+        if (!v)
+            return -1;
+        w->retired = v;
+        w->capretired = cap;
+    }
+    int d = dup(fd);
+    if (d < 0)
+        return -1;
+    w->retired[w->nretired++] = d;
+    return 0;
+}
+
+/* Fsyncs and closes the fds taken from `retired`; counts into res. Any lock may be held or not:
+ * nothing else sees these fds. Returns 0 or -1 (message in msg; every fd is closed anyway: a
+ * failed fsync may have dropped the pages, retrying it would report a false success). */
+static int wal_sync_retired(wal_t *w, int *fds, size_t n, io_result_t *res, char *msg, size_t msglen)
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t t0 = clock_mono_ns();
+        int fr = fsync(fds[i]);
+        int e = errno;
+        res->fsync_ns += (uint64_t)(clock_mono_ns() - t0);
+        if (fr == 0) {
+            res->nfsyncs++;
+        } else {
+            res->fsync_failed = true;
+            if (rc == 0)
+                err_setf(msg, msglen, "wal: fsync of a closed segment in %s: %s", w->dir, strerror(e));
+            rc = -1;
+        }
+        close(fds[i]);
+    }
+    return rc;
+}
+
 /* Closes the current segment and starts seg_no+1. Token held. On failure the old segment stays
  * current. */
 static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
 {
+    /* Interval mode: the old segment is fsync'd by the next background pass, not while every
+     * appender waits for this leader (see the top); a dup of its fd waits in `retired`. If the
+     * new segment cannot be made, the old one stays current and is fsync'd through both fds. */
+    if (w->dirty && w->opts.fsync_mode == WAL_FSYNC_INTERVAL) {
+        pthread_mutex_lock(&w->mu);
+        if (wal_retire_locked(w, w->fd) == 0)
+            w->dirty = false;
+        pthread_mutex_unlock(&w->mu);
+    }
     if (w->dirty) {
         /* the group-commit thread only ever fsyncs the current segment: make this one durable now */
         int64_t t0 = clock_mono_ns();
@@ -318,6 +384,13 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
     wal_waiter_t *waiters = w->wait_head;
     w->wait_head = NULL;
     w->wait_tail = &w->wait_head;
+    /* A sync covers the segments retired since the last pass too. */
+    int *retired = sync ? w->retired : NULL;
+    size_t nretired = sync ? w->nretired : 0;
+    if (sync) {
+        w->retired = NULL;
+        w->nretired = w->capretired = 0;
+    }
     pthread_mutex_unlock(&w->mu);
 
     int rc = WAL_OK;
@@ -363,6 +436,9 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
                      strerror(e));
         }
     }
+    if (nretired && wal_sync_retired(w, retired, nretired, res, rc == WAL_OK ? res->msg : NULL, sizeof res->msg) != 0)
+        rc = WAL_ERR_IO;
+    free(retired);
     res->rc = rc;
     if (cut || (rc == WAL_OK && w->seg_size >= w->opts.segment_max_bytes)) {
         char rmsg[256] = "";
@@ -388,6 +464,7 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         w->stats.write_errors++;
     if (res->fsynced)
         w->stats.fsyncs++;
+    w->stats.fsyncs += res->nfsyncs;
     if (res->fsync_failed)
         w->stats.fsync_errors++;
     w->stats.fsync_duration_ns += res->fsync_ns;
@@ -409,6 +486,41 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
     pthread_cond_broadcast(&w->cv);
 }
 
+/* The interval fsync without the token (see the top). Called with mu held, the token free and
+ * the pending batch just written; returns with mu held. The fds are dups: a leader may roll or
+ * close the segment meanwhile. */
+static void wal_sync_behind(wal_t *w)
+{
+    bool cur = w->dirty || w->resync;
+    if (!cur && !w->nretired)
+        return;
+    /* dirty belongs to the token holder; the token is free and mu held, so no leader runs */
+    if (cur && wal_retire_locked(w, w->fd) == 0) {
+        w->dirty = false;
+        w->resync = false;
+    }
+    int *fds = w->retired;
+    size_t n = w->nretired;
+    w->retired = NULL;
+    w->nretired = w->capretired = 0;
+    w->syncing++;
+    pthread_mutex_unlock(&w->mu);
+    io_result_t res;
+    memset(&res, 0, sizeof res);
+    int rc = wal_sync_retired(w, fds, n, &res, res.msg, sizeof res.msg);
+    free(fds);
+    pthread_mutex_lock(&w->mu);
+    w->stats.fsyncs += res.nfsyncs;
+    w->stats.fsync_duration_ns += res.fsync_ns;
+    if (rc != 0) {
+        w->stats.fsync_errors++;
+        w->resync = true; /* whatever the current segment holds gets another fsync next pass */
+        log_error("wal", "background fsync failed", LF_S("err", res.msg));
+    }
+    w->syncing--;
+    pthread_cond_broadcast(&w->cv);
+}
+
 static void *wal_bg_main(void *arg)
 {
     wal_t *w = arg;
@@ -423,10 +535,15 @@ static void *wal_bg_main(void *arg)
             break;
         while (w->io_busy)
             pthread_cond_wait(&w->cv, &w->mu);
+        bool behind = w->opts.fsync_mode == WAL_FSYNC_INTERVAL;
         io_result_t res;
-        wal_lead(w, true, false, &res);
+        wal_lead(w, !behind, false, &res);
         if (res.rc != WAL_OK)
             log_error("wal", "background flush failed", LF_S("err", res.msg));
+        /* wal_lead returned with mu held and the token free: no leader can have started since */
+        assert(!w->io_busy);
+        if (behind)
+            wal_sync_behind(w);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -537,7 +654,7 @@ int wal_close(wal_t *w, char *err, size_t errlen)
         pthread_join(w->bg, NULL);
 
     pthread_mutex_lock(&w->mu);
-    while (w->io_busy)
+    while (w->io_busy || w->syncing)
         pthread_cond_wait(&w->cv, &w->mu);
     assert(w->wait_head == NULL); /* no appender may still be running */
     io_result_t res;
@@ -679,7 +796,8 @@ int wal_log_blob(wal_t *w, uint8_t type, const void *data, size_t len, char *err
 int wal_sync(wal_t *w, char *err, size_t errlen)
 {
     pthread_mutex_lock(&w->mu);
-    while (w->io_busy)
+    /* a background pass outside the token holds retired fds this call must see fsync'd */
+    while (w->io_busy || w->syncing)
         pthread_cond_wait(&w->cv, &w->mu);
     io_result_t res;
     wal_lead(w, true, false, &res);

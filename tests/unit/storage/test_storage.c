@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <glob.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1000,6 +1001,77 @@ static void test_rollup_hints(void **state)
     fake_now = now0;
 }
 
+typedef struct {
+    storage_t *s;
+    storage_rollup_job_t *job;
+} job_run_t;
+
+static void *run_job(void *ud)
+{
+    job_run_t *j = ud;
+    storage_append_rollups(j->s, j->job);
+    return NULL;
+}
+
+/* Deferred roll-up steps (storage_append_refs_defer) run in the order of their appends, whoever
+ * runs them first: the roll-up ignores a sample older than one it took, so the second append's
+ * job, started first on another thread, must wait for the first's. The appends themselves are
+ * complete before their jobs run (refs, result, head). */
+static void test_rollup_jobs_in_order(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/jobs", dir);
+    storage_options_t o;
+    storage_options_default(&o);
+    o.path = path;
+    o.rollups = "1m:1d";
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.snapshot_interval_ms = -1;
+    char err[256];
+    storage_t *s = storage_open(&o, err, sizeof(err));
+    assert_non_null(s);
+    int64_t base = fake_now - 3600 * 1000LL; /* a whole minute */
+    label_t l[2] = {{"job", "j"}, {"__name__", "deferred"}};
+    storage_sample_t s1 = {.labels = {l, 2}, .t = base + 1000, .v = 1};
+    storage_sample_t s2 = {.labels = {l, 2}, .t = base + 2000, .v = 2};
+    storage_ref_t ref = {0};
+    storage_append_result_t r;
+    storage_rollup_job_t *j1, *j2;
+    assert_int_equal(storage_append_refs_defer(s, &s1, 1, &ref, &r, &j1), STORAGE_OK);
+    assert_int_not_equal(ref.id, 0);
+    assert_int_equal(r.accepted, 1);
+    assert_int_equal(storage_append_refs_defer(s, &s2, 1, &ref, &r, &j2), STORAGE_OK);
+    assert_non_null(j1);
+    assert_non_null(j2);
+    size_t n, series;
+    double sum;
+    totals(s, "deferred", &n, &sum, &series);
+    assert_int_equal(n, 2); /* in the head already */
+    job_run_t second = {s, j2};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_job, &second), 0);
+    usleep(20000); /* give the second job the chance to (wrongly) go first; no threshold */
+    storage_append_rollups(s, j1);
+    pthread_join(th, NULL);
+    /* A refused append leaves no job; NULL runs as nothing. */
+    storage_rollup_job_t *j3 = (storage_rollup_job_t *)&j3;
+    assert_int_equal(storage_append_refs_defer(s, &s1, 1, &ref, &r, &j3), STORAGE_ERR_OUT_OF_ORDER);
+    assert_null(j3);
+    storage_append_rollups(s, NULL);
+    uint64_t id = ref.id;
+    storage_close(s);
+
+    catalog_t *cat = catalog_open(path, err, sizeof(err));
+    assert_non_null(cat);
+    rollup_config_t cfg = {.resolutions = "1m:1d", .no_thread = true, .clock_ms = clock_fn};
+    rollup_t *ru = rollup_open(cat, &cfg, err, sizeof(err));
+    assert_non_null(ru);
+    expect_buckets(ru, id, 1, (int64_t[]){base}, (uint64_t[]){2}, (double[]){3});
+    rollup_close(ru);
+    catalog_close(cat);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1015,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_append_refs_batch),
         cmocka_unit_test(test_series_id_from_catalog_only),
         cmocka_unit_test(test_rollup_hints),
+        cmocka_unit_test(test_rollup_jobs_in_order),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

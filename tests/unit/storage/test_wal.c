@@ -546,6 +546,56 @@ static void test_fsync_interval(void **state)
     free(dir);
 }
 
+/* Interval mode: a leader that rolls a full segment does not fsync it while the appenders wait;
+ * the segment is fsync'd by the next sync (background pass, wal_sync, wal_cut or wal_close). */
+static void test_roll_fsync_deferred(void **state)
+{
+    char *dir = tmpdir_make();
+    wal_t *w = open_wal(dir, WAL_FSYNC_INTERVAL, 3600 * 1000, 4096);
+    for (int k = 0; k < 300; k++)
+        log_record(w, k);
+    wal_stats_t st;
+    wal_get_stats(w, &st);
+    assert_true(st.segments_created >= 3);
+    assert_int_equal(st.fsyncs, 0); /* no roll fsync'd inline */
+    char err[256];
+    assert_int_equal(wal_sync(w, err, sizeof err), 0);
+    wal_get_stats(w, &st);
+    /* every closed segment (retired) and the current one */
+    assert_int_equal(st.fsyncs, st.segments_created);
+    assert_int_equal(st.fsync_errors, 0);
+    assert_int_equal(wal_sync(w, err, sizeof err), 0); /* nothing new: no fsync */
+    wal_get_stats(w, &st);
+    assert_int_equal(st.fsyncs, st.segments_created);
+    for (int k = 300; k < 600; k++)
+        log_record(w, k);
+    close_wal(w); /* fsyncs what rolled since, and closes their fds */
+    evs_t e = {0};
+    replay_into(dir, 0, &e, NULL);
+    check_records(&e, 600);
+    evs_free(&e);
+    rm_rf(dir);
+    free(dir);
+
+    /* the background pass fsyncs retired segments and the current one by itself */
+    dir = tmpdir_make();
+    w = open_wal(dir, WAL_FSYNC_INTERVAL, 10, 4096);
+    for (int k = 0; k < 300; k++)
+        log_record(w, k);
+    wal_get_stats(w, &st);
+    uint64_t created = st.segments_created;
+    for (;;) {
+        wal_get_stats(w, &st);
+        if (st.fsyncs >= created)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(st.fsync_errors, 0);
+    close_wal(w);
+    rm_rf(dir);
+    free(dir);
+}
+
 /* ---- segments -------------------------------------------------------------------------------- */
 
 static void test_segment_roll(void **state)
@@ -1110,7 +1160,7 @@ int main(void)
         cmocka_unit_test(test_flipped_bit),       cmocka_unit_test(test_corrupt_middle_segment),
         cmocka_unit_test(test_garbage_length),    cmocka_unit_test(test_limits_and_abort),
         cmocka_unit_test(test_write_error),       cmocka_unit_test(test_write_error_repair),
-        cmocka_unit_test(test_cut_failure),
+        cmocka_unit_test(test_cut_failure),       cmocka_unit_test(test_roll_fsync_deferred),
     };
     log_set_level(LOG_ERROR); /* the damage tests log warnings on purpose */
     return cmocka_run_group_tests(tests, NULL, NULL);
