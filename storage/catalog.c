@@ -37,9 +37,10 @@
  *   | m bytes | value                    |
  * (uvarint = LEB128, 7 bits per byte, low group first, high bit = more follows.)
  *
- * Writes go through a pending list (a mutex-protected array of owned copies): ingest threads only
- * append to it, the roll-up writer drains it inside its own transaction. The write connection is
- * guarded by write_mu so catalog_flush and the roll-up writer never interleave statements.
+ * Writes go through a pending list (mutex-protected, varint-encoded blocks; see "the pending
+ * queue" below): ingest threads only append to it, the roll-up writer drains it inside its own
+ * transaction. The write connection is guarded by write_mu so catalog_flush and the roll-up
+ * writer never interleave statements.
  * Lookups use a second connection guarded by read_mu; in WAL mode it reads the last committed
  * state without waiting for the writer.
  */
@@ -64,22 +65,67 @@
 
 typedef enum { PENDING_ADD = 0, PENDING_TOUCH, PENDING_REF } pending_kind_t;
 
+/* One queued write, as pq_push takes it and pq_next hands it back. */
 typedef struct {
     pending_kind_t kind;
     uint64_t id;
     int64_t t;
-    union {
-        labels_t ls;   /* PENDING_ADD: ls.v and the strings live in one malloc'd block at ls.v */
-        uint64_t hint; /* PENDING_REF: handed back to the label source */
-    };
+    labels_t ls;   /* PENDING_ADD: ls.v and the strings live in one malloc'd block at ls.v */
+    uint64_t hint; /* PENDING_REF: handed back to the label source */
 } pending_t;
+
+/* The pending list, encoded. A burst of new series queues a quarter of a million references at
+ * once (round 1 of a Flink fleet), which the writer takes seconds to write; as 40-byte structs
+ * they held ~10 MB (plus the doubling array's slack) all that time. Entries are appended to a
+ * chain of blocks as a tag byte and varints relative to the block's previous entry:
+ *
+ *   tag        bits 0-1 kind; bit 2: id = previous id + 1; bit 3: t = previous t
+ *   [id]       zigzag varint of id - previous id, unless bit 2
+ *   [t]        zigzag varint of t - previous t, unless bit 3
+ *   REF        uvarint(hint >> 32), uvarint(hint & 0xffffffff)   (storage's hint: shard, slot)
+ *   ADD        the label block's pointer (8 bytes as they are), uvarint(label count)
+ *
+ * so a series queued by reference costs ~5-7 bytes. Each block starts from id 0 and t 0, so
+ * blocks decode on their own and a failed write's blocks are put back in front of newer ones as
+ * they are. A block also keeps the smallest and largest id of its ADD and REF entries, which
+ * lets catalog_get_labels decode only the blocks that may hold an id. */
+#define PQ_BLOCK_BYTES (16384 - 64)
+#define PQ_MAX_ENTRY (1 + 3 * VARINT_MAX + 8)
+enum { PQ_ID_NEXT = 4, PQ_T_SAME = 8 };
+
+typedef struct pq_block {
+    struct pq_block *next;
+    uint64_t min_id, max_id; /* of ADD and REF entries; min > max while there is none */
+    uint64_t last_id;        /* encoder state: the previous entry's id and t */
+    int64_t last_t;
+    uint32_t used;
+    uint8_t data[PQ_BLOCK_BYTES];
+} pq_block_t;
+
+typedef struct {
+    pq_block_t *head, *tail;
+    size_t n;    /* entries */
+    size_t nadd; /* PENDING_ADD entries */
+} pqueue_t;
+
+/* A reader over a chain of blocks. */
+typedef struct {
+    const pq_block_t *b;
+    uint32_t off;
+    uint64_t last_id;
+    int64_t last_t;
+} pq_reader_t;
 
 struct catalog {
     char *path;
     sqlite3 *wdb, *rdb;
     pthread_mutex_t write_mu, read_mu, pending_mu;
-    pending_t *pending;
-    size_t npending, cappending;
+    pqueue_t pending; /* under pending_mu */
+    /* The batch catalog__write_pending wrote into the writer's open transaction: kept (and
+     * searched by catalog_get_labels) until catalog__settle_pending says whether that
+     * transaction committed, so a rollback puts it back instead of losing its rows. Set and
+     * cleared under pending_mu by the writer (write_mu held), which alone reads it unlocked. */
+    pqueue_t inflight;
     _Atomic uint64_t next_id;
     catalog_label_fn label_fn;
     void *label_ud;
@@ -87,13 +133,6 @@ struct catalog {
      * catalog_is_written reads pending_min first; the writer sets inflight_min before it resets
      * pending_min, so a reader never sees both empty while a batch still needs its labels. */
     _Atomic uint64_t pending_min, inflight_min;
-    size_t nadd;          /* PENDING_ADD entries in `pending` (under pending_mu) */
-    /* The batch catalog__write_pending wrote into the writer's open transaction: kept (and
-     * searched by catalog_get_labels) until catalog__settle_pending says whether that
-     * transaction committed, so a rollback puts it back instead of losing its rows. Set and
-     * cleared under pending_mu and write_mu. */
-    pending_t *inflight;
-    size_t ninflight, nadd_inflight;
     sqlite3_stmt *get_st; /* SELECT enc by id on rdb, prepared once (under read_mu) */
 };
 
@@ -244,6 +283,152 @@ static sqlite3 *open_db(const char *path, char *err, size_t errlen)
     return db;
 }
 
+/* ---- the pending queue ------------------------------------------------------------------- */
+
+/* Appends p; 0, or -1 out of memory (then nothing changed). */
+static int pq_push(pqueue_t *q, const pending_t *p)
+{
+    pq_block_t *b = q->tail;
+    if (!b || PQ_BLOCK_BYTES - b->used < PQ_MAX_ENTRY) {
+        pq_block_t *nb = malloc(sizeof(*nb));
+        if (!nb)
+            return -1;
+        nb->next = NULL;
+        nb->min_id = UINT64_MAX;
+        nb->max_id = 0;
+        nb->last_id = 0;
+        nb->last_t = 0;
+        nb->used = 0;
+        if (b)
+            b->next = nb;
+        else
+            q->head = nb;
+        q->tail = b = nb;
+    }
+    uint8_t *start = b->data + b->used, *w = start + 1;
+    uint8_t tag = (uint8_t)p->kind;
+    if (p->id == b->last_id + 1)
+        tag |= PQ_ID_NEXT;
+    else
+        w += varint_encode(w, varint_zigzag((int64_t)(p->id - b->last_id)));
+    if (p->t == b->last_t)
+        tag |= PQ_T_SAME;
+    else
+        w += varint_encode(w, varint_zigzag((int64_t)((uint64_t)p->t - (uint64_t)b->last_t)));
+    if (p->kind == PENDING_REF) {
+        w += varint_encode(w, p->hint >> 32);
+        w += varint_encode(w, p->hint & 0xffffffffu);
+    } else if (p->kind == PENDING_ADD) {
+        memcpy(w, &p->ls.v, sizeof(p->ls.v));
+        w += sizeof(p->ls.v);
+        w += varint_encode(w, p->ls.n);
+    }
+    *start = tag;
+    assert(w - start <= PQ_MAX_ENTRY);
+    b->used += (uint32_t)(w - start);
+    b->last_id = p->id;
+    b->last_t = p->t;
+    if (p->kind != PENDING_TOUCH) {
+        if (p->id < b->min_id)
+            b->min_id = p->id;
+        if (p->id > b->max_id)
+            b->max_id = p->id;
+    }
+    q->n++;
+    q->nadd += p->kind == PENDING_ADD;
+    return 0;
+}
+
+static pq_reader_t pq_reader(const pq_block_t *b)
+{
+    return (pq_reader_t){.b = b};
+}
+
+/* The next entry; false at the end of the chain. The bytes were written by pq_push, so they
+ * decode without checks beyond the block's end. */
+static bool pq_next(pq_reader_t *r, pending_t *p)
+{
+    while (r->b && r->off >= r->b->used) {
+        r->b = r->b->next;
+        r->off = 0;
+        r->last_id = 0;
+        r->last_t = 0;
+    }
+    if (!r->b)
+        return false;
+    const uint8_t *q = r->b->data + r->off, *end = r->b->data + r->b->used;
+    uint8_t tag = *q++;
+    uint64_t u = 0;
+    p->kind = (pending_kind_t)(tag & 3);
+    if (tag & PQ_ID_NEXT) {
+        p->id = r->last_id + 1;
+    } else {
+        varint_get(&q, end, &u);
+        p->id = r->last_id + (uint64_t)varint_unzigzag(u);
+    }
+    if (tag & PQ_T_SAME) {
+        p->t = r->last_t;
+    } else {
+        varint_get(&q, end, &u);
+        p->t = (int64_t)((uint64_t)r->last_t + (uint64_t)varint_unzigzag(u));
+    }
+    p->hint = 0;
+    p->ls = (labels_t){0};
+    if (p->kind == PENDING_REF) {
+        uint64_t hi = 0, lo = 0;
+        varint_get(&q, end, &hi);
+        varint_get(&q, end, &lo);
+        p->hint = hi << 32 | lo;
+    } else if (p->kind == PENDING_ADD) {
+        memcpy(&p->ls.v, q, sizeof(p->ls.v));
+        q += sizeof(p->ls.v);
+        varint_get(&q, end, &u);
+        p->ls.n = (size_t)u;
+    }
+    r->off = (uint32_t)(q - r->b->data);
+    r->last_id = p->id;
+    r->last_t = p->t;
+    return true;
+}
+
+/* Takes every entry of q into a new queue, leaving q empty. */
+static pqueue_t pq_take(pqueue_t *q)
+{
+    pqueue_t t = *q;
+    *q = (pqueue_t){0};
+    return t;
+}
+
+/* Puts the entries of `front` (an earlier take) back before those of q. */
+static void pq_put_back(pqueue_t *q, pqueue_t *front)
+{
+    if (!front->head)
+        return;
+    front->tail->next = q->head;
+    if (!q->tail)
+        q->tail = front->tail;
+    q->head = front->head;
+    q->n += front->n;
+    q->nadd += front->nadd;
+    *front = (pqueue_t){0};
+}
+
+/* Frees the queue's blocks and the label copies of its ADD entries. */
+static void pq_free(pqueue_t *q)
+{
+    if (q->nadd) {
+        pq_reader_t r = pq_reader(q->head);
+        for (pending_t p; pq_next(&r, &p);)
+            if (p.kind == PENDING_ADD)
+                free(p.ls.v);
+    }
+    for (pq_block_t *b = q->head, *nb; b; b = nb) {
+        nb = b->next;
+        free(b);
+    }
+    *q = (pqueue_t){0};
+}
+
 /* ---- open / close ----------------------------------------------------------------------- */
 
 /* Creates the tables, converting a version-1 file (label_index a table) on the way; one
@@ -328,21 +513,14 @@ err:
     return NULL;
 }
 
-static void pending_free(pending_t *p)
-{
-    if (p->kind == PENDING_ADD)
-        free(p->ls.v);
-}
-
 void catalog_close(catalog_t *cat)
 {
     if (!cat)
         return;
     if (catalog_flush(cat) != 0)
         log_error("catalog", "final flush failed; pending series rows lost", LF_S("path", cat->path));
-    for (size_t i = 0; i < cat->npending; i++)
-        pending_free(&cat->pending[i]);
-    free(cat->pending);
+    pq_free(&cat->pending);
+    pq_free(&cat->inflight); /* empty: every transaction settles */
     sqlite3_finalize(cat->get_st);
     sqlite3_close(cat->rdb);
     sqlite3_close(cat->wdb);
@@ -388,22 +566,11 @@ uint64_t catalog_next_id(catalog_t *cat)
 static int pending_push(catalog_t *cat, const pending_t *p)
 {
     pthread_mutex_lock(&cat->pending_mu);
-    if (cat->npending == cat->cappending) {
-        size_t cap = cat->cappending ? cat->cappending * 2 : 256;
-        pending_t *v = realloc(cat->pending, cap * sizeof(*v));
-        if (!v) {
-            pthread_mutex_unlock(&cat->pending_mu);
-            return -1;
-        }
-        cat->pending = v;
-        cat->cappending = cap;
-    }
-    cat->pending[cat->npending++] = *p;
-    cat->nadd += p->kind == PENDING_ADD;
-    if (p->kind == PENDING_REF && p->id < atomic_load(&cat->pending_min))
+    int rc = pq_push(&cat->pending, p);
+    if (rc == 0 && p->kind == PENDING_REF && p->id < atomic_load(&cat->pending_min))
         atomic_store(&cat->pending_min, p->id);
     pthread_mutex_unlock(&cat->pending_mu);
-    return 0;
+    return rc;
 }
 
 void catalog_set_label_source(catalog_t *cat, catalog_label_fn fn, void *ud)
@@ -574,8 +741,9 @@ static bool pair_key_eq(uint64_t i, const void *ctx)
     return strcmp(p->name, k->name) == 0 && strcmp(p->value, k->value) == 0;
 }
 
-/* The index of (name, value) among the chunk's pairs, added if new; -1 out of memory. */
-static int64_t chunk_pair(catalog_chunk_pairs_t *c, const char *name, const char *value)
+/* The index of (name, value) among the chunk's pairs, added if new (its strings copied into
+ * `keep`, which lives as long as the chunk); -1 out of memory. */
+static int64_t chunk_pair(catalog_chunk_pairs_t *c, arena_t *keep, const char *name, const char *value)
 {
     uint64_t h = XXH3_64bits_withSeed(value, strlen(value), XXH3_64bits(name, strlen(name)));
     catalog_pair_key_t k = {c, name, value};
@@ -590,34 +758,48 @@ static int64_t chunk_pair(catalog_chunk_pairs_t *c, const char *name, const char
         c->v = g;
         c->cap = ncap;
     }
-    if (hashmap_add(&c->seen, h, c->n) < 0)
+    size_t nl = strlen(name) + 1, vl = strlen(value) + 1;
+    char *copy = arena_try_alloc(keep, nl + vl);
+    if (!copy || hashmap_add(&c->seen, h, c->n) < 0)
         return -1;
-    c->v[c->n] = (catalog_pair_t){name, value, 0};
+    memcpy(copy, name, nl);
+    memcpy(copy + nl, value, vl);
+    c->v[c->n] = (catalog_pair_t){copy, copy + nl, 0};
     return (int64_t)c->n++;
 }
 
 /* Series rows go in queue order; their postings a chunk of series at a time: each distinct pair
  * of the chunk is looked up (or numbered) once, in (name, value) order, then the postings are
  * inserted in key order, so an insert lands next to the previous one and the b-tree pages stay
- * in cache. */
+ * in cache. A series' labels (read back from the index for a queued reference) live only while
+ * its row is written; the chunk keeps one copy of each distinct pair, so a chunk of Flink series
+ * holds ~100 KB of strings instead of every series' labels (~4 MB). */
 #define CATALOG_WRITE_CHUNK 4096
 
-static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending_t *batch, size_t n)
+static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pqueue_t *batch)
 {
+    pq_reader_t r = pq_reader(batch->head);
+    size_t n = batch->n;
     buf_t enc = BUF_INIT, text = BUF_INIT;
-    arena_t *scratch = arena_create(0);
+    arena_t *scratch = arena_create(0), *keep = arena_create(0);
     catalog_chunk_pairs_t pairs = {.seen = HASHMAP_INIT_HASHED};
     catalog_posting_t *posts = NULL;
     int64_t *pid = NULL; /* chunk pair index -> label_pair id, after sorting */
     size_t cap = 0, pidcap = 0;
-    int ret = scratch ? 0 : -1;
+    int ret = scratch && keep ? 0 : -1;
     for (size_t i = 0; i < n && ret == 0;) {
         size_t nser = 0, np = 0;
-        arena_reset(scratch);
+        arena_reset(keep);
         pairs.n = 0;
         hashmap_clear(&pairs.seen);
         for (; i < n && nser < CATALOG_WRITE_CHUNK && ret == 0; i++) {
-            const pending_t *p = &batch[i];
+            pending_t entry;
+            if (!pq_next(&r, &entry)) {
+                assert(!"pending queue shorter than its count");
+                ret = -1;
+                break;
+            }
+            const pending_t *p = &entry;
             if (p->kind == PENDING_TOUCH) {
                 sqlite3_bind_int64(st->touch, 1, p->t);
                 sqlite3_bind_int64(st->touch, 2, (sqlite3_int64)p->id);
@@ -626,6 +808,7 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
                 continue;
             }
             labels_t ls = p->ls;
+            arena_reset(scratch);
             if (p->kind == PENDING_REF && cat->label_fn(cat->label_ud, p->id, p->hint, scratch, &ls) != 0) {
                 /* The owner let it go before it was written: a broken promise, not the client's doing. */
                 log_error("catalog", "a queued series left memory before it was written; its row is lost",
@@ -649,7 +832,7 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
                 cap = ncap;
             }
             for (size_t k = 0; k < ls.n && ret == 0; k++) {
-                int64_t pi = chunk_pair(&pairs, ls.v[k].name, ls.v[k].value);
+                int64_t pi = chunk_pair(&pairs, keep, ls.v[k].name, ls.v[k].value);
                 if (pi < 0)
                     ret = -1;
                 posts[np++] = (catalog_posting_t){pi, (int64_t)p->id};
@@ -668,7 +851,7 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
             pid = g;
             pidcap = pairs.n;
         }
-        catalog_pair_t *sorted = arena_try_alloc(scratch, (pairs.n ? pairs.n : 1) * sizeof(*sorted));
+        catalog_pair_t *sorted = arena_try_alloc(keep, (pairs.n ? pairs.n : 1) * sizeof(*sorted));
         if (!sorted) {
             ret = -1;
             break;
@@ -699,6 +882,7 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
     free(posts);
     free(pid);
     arena_destroy(scratch);
+    arena_destroy(keep);
     buf_free(&enc);
     buf_free(&text);
     return ret;
@@ -707,19 +891,13 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pending
 int catalog__write_pending(catalog_t *cat)
 {
     pthread_mutex_lock(&cat->pending_mu);
-    assert(!cat->inflight && cat->ninflight == 0); /* settled after the previous transaction */
-    pending_t *batch = cat->pending;
-    size_t n = cat->npending;
+    assert(cat->inflight.n == 0 && !cat->inflight.head); /* settled after the previous transaction */
     atomic_store(&cat->inflight_min, atomic_load(&cat->pending_min));
     atomic_store(&cat->pending_min, UINT64_MAX);
-    cat->inflight = batch;
-    cat->ninflight = n;
-    cat->nadd_inflight = cat->nadd;
-    cat->pending = NULL;
-    cat->npending = cat->cappending = 0;
-    cat->nadd = 0;
+    cat->inflight = pq_take(&cat->pending);
     pthread_mutex_unlock(&cat->pending_mu);
-    if (n == 0)
+    const pqueue_t *batch = &cat->inflight;
+    if (batch->n == 0)
         return 0;
 
     catalog_stmts_t st = {0};
@@ -739,7 +917,7 @@ int catalog__write_pending(catalog_t *cat)
         sqlite3_prepare_v2(cat->wdb, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &st.touch,
                            NULL) != SQLITE_OK)
         goto out;
-    ret = write_chunks(cat, &st, batch, n);
+    ret = write_chunks(cat, &st, batch);
 out:
     if (ret != 0)
         log_error("catalog", "writing series rows failed", LF_S("err", sqlite3_errmsg(cat->wdb)));
@@ -754,41 +932,21 @@ out:
 void catalog__settle_pending(catalog_t *cat, bool committed)
 {
     pthread_mutex_lock(&cat->pending_mu);
-    pending_t *batch = cat->inflight;
-    size_t n = cat->ninflight;
-    cat->inflight = NULL;
-    cat->ninflight = 0;
-    if (committed || n == 0) {
+    pqueue_t batch = pq_take(&cat->inflight);
+    if (committed || batch.n == 0) {
         atomic_store(&cat->inflight_min, UINT64_MAX);
         pthread_mutex_unlock(&cat->pending_mu);
-        for (size_t k = 0; k < n; k++)
-            pending_free(&batch[k]);
-        free(batch);
+        pq_free(&batch);
         return;
     }
     /* Rolled back: the entries go back in front of what was queued meanwhile (writes are
      * idempotent), for the next attempt. */
-    pending_t *v = realloc(batch, (n + cat->npending) * sizeof(*v));
-    if (v) {
-        if (cat->npending)
-            memcpy(v + n, cat->pending, cat->npending * sizeof(*v));
-        free(cat->pending);
-        cat->pending = v;
-        cat->npending = cat->cappending = n + cat->npending;
-        cat->nadd += cat->nadd_inflight;
-        uint64_t batch_min = atomic_load(&cat->inflight_min);
-        if (batch_min < atomic_load(&cat->pending_min))
-            atomic_store(&cat->pending_min, batch_min);
-        atomic_store(&cat->inflight_min, UINT64_MAX);
-        pthread_mutex_unlock(&cat->pending_mu);
-        return;
-    }
-    log_error("catalog", "out of memory; series rows dropped", LF_I("series", n));
+    pq_put_back(&cat->pending, &batch);
+    uint64_t batch_min = atomic_load(&cat->inflight_min);
+    if (batch_min < atomic_load(&cat->pending_min))
+        atomic_store(&cat->pending_min, batch_min);
     atomic_store(&cat->inflight_min, UINT64_MAX);
     pthread_mutex_unlock(&cat->pending_mu);
-    for (size_t k = 0; k < n; k++)
-        pending_free(&batch[k]);
-    free(batch);
 }
 
 int catalog_flush(catalog_t *cat)
@@ -1027,35 +1185,44 @@ static int copy_labels_to_arena(const labels_t *src, arena_t *a, labels_t *out)
     return 0;
 }
 
-/* The newest queued entry for id among v[0..n) that carries its labels, or NULL. */
-static const pending_t *find_pending(const pending_t *v, size_t n, uint64_t id)
+/* The newest entry of q that carries id's labels (a copy or a reference), into *out. Only
+ * blocks whose id range covers id are decoded. */
+static bool pq_find(const pqueue_t *q, uint64_t id, pending_t *out)
 {
-    for (size_t i = n; i-- > 0;)
-        if (v[i].id == id && (v[i].kind == PENDING_ADD || v[i].kind == PENDING_REF))
-            return &v[i];
-    return NULL;
+    bool found = false;
+    pending_t e;
+    for (const pq_block_t *b = q->head; b; b = b->next) {
+        if (id < b->min_id || id > b->max_id)
+            continue;
+        pq_reader_t r = pq_reader(b);
+        while (r.off < b->used && pq_next(&r, &e))
+            if (e.id == id && e.kind != PENDING_TOUCH) {
+                *out = e;
+                found = true;
+            }
+    }
+    return found;
 }
 
 int catalog_get_labels(catalog_t *cat, uint64_t id, arena_t *a, labels_t *out)
 {
     int ret = 1;
+    pending_t match = {0};
     bool by_ref = false;
     uint64_t hint = 0;
     pthread_mutex_lock(&cat->pending_mu);
     /* Only a queued copy, or a queued reference at or above pending_min, can hold id: after a
-     * burst of new series, a history query's thousands of lookups skip the scan. */
-    size_t scan = cat->nadd || id >= atomic_load(&cat->pending_min) ? cat->npending : 0;
-    const pending_t *e = find_pending(cat->pending, scan, id);
-    if (!e) {
-        /* Written but not yet committed: the read connection cannot see those rows. */
-        scan = cat->nadd_inflight || id >= atomic_load(&cat->inflight_min) ? cat->ninflight : 0;
-        e = find_pending(cat->inflight, scan, id);
-    }
-    if (e && e->kind == PENDING_ADD)
-        ret = copy_labels_to_arena(&e->ls, a, out);
-    else if (e) {
+     * burst of new series, a history query's thousands of lookups skip the scan. The newest
+     * entry for id wins; only blocks whose id range covers id are decoded. */
+    bool found = (cat->pending.nadd || id >= atomic_load(&cat->pending_min)) && pq_find(&cat->pending, id, &match);
+    /* Written but not yet committed: the read connection cannot see those rows. */
+    if (!found && (cat->inflight.nadd || id >= atomic_load(&cat->inflight_min)))
+        found = pq_find(&cat->inflight, id, &match);
+    if (found && match.kind == PENDING_ADD) {
+        ret = copy_labels_to_arena(&match.ls, a, out);
+    } else if (found) {
         by_ref = true;
-        hint = e->hint;
+        hint = match.hint;
     }
     pthread_mutex_unlock(&cat->pending_mu);
     /* The label source takes its own locks: never call it under pending_mu. */

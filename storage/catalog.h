@@ -9,7 +9,8 @@
  * Writes are queued: catalog_add_series copies the labels into a pending list and returns at once;
  * catalog_add_series_ref queues only the id and a hint, and the writer reads the labels back from
  * their owner (the head's index, which interns them) through the label source, so a burst of new
- * series costs ~40 bytes each in the queue instead of a copy of every label string.
+ * series costs ~6 bytes each in the queue (varint-encoded, see catalog.c) instead of a copy of
+ * every label string.
  * The pending list is written by the roll-up writer thread at the start of each of its
  * transactions (so a series row is always durable no later than the first roll-up that names it),
  * or by catalog_flush when no roll-up writer runs. Lookups read committed rows only, through a

@@ -209,13 +209,64 @@ void chunk_xor_appender_free(chunk_xor_appender_t *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* Bits xor_write_value(a, vbits) writes. */
+static unsigned xor_value_bits(const chunk_xor_appender_t *a, uint64_t vbits)
+{
+    uint64_t delta = vbits ^ a->vbits;
+    if (delta == 0)
+        return 1;
+    unsigned lead = (unsigned)__builtin_clzll(delta);
+    unsigned trail = (unsigned)__builtin_ctzll(delta);
+    if (lead >= 32)
+        lead = 31;
+    if (a->leading != XOR_NO_WINDOW && lead >= a->leading && trail >= a->trailing)
+        return 2 + 64u - a->leading - a->trailing;
+    return 2 + 5 + 6 + (64 - lead - trail);
+}
+
+static unsigned xor_uvarint_bits(uint64_t x)
+{
+    unsigned n = 8;
+    for (; x >= 0x80; x >>= 7)
+        n += 8;
+    return n;
+}
+
+unsigned chunk_xor_record_bits(const chunk_xor_appender_t *a, int64_t t, double v)
+{
+    uint64_t vbits;
+    memcpy(&vbits, &v, sizeof(vbits));
+    uint64_t tdelta = (uint64_t)t - (uint64_t)a->t;
+    if (a->num == 0) {
+        uint64_t ux = (uint64_t)t << 1;
+        if (t < 0)
+            ux = ~ux;
+        return xor_uvarint_bits(ux) + 64;
+    }
+    if (a->num == 1)
+        return xor_uvarint_bits(tdelta) + xor_value_bits(a, vbits);
+    int64_t dod = (int64_t)(tdelta - (uint64_t)a->tdelta);
+    unsigned tb = dod == 0                 ? 1
+                  : xor_bit_range(dod, 14) ? 2 + 14
+                  : xor_bit_range(dod, 17) ? 3 + 17
+                  : xor_bit_range(dod, 20) ? 4 + 20
+                                           : 4 + 64;
+    return tb + xor_value_bits(a, vbits);
+}
+
 int chunk_xor_append(chunk_xor_appender_t *a, int64_t t, double v)
 {
     assert(a->bytes != NULL);
     if (a->num == UINT16_MAX)
         return -1; /* the count would wrap; nobody cuts chunks this late */
-    if (xor_reserve(a, XOR_MAX_RECORD_BYTES) != 0)
-        return -1;
+    /* Room for the worst case is the usual state; only a chunk near its end asks what this
+     * record takes, so a caller that sizes the buffer itself (head.c) need not keep 19 bytes
+     * spare. */
+    if (xor_used_bytes(a->nbits) + XOR_MAX_RECORD_BYTES > a->cap) {
+        size_t need = xor_used_bytes(a->nbits + chunk_xor_record_bits(a, t, v));
+        if (need > a->cap && xor_reserve(a, need - xor_used_bytes(a->nbits)) != 0)
+            return -1;
+    }
     uint64_t vbits;
     memcpy(&vbits, &v, sizeof(vbits));
     /* Deltas wrap in uint64 exactly as Go's uint64(t - a.t) does. */

@@ -52,6 +52,9 @@ void chunk_xor_appender_free(chunk_xor_appender_t *a);
  * OOM (or if the chunk already holds 65535 samples and the 16-bit count would wrap); never fails
  * for being "full" (callers check chunk_xor_num / their own cut policy). */
 int chunk_xor_append(chunk_xor_appender_t *a, int64_t t, double v);
+/* Bits chunk_xor_append(a, t, v) would add to the stream now (at most 145): for a caller that
+ * sizes the buffer exactly. */
+unsigned chunk_xor_record_bits(const chunk_xor_appender_t *a, int64_t t, double v);
 /* Encoded bytes so far, length in bytes (last byte zero-padded). */
 const uint8_t *chunk_xor_bytes(const chunk_xor_appender_t *a, size_t *len);
 uint16_t chunk_xor_num(const chunk_xor_appender_t *a);

@@ -76,9 +76,12 @@
 #define SLAB_PAGE_MAX (1024 * 1024)
 /* Prometheus cuts at 120; any count <= 65535 is a valid XOR chunk for every decoder. */
 #define CUT_SAMPLES 240
-/* Worst case bytes of one encoded sample (chunk_xor.c: 145 bits): reserved before each append so
- * the codec never has to grow the buffer itself. */
+/* Worst case bytes of one encoded sample (chunk_xor.c: 145 bits): while this much room is free,
+ * an append needs no size check (open_reserve). */
 #define OPEN_RESERVE 19
+/* A new open chunk's buffer: all of malloc's 48-byte chunk, where the first sample takes 16
+ * bytes and a steady one 1-4. */
+#define OPEN_INIT_BYTES 40
 /* Cut before the open chunk could outgrow a record's 16-bit length. */
 #define OPEN_MAX_BYTES (UINT16_MAX - 64)
 #define REC_HDR 14
@@ -497,12 +500,21 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
     s->ocap = 0;
 }
 
-/* Grows obuf so one more sample fits. Steps of ~1/8 of the size, rounded to what malloc hands
+/* Grows obuf so sample (t, bits) fits. Steps of ~1/8 of the size, rounded to what malloc hands
  * out anyway (16-byte granules minus its 8-byte header), instead of the codec's doubling: the
- * open chunk is a tenth of a series' memory and doubling wastes a quarter of it on average. */
-static int open_reserve(head_t *h, hseries_t *s)
+ * open chunk is a tenth of a series' memory and doubling wastes a quarter of it on average.
+ * While OPEN_RESERVE bytes are free nothing is computed; near the end of the buffer the record's
+ * exact size decides, so the buffer does not keep a worst-case record (19 bytes, where a steady
+ * series' sample takes 1-4) spare: with a quarter of a million series that spare room was ~5 MB. */
+static int open_reserve(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
 {
-    size_t used = open_len(s), need = used + OPEN_RESERVE;
+    size_t used = open_len(s);
+    if (used + OPEN_RESERVE <= s->ocap)
+        return 0;
+    chunk_xor_appender_t a;
+    open_view(s, &a);
+    uint64_t nbits = s->onbits + chunk_xor_record_bits(&a, t, bits_to_double(bits));
+    size_t need = CHUNK_XOR_HEADER_BYTES + (size_t)((nbits + 7) / 8);
     if (need <= s->ocap)
         return 0;
     size_t want = need + (used >> 3) + 8;
@@ -538,15 +550,17 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         if (s->obuf) { /* cut just above */
             chunk_xor_appender_init_buf(&a, s->obuf, s->ocap);
         } else {
-            if (chunk_xor_appender_init(&a) < 0)
+            uint8_t *buf = malloc(OPEN_INIT_BYTES);
+            if (!buf)
                 return HEAD_ERR_NOMEM;
+            chunk_xor_appender_init_buf(&a, buf, OPEN_INIT_BYTES);
             atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap, memory_order_relaxed);
         }
         open_store(s, &a);
         atomic_fetch_add(&h->n_chunks, 1);
         s->flags |= F_OPEN;
     }
-    if (open_reserve(h, s) < 0)
+    if (open_reserve(h, s, t, bits) < 0)
         return HEAD_ERR_NOMEM;
     chunk_xor_appender_t a;
     open_view(s, &a);

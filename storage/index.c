@@ -1,7 +1,8 @@
 /*
  * index — interned strings, series identity and postings (see index.h for the contract).
  *
- * Layout of one series (a single malloc; 140 bytes for 11 labels and head's 72-byte payload):
+ * Layout of one series (one record from its shard's pool, see "series memory"; 140 bytes for 11
+ * labels and head's 72-byte payload, 144 with the pool's 8-byte rounding):
  *
  *   offset                 size            field
  *   0                      8               id (stable, from the catalog)
@@ -32,6 +33,7 @@
  *             labels)
  *   pairs     (name id << 32 | value id) -> postings: sorted array of slots (2 bytes each while
  *             the shard has under 65,536 slots, 4 after)
+ *   pool      the shard's series records, packed in pages by size (see "series memory")
  *   departed  labels hash -> id of series that left the shard (index.h): a series leaving puts its
  *             entry, one created under that hash deletes it, both under the shard's write lock, so
  *             a creator that misses the series and then looks here sees one or the other
@@ -60,6 +62,24 @@
 #include <xxhash.h>
 
 #include "internal/util/hashmap.h"
+
+/* Under ASan, series records not handed out are poisoned (storage/index.c "series memory"), so
+ * a series used after its removal is reported as when each record was its own malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#define INDEX_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define INDEX_ASAN 1
+#endif
+#endif
+#ifdef INDEX_ASAN
+#include <sanitizer/asan_interface.h>
+#define SP_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define SP_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SP_POISON(p, n) ((void)(p), (void)(n))
+#define SP_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 #define EMPTY32 UINT32_MAX
 #define SYM_PAGE_BITS 12
@@ -219,6 +239,164 @@ static void postings_remove(postings_t *p, bool wide, uint32_t slot)
     }
 }
 
+/* ---- series memory: per-shard pages of equal-sized records ----------------------------------- */
+
+/* Series records are a few hundred thousand allocations of a handful of sizes (one per label
+ * count), made and freed under their shard's write lock. malloc gives each an 8-byte header and
+ * rounds it to 16 bytes: a 140-byte Flink series takes 160. Here a shard carves them from ~16 KiB
+ * pages of one size each, at their 8-byte-rounded size (140 -> 144): ~12 bytes a series.
+ *
+ *   page (one malloc of SP_PAGE bytes: a 16 KiB malloc chunk)
+ *   +---------+-----------------------------------------------+
+ *   | header  | record | record | ... | (not handed out yet)  |
+ *   +---------+-----------------------------------------------+
+ *   header: links in its size's list of pages with room, free records (a list through their
+ *   first 8 bytes), live count, bump offset, record size
+ *
+ * A freed record finds its page by binary search in the shard's array of pages sorted by
+ * address (a removal is rare next to appends; a million series are ~9,000 pages). A page whose
+ * last record is freed goes back to malloc at once, so memory still follows the live series (and
+ * the periodic malloc_trim can return it). Records above SP_MAX_RECORD (label sets of ~200
+ * labels) are plain mallocs. */
+#define SP_PAGE (16384u - 8u)
+#define SP_MAX_RECORD 1024u
+
+typedef struct sp_page {
+    struct sp_page *next, *prev; /* pages of this size with room */
+    void *free;                  /* freed records */
+    uint32_t live;               /* records handed out and not freed */
+    uint32_t bump;               /* offset of the first record never handed out */
+    uint32_t size;
+    uint32_t pad_;
+} sp_page_t;
+
+#define SP_FIRST ((uint32_t)((sizeof(sp_page_t) + 7) & ~(size_t)7))
+
+typedef struct {
+    sp_page_t *room[SP_MAX_RECORD / 8 + 1]; /* by record size / 8: pages with room */
+    sp_page_t **pages;                      /* every page, by address */
+    uint32_t npages, cappages;
+} series_pool_t;
+
+static bool sp_page_has_room(const sp_page_t *p)
+{
+    return p->free || p->bump + p->size <= SP_PAGE;
+}
+
+static void sp_unlink(series_pool_t *pool, sp_page_t *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        pool->room[p->size / 8] = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->next = p->prev = NULL;
+}
+
+static void sp_link(series_pool_t *pool, sp_page_t *p)
+{
+    sp_page_t **head = &pool->room[p->size / 8];
+    p->prev = NULL;
+    p->next = *head;
+    if (*head)
+        (*head)->prev = p;
+    *head = p;
+}
+
+/* Index of the last page at or below address r (pool->npages > 0, r in some page). */
+static uint32_t sp_find(const series_pool_t *pool, const void *r)
+{
+    uint32_t lo = 0, hi = pool->npages;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)pool->pages[mid] <= (uintptr_t)r)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static sp_page_t *sp_page_new(series_pool_t *pool, size_t size)
+{
+    if (pool->npages == pool->cappages) {
+        uint32_t nc = pool->cappages ? pool->cappages * 2 : 16;
+        sp_page_t **v = realloc(pool->pages, nc * sizeof(*v));
+        if (!v)
+            return NULL;
+        pool->pages = v;
+        pool->cappages = nc;
+    }
+    sp_page_t *p = malloc(SP_PAGE);
+    if (!p)
+        return NULL;
+    *p = (sp_page_t){.bump = SP_FIRST, .size = (uint32_t)size};
+    SP_POISON((char *)p + SP_FIRST, SP_PAGE - SP_FIRST);
+    uint32_t at = pool->npages && (uintptr_t)pool->pages[0] < (uintptr_t)p ? sp_find(pool, p) + 1 : 0;
+    memmove(pool->pages + at + 1, pool->pages + at, (pool->npages - at) * sizeof(*pool->pages));
+    pool->pages[at] = p;
+    pool->npages++;
+    sp_link(pool, p);
+    return p;
+}
+
+/* A zeroed record of `size` bytes (a multiple of 8), or NULL. Shard write lock held. */
+static void *sp_alloc(series_pool_t *pool, size_t size)
+{
+    assert(size % 8 == 0 && size >= sizeof(void *));
+    if (size > SP_MAX_RECORD)
+        return calloc(1, size);
+    sp_page_t *p = pool->room[size / 8];
+    if (!p && !(p = sp_page_new(pool, size)))
+        return NULL;
+    void *r;
+    if (p->free) {
+        r = p->free;
+        SP_UNPOISON(r, size);
+        memcpy(&p->free, r, sizeof(void *));
+    } else {
+        r = (char *)p + p->bump;
+        SP_UNPOISON(r, size);
+        p->bump += p->size;
+    }
+    p->live++;
+    if (!sp_page_has_room(p))
+        sp_unlink(pool, p);
+    memset(r, 0, size);
+    return r;
+}
+
+/* Frees a record sp_alloc(pool, size) returned (NULL: nothing). Shard write lock held. */
+static void sp_free(series_pool_t *pool, void *r, size_t size)
+{
+    if (!r)
+        return;
+    if (size > SP_MAX_RECORD) {
+        free(r);
+        return;
+    }
+    uint32_t at = sp_find(pool, r);
+    sp_page_t *p = pool->pages[at];
+    assert((uintptr_t)r >= (uintptr_t)p + SP_FIRST && (uintptr_t)r < (uintptr_t)p + SP_PAGE);
+    assert(p->size == size && p->live > 0);
+    bool had_room = sp_page_has_room(p);
+    memcpy(r, &p->free, sizeof(void *));
+    p->free = r;
+    SP_POISON(r, size);
+    if (--p->live > 0) {
+        if (!had_room)
+            sp_link(pool, p);
+        return;
+    }
+    if (had_room)
+        sp_unlink(pool, p);
+    memmove(pool->pages + at, pool->pages + at + 1, (pool->npages - at - 1) * sizeof(*pool->pages));
+    pool->npages--;
+    SP_UNPOISON(p, SP_PAGE);
+    free(p);
+}
+
 /* ---- structures ---------------------------------------------------------------------------- */
 
 /* The label names of a series, shared by every series with the same names (Flink's series of
@@ -260,6 +438,7 @@ typedef struct {
     hashmap_t pairs;    /* pair -> postings_t* */
     hashmap_t departed; /* labels hash -> id of a series that left (or was noted), see index.h */
     bool wide;          /* postings hold 4-byte slots (nslots passed NARROW_SLOTS once) */
+    series_pool_t pool; /* the shard's series records */
     uint32_t nseries;
     uint64_t postings_bytes;
 } shard_t;
@@ -293,6 +472,12 @@ struct index {
     hashmap_t nl_by_hash; /* xxh3(name ids) -> namelist_t* (a multimap) */
     uint64_t nl_bytes;
 };
+
+/* Bytes of the record of a series with n labels (its pool size class). */
+static size_t series_size(const index_t *ix, size_t n)
+{
+    return (sizeof(index_series_t) + ix->payload_size + 4 * n + 7) & ~(size_t)7;
+}
 
 static uint32_t *series_vals(const index_t *ix, const index_series_t *s)
 {
@@ -502,8 +687,10 @@ void index_free(index_t *ix, void (*payload_free)(void *ud, index_series_t *s), 
                 continue;
             if (payload_free)
                 payload_free(ud, s);
-            free(s);
+            sp_free(&sh->pool, s, series_size(ix, s->names->n));
         }
+        assert(sh->pool.npages == 0); /* the last record of a page frees the page */
+        free(sh->pool.pages);
         free(sh->slots);
         free(sh->byhash);
         free_values(&sh->pairs);
@@ -978,8 +1165,8 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     pthread_rwlock_unlock(&ix->sym_lock);
     namelist_release(ix, s->names);
     atomic_fetch_sub(&ix->nseries, 1);
-    atomic_fetch_sub(&ix->series_bytes, sizeof(index_series_t) + ix->payload_size + 4 * (uint64_t)nm_n);
-    free(s);
+    atomic_fetch_sub(&ix->series_bytes, series_size(ix, nm_n));
+    sp_free(&sh->pool, s, series_size(ix, nm_n));
 }
 
 /* index_acquire_or_create and index_get_or_create: look_first does the read-locked lookup
@@ -1013,13 +1200,13 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             pthread_rwlock_unlock(&sh->lock);
             return INDEX_ERR_NOMEM;
         }
-        size_t size = sizeof(index_series_t) + ix->payload_size + 4 * ls->n;
-        s = calloc(1, size);
+        size_t size = series_size(ix, ls->n);
+        s = sp_alloc(&sh->pool, size);
         /* The (name, value) pairs while the series is built; names end up in a shared list. */
         uint32_t stack_syms[64], *syms = ls->n <= 32 ? stack_syms : malloc(8 * ls->n);
         uint32_t slot;
         if (!s || !syms || slot_alloc(sh, &slot) < 0) {
-            free(s);
+            sp_free(&sh->pool, s, size);
             if (syms != stack_syms)
                 free(syms);
             pthread_rwlock_unlock(&sh->lock);
@@ -1103,7 +1290,7 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
             }
             slot_free(sh, slot);
             unref_labels(ix, syms, nsym, npair);
-            free(s);
+            sp_free(&sh->pool, s, size);
             if (syms != stack_syms)
                 free(syms);
             pthread_rwlock_unlock(&sh->lock);

@@ -1,7 +1,7 @@
 /* Unit tests for storage/catalog.c: ids survive a reopen, label lookups (with time bounds),
  * pending rows visible to catalog_get_labels, catalog_load, series queued by reference, pairs
- * shared across write chunks, rows of a rolled-back transaction kept, a version-1 file converted
- * on open. */
+ * shared across write chunks, a version-1 file converted on open, the encoded pending queue over
+ * many blocks (and a failed write putting it back), rows of a rolled-back transaction kept. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -455,15 +455,136 @@ static void test_converts_version_1(void **state)
     remove_dir(dir);
 }
 
+/* A label source for many series: series id has {__name__="q", i="<id>"} and was queued with
+ * hint_of(id), which it checks; ids in `gone` are not there. */
+static uint64_t hint_of(uint64_t id)
+{
+    return (id % 16) << 32 | (id * 7919) % (1u << 24);
+}
+
+typedef struct {
+    uint64_t gone;
+    int calls;
+} many_source_t;
+
+static int many_labels(void *ud, uint64_t id, uint64_t hint, arena_t *a, labels_t *out)
+{
+    many_source_t *src = ud;
+    src->calls++;
+    assert_int_equal(hint, hint_of(id));
+    if (id == src->gone)
+        return 1;
+    label_t *v = arena_alloc(a, 2 * sizeof(*v));
+    char *num = arena_alloc(a, 24);
+    snprintf(num, 24, "%llu", (unsigned long long)id);
+    v[0] = (label_t){"__name__", "q"};
+    v[1] = (label_t){"i", num};
+    *out = (labels_t){v, 2};
+    return 0;
+}
+
+/* The pending queue over many blocks: references queued out of id order with times that repeat,
+ * jump and go negative, copies and touches among them. Every entry comes back as queued (labels
+ * of pending ids, rows and first/last seen after the flush); a write that fails puts the whole
+ * batch back, and the next flush writes it. */
+static void test_queue_many_entries(void **state)
+{
+    char *dir = make_dir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    catalog_t *cat = open_cat(dir);
+    many_source_t src = {0};
+    catalog_set_label_source(cat, many_labels, &src);
+    enum { N = 30000 };
+    static uint64_t ids[N];
+    static int64_t ts[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = catalog_next_id(cat);
+    for (int i = 0; i + 1 < N; i += 3) { /* queued out of order, as concurrent pushes do */
+        uint64_t x = ids[i];
+        ids[i] = ids[i + 1];
+        ids[i + 1] = x;
+    }
+    for (int i = 0; i < N; i++) {
+        ts[i] = (int64_t)(i / 100) * 10000 - 50000 + (i % 1000 == 7 ? 123456789012 : 0);
+        if (i % 1000 == 500) {
+            char num[24];
+            snprintf(num, sizeof(num), "%llu", (unsigned long long)ids[i]);
+            label_t l[] = {{"__name__", "q"}, {"i", num}};
+            labels_t ls = {l, 2};
+            assert_int_equal(catalog_add_series(cat, ids[i], &ls, ts[i]), 0);
+        } else {
+            assert_int_equal(catalog_add_series_ref(cat, ids[i], hint_of(ids[i]), ts[i]), 0);
+        }
+        if (i % 777 == 0)
+            assert_int_equal(catalog_touch_series(cat, ids[i], ts[i] + 5), 0);
+    }
+    assert_false(catalog_is_written(cat, ids[N - 1]));
+    /* Pending labels: references through the source, copies from the queue. */
+    arena_t *a = arena_create(0);
+    labels_t back;
+    int probe[] = {0, 1, 2, 500, 4999, 15500, N - 1};
+    for (size_t k = 0; k < sizeof(probe) / sizeof(probe[0]); k++) {
+        arena_reset(a);
+        int calls = src.calls;
+        assert_int_equal(catalog_get_labels(cat, ids[probe[k]], a, &back), 0);
+        assert_int_equal(back.n, 2);
+        assert_int_equal(strtoull(back.v[1].value, NULL, 10), ids[probe[k]]);
+        assert_int_equal(src.calls - calls, probe[k] % 1000 == 500 ? 0 : 1);
+    }
+
+    /* A write that fails half-way (a trigger refuses one row): nothing is lost. */
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "CREATE TRIGGER refuse BEFORE INSERT ON series WHEN NEW.id = %llu BEGIN SELECT RAISE(ABORT, 'no'); END",
+             (unsigned long long)ids[N / 2]);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(catalog_flush(cat), -1);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM series"), 0);
+    assert_false(catalog_is_written(cat, ids[0]));
+    arena_reset(a);
+    assert_int_equal(catalog_get_labels(cat, ids[N - 2], a, &back), 0);
+    assert_int_equal(strtoull(back.v[1].value, NULL, 10), ids[N - 2]);
+    /* Queued after the failure: written after the ones put back. */
+    uint64_t late = catalog_next_id(cat);
+    assert_int_equal(catalog_add_series_ref(cat, late, hint_of(late), 42), 0);
+    assert_int_equal(sqlite3_exec(db, "DROP TRIGGER refuse", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(catalog_flush(cat), 0);
+    assert_true(catalog_is_written(cat, late));
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM series"), N + 1);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM label_posting"), 2 * (N + 1));
+    for (int i = 0; i < N; i += 97) {
+        snprintf(sql, sizeof(sql), "SELECT first_seen FROM series WHERE id = %llu", (unsigned long long)ids[i]);
+        assert_int_equal(sql_int(path, sql), ts[i]);
+        snprintf(sql, sizeof(sql), "SELECT last_seen FROM series WHERE id = %llu", (unsigned long long)ids[i]);
+        assert_int_equal(sql_int(path, sql), ts[i] + (i % 777 == 0 ? 5 : 0));
+    }
+    snprintf(sql, sizeof(sql), "SELECT first_seen FROM series WHERE id = %llu", (unsigned long long)late);
+    assert_int_equal(sql_int(path, sql), 42);
+    arena_reset(a);
+    assert_int_equal(catalog_get_labels(cat, ids[12345], a, &back), 0);
+    assert_int_equal(strtoull(back.v[1].value, NULL, 10), ids[12345]);
+
+    /* Copies still queued when the catalog closes are written (and freed) by the close. */
+    label_t l[] = {{"__name__", "last"}};
+    labels_t ls = {l, 1};
+    assert_int_equal(catalog_add_series(cat, catalog_next_id(cat), &ls, 1), 0);
+    arena_destroy(a);
+    catalog_close(cat);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM series"), N + 2);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ids_and_lookups),
-        cmocka_unit_test(test_reopen),
-        cmocka_unit_test(test_add_by_reference),
+        cmocka_unit_test(test_ids_and_lookups),    cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_add_by_reference),   cmocka_unit_test(test_pairs_across_chunks),
+        cmocka_unit_test(test_converts_version_1), cmocka_unit_test(test_queue_many_entries),
         cmocka_unit_test(test_rollback_keeps_rows),
-        cmocka_unit_test(test_pairs_across_chunks),
-        cmocka_unit_test(test_converts_version_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* Unit tests for storage/chunk_xor.c: a byte-exact vector worked out by hand from the format
  * table, round trips over awkward values and timestamps (bit-exact, NaN payloads included), the
  * size of every delta-of-delta bucket at its boundaries, truncated and random input, and
- * reopening a chunk for append. Interop with a real Prometheus is
+ * reopening a chunk for append, the exact size of the next record. Interop with a real Prometheus is
  * tests/integration/test_chunk_interop.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -483,6 +483,69 @@ static void test_reopen(void **state)
     }
 }
 
+/* chunk_xor_record_bits is exactly what the next append writes, over every record kind (first
+ * sample, first delta, each dod bucket, same value, reused and new windows, negative times); and
+ * a buffer sized to that exactly is enough: the appender neither grows nor moves it. */
+static void test_record_bits_exact(void **state)
+{
+    (void)state;
+    enum { N = 300 };
+    sample_t s[N];
+    for (int round = 0; round < 300; round++) {
+        int64_t t = (int64_t)(rng_next() % 4000000000000ull) - 2000000000000ll;
+        double counter = 0;
+        size_t cap = CHUNK_XOR_HEADER_BYTES;
+        uint8_t *buf = malloc(cap);
+        assert_non_null(buf);
+        chunk_xor_appender_t a;
+        chunk_xor_appender_init_buf(&a, buf, cap);
+        for (int i = 0; i < N; i++) {
+            uint64_t r = rng_next();
+            switch (r % 6) {
+            case 0: t += 10000; break;
+            case 1: t += 1 + (int64_t)(r >> 40) % 100000; break;
+            case 2: t += 1 + (int64_t)(r >> 20) % 10000000; break;
+            case 3: t += 1 + (int64_t)(r >> 8) % 2000000000000ll; break; /* the 64-bit dod */
+            case 4: t += 10000 + (int64_t)(r >> 60); break;
+            default: t += 1; break;
+            }
+            uint64_t vb;
+            switch ((r >> 8) % 5) {
+            case 0: vb = rng_next(); break;
+            case 1:
+                counter += (double)(r >> 50);
+                vb = to_bits(counter);
+                break;
+            case 2: vb = to_bits((double)((r >> 16) % 1000) / 10.0); break;
+            case 3: vb = i ? s[i - 1].vbits : 0; break;
+            default: vb = to_bits(sin((double)i) * 1e6); break;
+            }
+            s[i] = (sample_t){t, vb};
+            unsigned bits = chunk_xor_record_bits(&a, t, from_bits(vb));
+            assert_true(bits >= 1 && bits <= 145);
+            size_t need = CHUNK_XOR_HEADER_BYTES + (size_t)((a.nbits + bits + 7) / 8);
+            if (need > a.cap) { /* as head.c does: grow to exactly what the record needs */
+                uint8_t *p = realloc(a.bytes, need);
+                assert_non_null(p);
+                a.bytes = p;
+                a.cap = need;
+            }
+            uint8_t *before = a.bytes;
+            size_t cap_before = a.cap;
+            uint64_t nbits = a.nbits;
+            assert_int_equal(chunk_xor_append(&a, t, from_bits(vb)), 0);
+            assert_int_equal(a.nbits - nbits, bits);
+            assert_ptr_equal(a.bytes, before);
+            assert_int_equal(a.cap, cap_before);
+        }
+        size_t len;
+        const uint8_t *b = chunk_xor_bytes(&a, &len);
+        assert_int_equal(len, a.cap); /* every byte grown was needed */
+        assert_decodes_to(b, len, s, N);
+        chunk_xor_appender_free(&a);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_malformed_specific),
         cmocka_unit_test(test_reopen),
+        cmocka_unit_test(test_record_bits_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

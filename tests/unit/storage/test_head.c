@@ -185,16 +185,18 @@ static void test_cut_keeps_open_buffer(void **state)
     head_t *h = head_new(&o);
     label_t v[2];
     labels_t ls = lbl(v, "m", "a");
-    for (int i = 0; i < 90; i++) /* 10 s samples fill block 0 */
+    /* 10 s samples fill block 0; the first of block 1 stays pending, so all 90 are encoded */
+    for (int i = 0; i < 91; i++)
         assert_int_equal(head_append(h, &ls, i * 10000LL, i * 1.37 + 0.001 * i * i), HEAD_OK);
     head_stats_t before, after;
     head_get_stats(h, &before);
+    assert_int_equal(before.chunks, 1);
     assert_true(before.chunk_bytes > 200); /* the open chunk's buffer */
-    for (int i = 90; i < 92; i++)          /* block 1: the first sample cuts (the last one stays pending) */
-        assert_int_equal(head_append(h, &ls, i * 10000LL, i * 1.37 + 0.001 * i * i), HEAD_OK);
+    /* The next sample encodes the pending one of block 1: that cuts (the new one stays pending). */
+    assert_int_equal(head_append(h, &ls, 91 * 10000LL, 91 * 1.37 + 0.001 * 91 * 91), HEAD_OK);
     head_get_stats(h, &after);
     assert_int_equal(after.chunks, 2);
-    /* The closed chunk (nearly the old buffer's size) plus the same open capacity again. */
+    /* The closed chunk (at most the buffer's size) plus the same open capacity again. */
     assert_true(after.chunk_bytes >= before.chunk_bytes + 150);
     assert_true(after.chunk_bytes <= 2 * before.chunk_bytes);
     dump_t *d = malloc(sizeof(dump_t));
@@ -628,6 +630,62 @@ static void test_batch_check_append(void **state)
     head_free(one);
 }
 
+/* The open chunk's buffer follows its samples, with no worst-case record kept spare: steady
+ * counters (Flink's shape, 10 s apart) fit their first five encoded samples in the first 40
+ * bytes (the old reserve grew them to 56 at the second), and 90 of them in under 1.3x what they
+ * encode to. */
+static void test_open_chunk_sized_to_samples(void **state)
+{
+    (void)state;
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 900 * 1000};
+    head_t *h = head_new(&o);
+    enum { S = 200 };
+    const int64_t base = 1700000100000LL; /* a block start */
+    label_t v[2];
+    char job[16];
+    double val[S] = {0};
+    head_stats_t st;
+    for (int i = 0; i < 90; i++) {
+        for (int k = 0; k < S; k++) {
+            snprintf(job, sizeof(job), "j%d", k);
+            labels_t ls = lbl(v, "c", job);
+            val[k] += 1 + (k * 7919 + i * 31) % 50;
+            assert_int_equal(head_append(h, &ls, base + i * 10000LL, val[k]), HEAD_OK);
+        }
+        if (i == 5) {
+            head_get_stats(h, &st);
+            assert_int_equal(st.chunks, S);
+            assert_true(st.chunk_bytes <= 40 * S); /* five encoded, one pending */
+        }
+    }
+    /* A sample of a later block encodes the 90th into the open chunk; the next one cuts it. */
+    for (int k = 0; k < S; k++) {
+        snprintf(job, sizeof(job), "j%d", k);
+        labels_t ls = lbl(v, "c", job);
+        assert_int_equal(head_append(h, &ls, base + 900 * 10000LL, 0), HEAD_OK);
+    }
+    head_get_stats(h, &st);
+    assert_int_equal(st.chunks, S);
+    uint64_t open_cap = st.chunk_bytes;
+    for (int k = 0; k < S; k++) {
+        snprintf(job, sizeof(job), "j%d", k);
+        labels_t ls = lbl(v, "c", job);
+        assert_int_equal(head_append(h, &ls, base + 901 * 10000LL, 0), HEAD_OK);
+    }
+    head_get_stats(h, &st);
+    assert_int_equal(st.chunks, 2 * S);
+    /* Closed chunks are packed at their exact size; the open buffers were kept for the next. */
+    uint64_t closed = st.chunk_bytes - open_cap;
+    assert_true(closed > 90 * S);
+    assert_true(open_cap * 10 <= closed * 13);
+    dump_t *d = malloc(sizeof(dump_t));
+    dump(h, "c", base, base + 89 * 10000LL, d);
+    assert_int_equal(d->nseries, S);
+    assert_int_equal(d->n, 4096); /* capped by dump; values are checked by the other tests */
+    free(d);
+    head_free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -643,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_hard_samples_round_trip),
         cmocka_unit_test(test_many_series_chains),
         cmocka_unit_test(test_batch_check_append),
+        cmocka_unit_test(test_open_chunk_sized_to_samples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* Unit tests for storage/index.c: interning, lookup, postings selection with Prometheus matcher
- * semantics, label names/values, removal, limits. */
+ * semantics, label names/values, removal, limits, series records from the shard pools. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -549,6 +549,109 @@ static void test_limit(void **state)
     arena_destroy(a);
 }
 
+/* Series with n labels: l00="<tag>", l01=..., so every record size class is used. */
+static labels_t wide_labels(arena_t *a, size_t n, int tag)
+{
+    labels_t ls = {arena_alloc(a, sizeof(label_t) * n), n};
+    for (size_t i = 0; i < n; i++) {
+        char *name = arena_alloc(a, 8), *value = arena_alloc(a, 24);
+        snprintf(name, 8, "l%03zu", i);
+        if (i == 0)
+            snprintf(value, 24, "s%d", tag);
+        else
+            snprintf(value, 24, "v%zu_%d", i, tag % 5);
+        ls.v[i] = (label_t){name, value};
+    }
+    return ls;
+}
+
+static size_t nlabels_of(int tag)
+{
+    return tag == 77 ? 300 : 1 + (size_t)tag % 40; /* 300 labels: a record above the pool's sizes */
+}
+
+static bool drop_odd_tag(void *ud, index_series_t *s)
+{
+    (void)ud;
+    return index_series_id(s) % 2 == 1;
+}
+
+/* Series records come from per-shard pages of one size each: records never overlap (every
+ * series keeps its labels and its owner's payload), a new record's payload is zeroed even where
+ * a removed series' record is reused, and a page whose last series left is given back (index_free
+ * asserts no page is left once the series are gone; ASan sees any leak). */
+static void test_series_records(void **state)
+{
+    (void)state;
+    enum { N = 3000, P = 72 };
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(P, 0);
+    for (int round = 0; round < 2; round++) {
+        for (int tag = round * N; tag < (round + 1) * N; tag++) {
+            arena_reset(a);
+            labels_t ls = wide_labels(a, nlabels_of(tag % N), tag);
+            labels_sort(&ls);
+            index_series_t *s;
+            bool created;
+            assert_int_equal(index_acquire_or_create(ix, &ls, labels_hash(&ls), 1 + (uint64_t)tag, &s, &created),
+                             INDEX_OK);
+            assert_true(created);
+            unsigned char *pl = index_series_payload(s);
+            for (int k = 0; k < P; k++)
+                assert_int_equal(pl[k], 0);
+            memset(pl, tag & 0xff, P);
+            index_release(ix, s);
+        }
+        /* Every series reads back its labels and payload. */
+        for (int tag = 0; tag < (round + 1) * N; tag++) {
+            bool present = round == 0 || tag >= N || tag % 2 == 1; /* round 0's sweep took even tags */
+            arena_reset(a);
+            labels_t ls = wide_labels(a, nlabels_of(tag % N), tag);
+            labels_sort(&ls);
+            index_series_t *s = index_acquire(ix, &ls, labels_hash(&ls));
+            if (!present) {
+                assert_null(s);
+                continue;
+            }
+            assert_non_null(s);
+            assert_int_equal(index_series_id(s), 1 + (uint64_t)tag);
+            assert_int_equal(index_series_nlabels(s), ls.n);
+            label_t *out = arena_alloc(a, sizeof(label_t) * ls.n);
+            index_series_labels(ix, s, out);
+            for (size_t k = 0; k < ls.n; k++) {
+                assert_string_equal(out[k].name, ls.v[k].name);
+                assert_string_equal(out[k].value, ls.v[k].value);
+            }
+            unsigned char *pl = index_series_payload(s);
+            for (int k = 0; k < P; k++)
+                assert_int_equal(pl[k], tag & 0xff);
+            index_release(ix, s);
+        }
+        /* Drop the odd ids (even tags); the next round's series reuse their records. */
+        for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+            uint32_t cur = 0;
+            while (!index_sweep(ix, sh, &cur, 97, drop_odd_tag, NULL)) {
+            }
+        }
+    }
+    /* Everything leaves: every page goes back (index_free asserts it). */
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 1000, drop_all, NULL)) {
+        }
+    }
+    assert_int_equal(index_num_series(ix), 0);
+    arena_reset(a);
+    labels_t ls = wide_labels(a, 11, 5);
+    labels_sort(&ls);
+    index_series_t *s;
+    bool created;
+    assert_int_equal(index_acquire_or_create(ix, &ls, labels_hash(&ls), 1, &s, &created), INDEX_OK);
+    index_release(ix, s);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -556,7 +659,7 @@ int main(void)
         cmocka_unit_test(test_names_values),   cmocka_unit_test(test_sweep_and_reuse),
         cmocka_unit_test(test_departed_ids),   cmocka_unit_test(test_limit),
         cmocka_unit_test(test_shared_names),   cmocka_unit_test(test_interned_values),
-        cmocka_unit_test(test_postings_widen),
+        cmocka_unit_test(test_postings_widen), cmocka_unit_test(test_series_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
