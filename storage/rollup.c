@@ -6,7 +6,7 @@
  *   ingest thread                        writer thread (only SQLite writer)
  *   rollup_add_samples                   every flush interval (rollup_flush), one transaction:
  *     shard lock (id % SHARDS)             1. catalog rows; per shard: close open buckets whose
- *     state = per-series record               series went quiet
+ *     state = per-series record               series went quiet (the due heap: see below)
  *     update open bucket per resolution    2. per shard: move its closed list to `inflight` and
  *     bucket start moved on?                  snapshot the states that changed (a copy of the
  *       -> push old bucket on the shard's     closed list, sorted outside the shard lock, becomes
@@ -25,9 +25,27 @@
  * and from inflight to disk under the exclusive view lock. Only the COMMIT holds that: sorting a
  * bulk load's millions of closed buckets (seconds) used to, and stalled every history query.
  * A state links its closed buckets (closed_last, then closed_t.prev), so a reader finds a
- * series' few among the shard's (after a bulk load, hundreds of thousands) without a scan.
+ * series' few among the shard's (after a bulk load, hundreds of thousands) without a scan. The
+ * links are positions that do not change when the writer takes the front of the list (see
+ * closed_index): a take renumbers nothing.
  * Buckets with the same ts from several places (a late sample re-opened an already written
  * bucket) are merged.
+ *
+ * ---- The writer's sweep: only what is due ------------------------------------------------------
+ * Each cycle the writer commits pending samples and closes buckets that end a full resolution
+ * before the newest sample seen (hw), and evicts states with nothing open whose newest sample is
+ * older than the coarsest resolution. Walking every state for that (256k states, 64 shard locks,
+ * every second) was ~40 % of sluice's CPU at the real push cadence, and most of each shard
+ * lock's hold. Instead each shard keeps a min-heap with one entry per state: the hw from which
+ * the sweep may have something to do for it (state_wake), or earlier. A cycle pops the entries
+ * up to hw, sweeps those states and gives them their real wake. At 10 s pushes a series' 1m
+ * bucket is closed by its next sample, so its entry is early: one pop per series per minute.
+ * The wake only moves forward while samples keep coming, except when a sample arrives for a
+ * state without a pending one (new, or idle since the sweep committed it): add_one then brings
+ * its entry forward. The heap's positions live in the states (duepos), so eviction removes the
+ * entry and the heap never holds stale entries. The snapshot of states that closed a bucket
+ * finds them through the closed list, which the writer walks anyway; only a checkpoint walks
+ * every state.
  *
  * ---- Readers: one transaction for many series --------------------------------------------------
  * A rollup_reader_t owns a pooled read connection and keeps ONE SQLite read transaction open
@@ -183,12 +201,27 @@ typedef struct sstate {
     bool pend : 1;   /* pend_t/pend_v: the newest sample, not aggregated yet (see add_one) */
     /* disk_lo is known (see "Knowing a series has no history" above) */
     bool disk_known : 1;
-    bool live : 1;        /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
-    uint32_t closed_last; /* its newest entry in the shard's closed list, or CLOSED_NONE */
-    sbucket_t open[];     /* one per resolution */
+    bool live : 1; /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    /* Its entry in the shard's due heap (see "The writer's sweep"), DUE_NONE: none. Fits the
+     * padding before closed_last: the record stays 64 bytes + the open buckets. */
+    unsigned duepos : 24;
+    /* Its newest entry in the shard's closed list, as a position (see closed_index); may be
+     * stale (taken by the writer since) */
+    uint32_t closed_last;
+    sbucket_t open[]; /* one per resolution */
 } sstate_t;
 
+_Static_assert(sizeof(sstate_t) == 64, "sstate_t grew: the slab record and its cache lines with it");
+
 #define CLOSED_NONE UINT32_MAX
+#define DUE_NONE 0xffffffu
+
+/* An entry of a shard's due heap: a state and the high-water mark from which the writer's sweep
+ * may have something to do for it (key <= that time; see state_wake). */
+typedef struct {
+    int64_t key;
+    struct sstate *s;
+} due_t;
 
 typedef struct {
     uint64_t id;
@@ -208,7 +241,13 @@ typedef struct {
     pthread_mutex_t mu;
     sstate_t **tab;
     size_t nbuckets, count;
+    /* Min-heap by key of every state of the shard (each at s->duepos), unless due_lost. */
+    due_t *due;
+    size_t ndue, capdue;
+    bool due_lost; /* a state has no entry (out of memory, a new shard): sweep all and rebuild */
+    bool snap_all; /* a state's closed flag is set without a closed-list entry (out of memory) */
     closed_vec_t closed;   /* buckets not taken by the writer yet (arrival order) */
+    uint32_t closed_base;  /* position of closed.v[0]: positions count every bucket ever listed */
     closed_vec_t inflight; /* sorted by (id, res_idx, ts, seq), waiting for the writer's COMMIT */
     bool taking;           /* the writer sorts a take of the closed list (see shard_take_in) */
     bool orphans;          /* ... which holds buckets of states it evicted, linked from none */
@@ -268,6 +307,7 @@ struct rollup {
     size_t nevicted, capevicted;
     _Atomic int64_t high_water; /* newest sample t seen */
     bool force_checkpoint;
+    bool sweep_every_state; /* rollup_config_t.sweep_every_state */
     int64_t last_ckpt_wall, last_retention_wall;
     size_t ret_res;      /* retention pass: resolution being cleaned */
     int ret_phase;       /* 0: whole blobs, 1: 1h rows and straddling 1h blobs per series */
@@ -833,10 +873,11 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     s->live = true;
     s->last_t = INT64_MIN;
     s->closed_last = CLOSED_NONE;
+    s->duepos = DUE_NONE;
     for (size_t i = 0; i < r->rs.n; i++)
         s->open[i].count = 0;
-    /* Up to two states per chain: ingest finds its states through hints and sweeps walk the
-     * chains anyway, so a bucket per state would only double the table (4 MB at 256k series). */
+    /* Up to two states per chain: ingest finds its states through hints and checkpoints walk
+     * the chains anyway, so a bucket per state would only double the table (4 MB at 256k series). */
     if (sh->count >= 2 * sh->nbuckets)
         shard_grow(sh);
     size_t k = slot_of(sh, id);
@@ -847,21 +888,199 @@ static sstate_t *state_get(rollup_t *r, shard_t *sh, uint64_t id)
     return s;
 }
 
+/* The index in the shard's closed list of the entry of series id at position pos, if it is
+ * still there and before index `below`; SIZE_MAX if not. Positions (closed_base + index) do not
+ * move when the writer takes the front of the list, so nothing has to be renumbered then; a
+ * taken one falls outside the list. After 2^32 buckets a stale position can point into the list
+ * again, at another series' entry (this series has none there, or its newest position would be
+ * current): the id check ends the chain there. */
+static size_t closed_index(const shard_t *sh, uint32_t pos, uint64_t id, size_t below)
+{
+    size_t i = (uint32_t)(pos - sh->closed_base);
+    return i < sh->closed.n && i < below && sh->closed.v[i].id == id ? i : SIZE_MAX;
+}
+
+/* Appends bucket b of resolution i of s to the shard's closed list, linked from s. */
+static int closed_add(shard_t *sh, sstate_t *s, size_t i, const rollup_bucket_t *b)
+{
+    closed_t c = {.id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = *b};
+    assert(sh->closed.n < CLOSED_NONE);
+    if (closed_push(&sh->closed, &c) != 0)
+        return -1;
+    s->closed_last = sh->closed_base + (uint32_t)(sh->closed.n - 1);
+    return 0;
+}
+
 /* Moves the open bucket i of s to the shard's closed list (shard locked). */
 static void close_open(rollup_t *r, shard_t *sh, sstate_t *s, size_t i)
 {
     if (!open_is(s, i))
         return;
-    closed_t c = {
-        .id = s->id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = open_get(r, s, i)};
-    assert(sh->closed.n < CLOSED_NONE);
-    if (closed_push(&sh->closed, &c) != 0)
-        log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", c.b.ts));
-    else
-        s->closed_last = (uint32_t)(sh->closed.n - 1);
+    rollup_bucket_t b = open_get(r, s, i);
+    if (closed_add(sh, s, i, &b) != 0) {
+        log_error("rollup", "out of memory; bucket dropped", LF_I("series", s->id), LF_I("ts", b.ts));
+        sh->snap_all = true; /* the writer finds the states to snapshot through the closed list */
+    }
     s->open[i].count = 0;
     s->closed = true;
     s->dirty = true;
+}
+
+/* ---- the due heap (see "The writer's sweep") ---------------------------------------------- */
+
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    int64_t c;
+    if (__builtin_add_overflow(a, b, &c))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return c;
+}
+
+/* The high-water mark from which the writer's sweep (before[i] = hw - res_i) has something to do
+ * for s: commit its pending sample (its finest bucket ends at or before before[0]), close an open
+ * bucket (it ends at or before before[i]), or, with neither, evict it (last_t < before[n-1]). */
+static int64_t state_wake(const rollup_t *r, const sstate_t *s)
+{
+    int64_t k = INT64_MAX;
+    bool any = false;
+    if (s->pend) {
+        int64_t res = r->rs.v[0].res_ms;
+        k = add_sat(floor_to(s->pend_t, res), 2 * res);
+        any = true;
+    }
+    for (size_t i = 0; i < r->rs.n; i++) {
+        if (!open_is(s, i))
+            continue;
+        int64_t w = add_sat(open_ts(r, s, i), 2 * r->rs.v[i].res_ms);
+        k = w < k ? w : k;
+        any = true;
+    }
+    if (!any)
+        k = add_sat(add_sat(s->last_t, r->rs.v[r->rs.n - 1].res_ms), 1);
+    return k;
+}
+
+static void due_place(shard_t *sh, size_t i, due_t e)
+{
+    sh->due[i] = e;
+    e.s->duepos = (unsigned)i;
+}
+
+static void due_up(shard_t *sh, size_t i)
+{
+    due_t e = sh->due[i];
+    while (i > 0 && sh->due[(i - 1) / 2].key > e.key) {
+        due_place(sh, i, sh->due[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    due_place(sh, i, e);
+}
+
+/* setpos: keep the states' duepos (false: the caller sets them all afterwards, see
+ * due_heapify: every write is a cache miss on a state). */
+static void due_sift_down(shard_t *sh, size_t i, bool setpos)
+{
+    due_t e = sh->due[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= sh->ndue)
+            break;
+        if (c + 1 < sh->ndue && sh->due[c + 1].key < sh->due[c].key)
+            c++;
+        if (sh->due[c].key >= e.key)
+            break;
+        if (setpos)
+            due_place(sh, i, sh->due[c]);
+        else
+            sh->due[i] = sh->due[c];
+        i = c;
+    }
+    if (setpos)
+        due_place(sh, i, e);
+    else
+        sh->due[i] = e;
+}
+
+static void due_down(shard_t *sh, size_t i)
+{
+    due_sift_down(sh, i, true);
+}
+
+/* Makes the shard's entries a heap and points every state at its entry. */
+static void due_heapify(shard_t *sh)
+{
+    for (size_t i = sh->ndue / 2; i-- > 0;)
+        due_sift_down(sh, i, false);
+    for (size_t i = 0; i < sh->ndue; i++)
+        sh->due[i].s->duepos = (unsigned)i;
+}
+
+/* Gives s (no entry yet) an entry with key. On failure the shard is marked due_lost. */
+static void due_insert(shard_t *sh, sstate_t *s, int64_t key)
+{
+    assert(s->duepos == DUE_NONE);
+    if (sh->ndue == sh->capdue) {
+        size_t cap = sh->capdue ? sh->capdue * 2 : 64;
+        due_t *v = cap < DUE_NONE ? realloc(sh->due, cap * sizeof(*v)) : NULL;
+        if (!v) {
+            sh->due_lost = true;
+            return;
+        }
+        sh->due = v;
+        sh->capdue = cap;
+    }
+    sh->due[sh->ndue] = (due_t){.key = key, .s = s};
+    due_up(sh, sh->ndue++);
+}
+
+static void due_remove(shard_t *sh, sstate_t *s)
+{
+    size_t i = s->duepos;
+    if (i == DUE_NONE)
+        return;
+    assert(i < sh->ndue && sh->due[i].s == s);
+    s->duepos = DUE_NONE;
+    due_t last = sh->due[--sh->ndue];
+    if (i == sh->ndue)
+        return;
+    int64_t old = sh->due[i].key;
+    due_place(sh, i, last);
+    if (last.key < old)
+        due_up(sh, i);
+    else
+        due_down(sh, i);
+}
+
+/* s's entry gets key (any direction), or one is made. */
+static void due_set(shard_t *sh, sstate_t *s, int64_t key)
+{
+    size_t i = s->duepos;
+    if (i == DUE_NONE) {
+        due_insert(sh, s, key);
+        return;
+    }
+    int64_t old = sh->due[i].key;
+    sh->due[i].key = key;
+    if (key < old)
+        due_up(sh, i);
+    else if (key > old)
+        due_down(sh, i);
+}
+
+/* Ingest, after s got a pending sample: the only change that can bring its wake forward (a new
+ * state, or one whose pending sample the sweep committed: its wake was a coarser bucket's end or
+ * its eviction). A pending sample that replaced or committed another keeps or delays it: the
+ * buckets a commit opens end after the old pending sample's finest one. */
+static void due_note_pending(rollup_t *r, shard_t *sh, sstate_t *s)
+{
+    int64_t res = r->rs.v[0].res_ms;
+    int64_t k = add_sat(floor_to(s->pend_t, res), 2 * res);
+    if (s->duepos == DUE_NONE) {
+        if (!sh->due_lost)
+            due_insert(sh, s, k);
+    } else if (k < sh->due[s->duepos].key) {
+        due_set(sh, s, k);
+    }
 }
 
 static int64_t sec_of(int64_t t)
@@ -947,12 +1166,15 @@ static void add_one(rollup_t *r, shard_t *sh, const rollup_sample_t *smp, void *
         atomic_fetch_add(&r->st_ignored, 1);
         return;
     }
+    bool had_pend = s->pend;
     if (s->pend && sec > sec_of(s->pend_t))
         commit_pending(r, sh, s);
     s->pend = true;
     s->pend_t = smp->t;
     s->pend_v = smp->v;
     s->dirty = true;
+    if (!had_pend)
+        due_note_pending(r, sh, s);
 }
 
 #define PREFETCH_AHEAD 8
@@ -1025,44 +1247,130 @@ void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, 
         ;
 }
 
-/* Shard locked. Closes buckets ending at or before `before` (per resolution: before[i]) and
- * evicts states with nothing open. */
-static void shard_sweep(rollup_t *r, shard_t *sh, const int64_t *before, bool evict)
+/* ---- the writer's sweep ------------------------------------------------------------------ */
+
+/* Removes s from its hash chain. */
+static void state_unlink(shard_t *sh, sstate_t *s)
 {
-    for (size_t k = 0; k < sh->nbuckets; k++) {
-        sstate_t **pp = &sh->tab[k];
-        while (*pp) {
-            sstate_t *s = *pp;
-            bool any_open = false;
-            if (s->pend && floor_to(s->pend_t, r->rs.v[0].res_ms) + r->rs.v[0].res_ms <= before[0])
-                commit_pending(r, sh, s);
-            for (size_t i = 0; i < r->rs.n; i++) {
-                if (open_is(s, i) && open_ts(r, s, i) + r->rs.v[i].res_ms <= before[i])
-                    close_open(r, sh, s, i);
-                any_open |= open_is(s, i);
-            }
-            if (evict && !any_open && !s->pend && s->last_t < before[r->rs.n - 1]) {
-                if (r->nevicted == r->capevicted) {
-                    size_t cap = r->capevicted ? r->capevicted * 2 : 256;
-                    uint64_t *v = realloc(r->evicted, cap * sizeof(*v));
-                    if (!v) {
-                        pp = &s->next;
-                        continue;
-                    }
-                    r->evicted = v;
-                    r->capevicted = cap;
-                }
-                r->evicted[r->nevicted++] = s->id;
-                if (s->closed_last != CLOSED_NONE)
-                    sh->orphans = true;
-                *pp = s->next;
-                state_free(sh, s);
-                sh->count--;
-                atomic_fetch_sub(&r->st_series, 1);
-                continue;
-            }
-            pp = &s->next;
+    sstate_t **pp = &sh->tab[slot_of(sh, s->id)];
+    while (*pp != s)
+        pp = &(*pp)->next;
+    *pp = s->next;
+}
+
+/* Shard locked. For one state: commits its pending sample and closes its buckets if they end at
+ * or before `before` (per resolution: before[i]); with `evict`, evicts it if nothing is open and
+ * its newest sample is older than before[n-1] (then it is freed: returns true). An eviction that
+ * cannot be recorded (out of memory) is left for the next sweep. */
+static bool state_sweep(rollup_t *r, shard_t *sh, sstate_t *s, const int64_t *before, bool evict)
+{
+    bool any_open = false;
+    if (s->pend && floor_to(s->pend_t, r->rs.v[0].res_ms) + r->rs.v[0].res_ms <= before[0])
+        commit_pending(r, sh, s);
+    for (size_t i = 0; i < r->rs.n; i++) {
+        if (open_is(s, i) && open_ts(r, s, i) + r->rs.v[i].res_ms <= before[i])
+            close_open(r, sh, s, i);
+        any_open |= open_is(s, i);
+    }
+    if (!evict || any_open || s->pend || s->last_t >= before[r->rs.n - 1])
+        return false;
+    if (r->nevicted == r->capevicted) {
+        size_t cap = r->capevicted ? r->capevicted * 2 : 256;
+        uint64_t *v = realloc(r->evicted, cap * sizeof(*v));
+        if (!v)
+            return false;
+        r->evicted = v;
+        r->capevicted = cap;
+    }
+    r->evicted[r->nevicted++] = s->id;
+    if (closed_index(sh, s->closed_last, s->id, SIZE_MAX) != SIZE_MAX)
+        sh->orphans = true;
+    due_remove(sh, s);
+    state_unlink(sh, s);
+    state_free(sh, s);
+    sh->count--;
+    atomic_fetch_sub(&r->st_series, 1);
+    return true;
+}
+
+/* Shard locked. Sweeps every state (the first cycle, after a lost heap entry, and
+ * rollup_close_buckets_before, which is not the writer's rule) and rebuilds the due heap. */
+static void shard_sweep_all(rollup_t *r, shard_t *sh, const int64_t *before, bool evict)
+{
+    sh->ndue = 0;
+    bool lost = false;
+    if (sh->capdue < sh->count) {
+        due_t *v = sh->count < DUE_NONE ? realloc(sh->due, sh->count * sizeof(*v)) : NULL;
+        if (v) {
+            sh->due = v;
+            sh->capdue = sh->count;
+        } else {
+            lost = true;
         }
+    }
+    for (size_t k = 0; k < sh->nbuckets; k++) {
+        for (sstate_t *s = sh->tab[k], *next; s; s = next) {
+            next = s->next;
+            s->duepos = DUE_NONE;
+            if (state_sweep(r, sh, s, before, evict))
+                continue;
+            if (!lost)
+                sh->due[sh->ndue++] = (due_t){.key = state_wake(r, s), .s = s};
+        }
+    }
+    due_heapify(sh);
+    sh->due_lost = lost;
+}
+
+/* shard_sweep_due when much of the shard is due at once (at the real cadence every series'
+ * minute comes due in the same cycle): one pass over the entries in array order and one heapify,
+ * instead of a sift per state whose every step moves another state's duepos (a cache miss). */
+static void shard_sweep_due_bulk(rollup_t *r, shard_t *sh, int64_t hw, const int64_t *before)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < sh->ndue; i++) {
+        due_t e = sh->due[i];
+        if (e.key <= hw) {
+            e.s->duepos = DUE_NONE; /* an eviction has no entry to remove: this pass drops it */
+            if (state_sweep(r, sh, e.s, before, true))
+                continue;
+            e.key = state_wake(r, e.s);
+            if (e.key <= hw) { /* an eviction it could not record: see shard_sweep_due */
+                sh->due_lost = true;
+                e.key = add_sat(hw, 1);
+            }
+        }
+        sh->due[w++] = e;
+    }
+    sh->ndue = w;
+    due_heapify(sh);
+}
+
+/* Shard locked. The writer's sweep at high-water mark hw (before[i] = hw - res_i): only the
+ * states whose wake has come, so a cycle costs what changed, not every state of the shard. A
+ * state whose entry was early (its bucket closed by a later sample instead) gets its real wake. */
+static void shard_sweep_due(rollup_t *r, shard_t *sh, int64_t hw, const int64_t *before)
+{
+    if (sh->due_lost) {
+        shard_sweep_all(r, sh, before, true);
+        return;
+    }
+    size_t budget = sh->ndue / 16 > 4 ? sh->ndue / 16 : 4;
+    while (sh->ndue > 0 && sh->due[0].key <= hw) {
+        if (budget-- == 0) {
+            shard_sweep_due_bulk(r, sh, hw, before);
+            return;
+        }
+        sstate_t *s = sh->due[0].s;
+        if (state_sweep(r, sh, s, before, true))
+            continue; /* freed, its entry removed */
+        int64_t k = state_wake(r, s);
+        if (k <= hw) {
+            /* An eviction it could not record: the next cycle's sweep walks every state. */
+            sh->due_lost = true;
+            k = add_sat(hw, 1);
+        }
+        due_set(sh, s, k);
     }
 }
 
@@ -1073,7 +1381,7 @@ void rollup_close_buckets_before(rollup_t *r, int64_t before_ms)
         before[i] = before_ms;
     for (size_t k = 0; k < SHARDS; k++) {
         pthread_mutex_lock(&r->shards[k].mu);
-        shard_sweep(r, &r->shards[k], before, false);
+        shard_sweep_all(r, &r->shards[k], before, false);
         pthread_mutex_unlock(&r->shards[k].mu);
     }
 }
@@ -1565,20 +1873,14 @@ static size_t inflight_count(const rollup_t *r)
     return n;
 }
 
-/* Writer, shard locked: the first n entries of the closed list leave it (they are inflight now);
- * the links of what remains are renumbered. */
+/* Writer, shard locked: the first n entries of the closed list leave it (they are inflight now). */
 static void closed_drop_front(shard_t *sh, size_t n)
 {
     closed_vec_t *cv = &sh->closed;
     assert(n <= cv->n);
     memmove(cv->v, cv->v + n, (cv->n - n) * sizeof(*cv->v));
     cv->n -= n;
-    for (size_t i = 0; i < cv->n; i++)
-        cv->v[i].prev = cv->v[i].prev == CLOSED_NONE || cv->v[i].prev < n ? CLOSED_NONE : cv->v[i].prev - (uint32_t)n;
-    for (size_t b = 0; b < sh->nbuckets; b++)
-        for (sstate_t *s = sh->tab[b]; s; s = s->next)
-            s->closed_last =
-                s->closed_last == CLOSED_NONE || s->closed_last < n ? CLOSED_NONE : s->closed_last - (uint32_t)n;
+    sh->closed_base += (uint32_t)n; /* positions stay: links into the taken part go stale */
     if (cv->n == 0)
         closed_clear(cv, KEEP_CAP_BYTES / SHARDS);
 }
@@ -1643,13 +1945,27 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     for (size_t k = 0; k < SHARDS && rc == 0; k++) {
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
-        shard_sweep(r, sh, before, true);
+        if (hw != INT64_MIN && r->sweep_every_state)
+            shard_sweep_all(r, sh, before, true);
+        else if (hw != INT64_MIN)
+            shard_sweep_due(r, sh, hw, before);
+        /* A walk over every state only to checkpoint (every checkpoint interval, or after a failed
+         * cycle); otherwise the states to snapshot are the ones that closed a bucket, which are
+         * the series of the closed list. */
+        bool walk = all || checkpoint || sh->snap_all || r->sweep_every_state;
         for (size_t j = 0; j < sh->closed.n; j++) {
             const closed_t *c = &sh->closed.v[j];
-            /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
+            /* Evictions happen only in this sweep: a state of this id is the one that closed c. */
             sstate_t *st = state_find(sh, c->id);
-            if (st && st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
+            if (!st)
+                continue; /* evicted just now: its row is deleted instead */
+            /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
+            if (st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
                 disk_lo_set(r, st, c->res_idx, c->b.ts);
+            if (!walk && st->closed) {
+                snap_state(r, st);
+                st->closed = st->dirty = false;
+            }
         }
         size_t n = sh->closed.n, m = sh->inflight.n;
         closed_t *take = n ? malloc((m + n) * sizeof(*take)) : NULL;
@@ -1662,7 +1978,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             sh->orphans = false;
             n = 0;
         }
-        for (size_t b = 0; b < sh->nbuckets; b++) {
+        for (size_t b = 0; walk && b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
                 if (s->closed || all || (checkpoint && s->dirty)) {
                     snap_state(r, s);
@@ -1670,6 +1986,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
                 }
             }
         }
+        sh->snap_all = false;
         pthread_mutex_unlock(&sh->mu);
         if (n)
             shard_take_in(sh, take, n);
@@ -2251,7 +2568,8 @@ int rollup_reader_read(rollup_reader_t *rd, uint64_t series_id, size_t res_idx, 
                 ret = -1;
         }
     } else if (s) {
-        for (uint32_t i = s->closed_last; ret == 0 && i != CLOSED_NONE; i = sh->closed.v[i].prev) {
+        for (size_t i = closed_index(sh, s->closed_last, series_id, SIZE_MAX); ret == 0 && i != SIZE_MAX;
+             i = closed_index(sh, sh->closed.v[i].prev, series_id, i)) {
             const closed_t *c = &sh->closed.v[i];
             if (c->res_idx == res_idx && c->b.ts >= mint && c->b.ts <= maxt &&
                 rd_push(&v, &n, &cap, &c->b, c->seq + 1) != 0)
@@ -2431,12 +2749,10 @@ static int load_states(rollup_t *r, sqlite3 *db)
             if (s->last_t == INT64_MIN || floor_to(s->last_t, res_ms) != b.ts) {
                 /* Not of last_t's period (written when a staleness marker moved last_t on without
                  * closing it): closed now, as the next sample or sweep would have. */
-                closed_t c = {.id = id, .res_idx = (uint32_t)i, .seq = sh->seq++, .prev = s->closed_last, .b = b};
-                if (closed_push(&sh->closed, &c) != 0) {
+                if (closed_add(sh, s, i, &b) != 0) {
                     sqlite3_finalize(st);
                     return -1;
                 }
-                s->closed_last = (uint32_t)(sh->closed.n - 1);
                 s->closed = s->dirty = true;
                 continue;
             }
@@ -2510,6 +2826,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     r->flush_ms = cfg->flush_interval_ms > 0 ? cfg->flush_interval_ms : 1000;
     r->ckpt_ms = cfg->checkpoint_interval_ms > 0 ? cfg->checkpoint_interval_ms : 60000;
     r->clock_ms = cfg->clock_ms;
+    r->sweep_every_state = cfg->sweep_every_state;
     atomic_store(&r->high_water, INT64_MIN);
     for (size_t i = 0; i < ROLLUP_MAX_RESOLUTIONS; i++)
         atomic_store(&r->ret_cutoff[i], INT64_MIN);
@@ -2521,6 +2838,8 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     for (size_t k = 0; k < SHARDS; k++) {
         pthread_mutex_init(&r->shards[k].mu, NULL);
         r->shards[k].nbuckets = 64;
+        r->shards[k].due_lost = true; /* the first sweep builds the heap, loaded states included */
+        r->shards[k].closed_base = cfg->closed_pos_start;
         r->shards[k].tab = calloc(64, sizeof(sstate_t *));
         if (!r->shards[k].tab) {
             snprintf(err, errlen, "out of memory");
@@ -2602,6 +2921,7 @@ void rollup_close(rollup_t *r)
         shard_t *sh = &r->shards[k];
         slab_destroy(&sh->states);
         free(sh->tab);
+        free(sh->due);
         free(sh->closed.v);
         free(sh->inflight.v);
         pthread_mutex_destroy(&sh->mu);

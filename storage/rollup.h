@@ -58,6 +58,11 @@ typedef struct {
     int64_t flush_interval_ms;      /* writer wake-up period; 0 = 1000 */
     int64_t checkpoint_interval_ms; /* open buckets written at least this often; 0 = 60000 */
     bool no_thread;                 /* tests: no writer thread, call rollup_flush yourself */
+    /* tests: each writer cycle sweeps and walks every state, as before the due heap (the reference
+     * it is tested against) */
+    bool sweep_every_state;
+    /* tests: the first closed-list position of every shard (0), to cross the positions' wrap */
+    uint32_t closed_pos_start;
     /* The writer's retention `now` (ms since the epoch): the store's clock, so a store on a test
      * clock is not aged by the real one. NULL = wall clock. Called from the writer thread. */
     int64_t (*clock_ms)(void);

@@ -149,7 +149,8 @@ static void main_process_metrics(void *ud, buf_t *out)
 }
 
 /* Every MAIN_HEAP_TRIM_INTERVAL_S the main thread (otherwise idle, waiting for signals) gives freed
- * heap memory back: without it RSS tracks the largest transient work ever done (see heap.h).
+ * heap memory back if RSS grew since it last did: without it RSS tracks the largest transient work
+ * ever done (see heap.h).
  * Idle arena blocks (not taken since the last tick) go first. Not sooner: a 2 s release saved
  * 1-3 MiB in the push bench, but a dashboard refreshing every 10 s would then take its ~85 MiB
  * of blocks as fresh pages (page faults, ~70 us per page on the shared VM) on every refresh. */
@@ -157,8 +158,8 @@ static void main_process_metrics(void *ud, buf_t *out)
 
 static void main_on_heap_timer(evutil_socket_t fd, short what, void *arg)
 {
-    arena_cache_release_idle(); /* before the trim, which can then give those pages back */
-    int64_t freed = heap_trim();
+    /* idle arena blocks first: the trim can then give those pages back */
+    int64_t freed = heap_trim_tick(arena_cache_release_idle());
     if (freed > 64 << 20)
         log_debug("main", "returned freed heap memory", LF_I("bytes", freed));
 }

@@ -12,6 +12,7 @@ static _Atomic uint64_t heap_trims;
 static _Atomic uint64_t heap_trimmed_bytes;
 static _Atomic uint64_t heap_trim_ns;
 static _Atomic uint64_t heap_in_use; /* at the last trim */
+static _Atomic int64_t heap_rss_base; /* RSS right after the last trim; 0: none yet */
 
 #define HEAP_TRIM_AFTER_BYTES (64u << 20)
 
@@ -30,10 +31,26 @@ int64_t heap_trim(void)
     struct mallinfo2 mi = mallinfo2(); /* walks the arenas too: here, not on every scrape */
     atomic_store(&heap_in_use, (uint64_t)(mi.uordblks + mi.hblkhd));
     int64_t freed = before > after ? (int64_t)(before - after) : 0;
+    atomic_store(&heap_rss_base, after > 0 ? (int64_t)after : 1);
     atomic_fetch_add(&heap_trims, 1);
     atomic_fetch_add(&heap_trimmed_bytes, (uint64_t)freed);
     atomic_fetch_add(&heap_trim_ns, clock_mono_ns() - t0);
     return freed;
+}
+
+bool heap_trim_wanted(int64_t rss, int64_t base, size_t released)
+{
+    if (base <= 0 || released >= (size_t)HEAP_TRIM_GROWTH)
+        return true;
+    int64_t growth = base / 8 > HEAP_TRIM_GROWTH ? base / 8 : HEAP_TRIM_GROWTH;
+    return rss - base >= growth;
+}
+
+int64_t heap_trim_tick(size_t released)
+{
+    if (!heap_trim_wanted(metrics_process_rss_bytes(), atomic_load(&heap_rss_base), released))
+        return 0;
+    return heap_trim();
 }
 
 void heap_write_metrics(void *ud, buf_t *out)

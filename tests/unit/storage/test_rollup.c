@@ -1564,6 +1564,270 @@ static void test_take_while_reading(void **state)
     remove_dir(f.dir);
 }
 
+/* ---- the writer's due heap ------------------------------------------------------------------ */
+
+static void fx_open_cfg(fx_t *f, const rollup_config_t *cfg)
+{
+    char err[256] = "";
+    f->cat = catalog_open(f->dir, err, sizeof(err));
+    assert_non_null(f->cat);
+    f->r = rollup_open(f->cat, cfg, err, sizeof(err));
+    if (!f->r)
+        fail_msg("rollup_open: %s", err);
+}
+
+static bool same_double(double a, double b)
+{
+    return memcmp(&a, &b, sizeof(a)) == 0 || (isnan(a) && isnan(b));
+}
+
+/* Every bucket of series id at resolution k, the same in both roll-ups. */
+static void assert_reads_equal(rollup_t *a, rollup_t *b, uint64_t id, size_t k, const char *when)
+{
+    rollup_buckets_t x = {0}, y = {0};
+    assert_int_equal(rollup_read(a, id, k, INT64_MIN, INT64_MAX, &x), 0);
+    assert_int_equal(rollup_read(b, id, k, INT64_MIN, INT64_MAX, &y), 0);
+    if (x.n != y.n)
+        fail_msg("%s: series %llu res %zu: %zu buckets, want %zu", when, (unsigned long long)id, k, x.n, y.n);
+    for (size_t i = 0; i < x.n; i++) {
+        const rollup_bucket_t *g = &x.v[i], *w = &y.v[i];
+        if (g->ts != w->ts || g->count != w->count || !same_double(g->sum, w->sum) || !same_double(g->min, w->min) ||
+            !same_double(g->max, w->max) || !same_double(g->last, w->last) ||
+            !same_double(g->increase, w->increase))
+            fail_msg("%s: series %llu res %zu bucket %zu: ts %lld n %llu, want ts %lld n %llu", when,
+                     (unsigned long long)id, k, i, (long long)g->ts, (unsigned long long)g->count, (long long)w->ts,
+                     (unsigned long long)w->count);
+    }
+    rollup_buckets_free(&x);
+    rollup_buckets_free(&y);
+}
+
+static void assert_stats_equal(rollup_t *a, rollup_t *b, const char *when)
+{
+    rollup_stats_t x, y;
+    rollup_get_stats(a, &x);
+    rollup_get_stats(b, &y);
+    if (x.series != y.series || x.buckets_written != y.buckets_written || x.samples_ignored != y.samples_ignored)
+        fail_msg("%s: series %llu written %llu ignored %llu; every-state sweep: %llu %llu %llu", when,
+                 (unsigned long long)x.series, (unsigned long long)x.buckets_written,
+                 (unsigned long long)x.samples_ignored, (unsigned long long)y.series,
+                 (unsigned long long)y.buckets_written, (unsigned long long)y.samples_ignored);
+}
+
+/* The rollup_state rows of both stores, byte for byte. */
+static void assert_state_rows_equal(const char *da, const char *db_dir)
+{
+    sqlite3 *d[2] = {db_open_rw(da), db_open_rw(db_dir)};
+    sqlite3_stmt *st[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(sqlite3_prepare_v2(d[i],
+                                            "SELECT series_id, last_t, prev, prev_ok, quote(open) FROM rollup_state"
+                                            " ORDER BY series_id",
+                                            -1, &st[i], NULL),
+                         SQLITE_OK);
+    size_t rows = 0;
+    for (;;) {
+        int rc0 = sqlite3_step(st[0]), rc1 = sqlite3_step(st[1]);
+        assert_int_equal(rc0, rc1);
+        if (rc0 != SQLITE_ROW)
+            break;
+        rows++;
+        for (int c = 0; c < 5; c++) {
+            const char *x = (const char *)sqlite3_column_text(st[0], c), *y = (const char *)sqlite3_column_text(st[1], c);
+            if ((x == NULL) != (y == NULL) || (x && strcmp(x, y) != 0))
+                fail_msg("rollup_state row %zu column %d: %s, every-state sweep: %s", rows, c, x ? x : "NULL",
+                         y ? y : "NULL");
+        }
+    }
+    assert_true(rows > 0);
+    for (int i = 0; i < 2; i++) {
+        sqlite3_finalize(st[i]);
+        sqlite3_close(d[i]);
+    }
+}
+
+/* The writer's sweep through the due heap against the sweep of every state and the snapshot walk
+ * (the writer before the heap), fed the same samples: series that stop and come back (evicted or not), a first sample
+ * that is a staleness marker, NaN, duplicates and late samples, a jump of the newest time, checkpoints, an
+ * explicit close and restarts. After every cycle both have the same states, the same buckets
+ * written and the same samples ignored; reads agree in between (closed lists at their fullest),
+ * and the state rows agree at the end. With ~6 series per shard, a cycle pops a few due states
+ * or, when most of a shard is due, takes the bulk pass. The heap's store starts its closed-list positions just
+ * before their 2^32 wrap. */
+static void test_due_against_every_state(void **state)
+{
+    (void)state;
+    enum { NS = 400 };
+    const char *res = "1m:1d,5m:1d,15m:1d";
+    fx_t fa = {.dir = make_dir(), .res = res}, fb = {.dir = make_dir(), .res = res};
+    rollup_config_t ca = {.resolutions = res, .no_thread = true, .closed_pos_start = UINT32_MAX - 40};
+    rollup_config_t cb = {.resolutions = res, .no_thread = true, .sweep_every_state = true};
+    fx_open_cfg(&fa, &ca);
+    fx_open_cfg(&fb, &cb);
+    srand(7);
+    double val[NS] = {0};
+    int64_t quiet_until[NS] = {0};
+    int64_t last_t[NS];
+    for (int s = 0; s < NS; s++)
+        last_t[s] = INT64_MIN;
+    int64_t next_flush = T0 + 3 * MIN_MS;
+    int cycles = 0;
+    bool jumped = false, closed_explicitly = false;
+    for (int64_t t = T0; t < T0 + 3 * HOUR_MS; t += 10000) {
+        if (!jumped && t >= T0 + HOUR_MS) { /* nobody sends for 50 minutes */
+            t += 50 * MIN_MS;
+            jumped = true;
+        }
+        for (int s = 0; s < NS; s++) {
+            if (t < quiet_until[s])
+                continue;
+            if (rand() % 200 == 0) { /* goes quiet: for minutes, or long enough to be evicted */
+                quiet_until[s] = t + (rand() % 2 ? (rand() % 10 + 1) * MIN_MS : (rand() % 60 + 31) * MIN_MS);
+                continue;
+            }
+            if (rand() % 7 == 0)
+                continue; /* a missed push */
+            int64_t ts = t + rand() % 9000;
+            int kind = rand() % 100;
+            double v;
+            if (s % 2 == 0)
+                v = kind < 3 ? (val[s] = rand() % 50) : (val[s] += rand() % 100);
+            else
+                v = (rand() % 1000) / 8.0;
+            if (kind >= 96 || (last_t[s] == INT64_MIN && s % 5 == 0))
+                v = stale_nan();
+            else if (kind == 95)
+                v = NAN;
+            rollup_sample_t smp[3] = {{(uint64_t)s + 1, ts, v}};
+            size_t n = 1;
+            if (kind == 94) /* the same second again: replaces it */
+                smp[n++] = (rollup_sample_t){(uint64_t)s + 1, ts - ts % 1000 + 999, v + 1};
+            if (kind == 93 && last_t[s] != INT64_MIN) /* late: ignored */
+                smp[n++] = (rollup_sample_t){(uint64_t)s + 1, last_t[s] - 2000, 1};
+            rollup_add_samples(fa.r, smp, n);
+            rollup_add_samples(fb.r, smp, n);
+            last_t[s] = ts;
+        }
+        if (t < next_flush)
+            continue;
+        /* Reads before the cycle: the closed lists hold everything closed since the last one. */
+        for (int i = 0; i < 5; i++) {
+            uint64_t id = (uint64_t)(rand() % NS) + 1;
+            for (size_t k = 0; k < 3; k++)
+                assert_reads_equal(fa.r, fb.r, id, k, "before a cycle");
+        }
+        if (!closed_explicitly && t >= T0 + 2 * HOUR_MS + 30 * MIN_MS) {
+            rollup_close_buckets_before(fa.r, t - 7 * MIN_MS);
+            rollup_close_buckets_before(fb.r, t - 7 * MIN_MS);
+            closed_explicitly = true;
+        }
+        bool ckpt = rand() % 3 == 0;
+        assert_int_equal(rollup_flush(fa.r, ckpt), 0);
+        assert_int_equal(rollup_flush(fb.r, ckpt), 0);
+        char when[64];
+        snprintf(when, sizeof(when), "cycle %d at +%lld s", ++cycles, (long long)(t - T0) / 1000);
+        assert_stats_equal(fa.r, fb.r, when);
+        if (cycles % 17 == 0) { /* a restart: the heap is rebuilt from the loaded states */
+            fx_close(&fa);
+            fx_close(&fb);
+            fx_open_cfg(&fa, &ca);
+            fx_open_cfg(&fb, &cb);
+        }
+        next_flush = t + (rand() % 6 + 1) * MIN_MS / 2;
+    }
+    rollup_stats_t st;
+    rollup_get_stats(fa.r, &st);
+    assert_true(st.series > 0 && st.series < NS); /* some were evicted, some were not */
+    assert_true(cycles > 40);
+    for (uint64_t id = 1; id <= NS; id++)
+        for (size_t k = 0; k < 3; k++)
+            assert_reads_equal(fa.r, fb.r, id, k, "at the end");
+    assert_int_equal(rollup_flush(fa.r, true), 0);
+    assert_int_equal(rollup_flush(fb.r, true), 0);
+    assert_stats_equal(fa.r, fb.r, "last cycle");
+    fx_close(&fa);
+    fx_close(&fb);
+    assert_state_rows_equal(fa.dir, fb.dir);
+    remove_dir(fa.dir);
+    remove_dir(fb.dir);
+}
+
+/* The number of open entries (pending sample included) in series id's rollup_state row. */
+static int64_t state_entries(const char *dir, uint64_t id)
+{
+    sqlite3 *db = db_open_rw(dir);
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT coalesce(length(open), 0) / 64 FROM rollup_state WHERE series_id = %llu",
+             (unsigned long long)id);
+    int64_t n = query_i64(db, sql);
+    sqlite3_close(db);
+    return n;
+}
+
+/* A series whose finest bucket the writer closed (it went quiet; its hour stays open, due an hour
+ * later) comes back: its new minute is committed and closed as soon as the newest sample is a
+ * minute past it, not when the hour is due. Series 2 moves the newest time on. */
+static void test_due_revived_series(void **state)
+{
+    (void)state;
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f);
+    add(f.r, 1, T0 + 5000, 1);
+    add(f.r, 2, T0 + 2 * MIN_MS, 0); /* hw: minute 0 is due */
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    assert_int_equal(state_entries(f.dir, 1), 1); /* the hour only: pending committed, minute closed */
+    add(f.r, 1, T0 + 10 * MIN_MS + 5000, 2);
+    add(f.r, 2, T0 + 12 * MIN_MS - 1, 0);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    assert_int_equal(state_entries(f.dir, 1), 2); /* the hour and the pending sample */
+    add(f.r, 2, T0 + 12 * MIN_MS, 0);
+    assert_int_equal(rollup_flush(f.r, true), 0);
+    assert_int_equal(state_entries(f.dir, 1), 1); /* minute 10 closed and written */
+    rollup_stats_t st;
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.buckets_written, 3); /* series 1's minutes 0 and 10, series 2's minute 2 */
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
+/* A state with nothing open is evicted by the first cycle whose newest sample is more than the
+ * coarsest resolution after its own newest one, to the millisecond: a series whose only sample is
+ * a staleness marker (committed, it opens nothing), and one whose buckets an explicit close
+ * ended. */
+static void test_due_eviction_boundary(void **state)
+{
+    (void)state;
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f);
+    add(f.r, 1, T0 + 5000, stale_nan());
+    add(f.r, 2, T0 + 2 * MIN_MS, 0);
+    assert_int_equal(rollup_flush(f.r, false), 0); /* the marker is committed */
+    rollup_stats_t st;
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, 2);
+    add(f.r, 2, T0 + 5000 + HOUR_MS, 0);
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, 2);
+    add(f.r, 2, T0 + 5000 + HOUR_MS + 1, 0); /* same second: replaces, moves hw by 1 ms */
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, 1);
+
+    add(f.r, 3, T0 + 2 * HOUR_MS + 7000, 5);
+    rollup_close_buckets_before(f.r, T0 + 4 * HOUR_MS); /* commits and closes everything */
+    add(f.r, 2, T0 + 3 * HOUR_MS + 7000, 0);            /* not an hour past series 3 */
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, 2);
+    add(f.r, 2, T0 + 3 * HOUR_MS + 8000, 0);
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    rollup_get_stats(f.r, &st);
+    assert_int_equal(st.series, 1);
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1587,6 +1851,9 @@ int main(void)
         cmocka_unit_test(test_reader_one_transaction),
         cmocka_unit_test(test_readers_threaded),
         cmocka_unit_test(test_take_while_reading),
+        cmocka_unit_test(test_due_against_every_state),
+        cmocka_unit_test(test_due_revived_series),
+        cmocka_unit_test(test_due_eviction_boundary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
