@@ -309,31 +309,41 @@ class Soak:
                 c.close()
 
     async def scraper(self):
-        # A separate process (curl, its body counted by grep), as a real Prometheus is: reading
-        # and searching ~130 MB in this loop stalled it for hundreds of milliseconds per scrape,
-        # and every push and control latency measured meanwhile grew by that much.
+        # A separate process, as a real Prometheus is: reading and searching ~130 MB in this loop
+        # stalled it for hundreds of milliseconds per scrape, and every push and control latency
+        # measured meanwhile grew by that much. One long-lived shell loop, started once: forking
+        # this process (it holds every TaskManager's bodies) for each scrape would stall the loop
+        # too. Each scrape is curl piped into grep -c (the body's push_time_seconds series); the
+        # loop prints "status count microseconds" per scrape, on the interval's grid.
         url = f"http://127.0.0.1:{self.port}/metrics"
-        script = 'set -o pipefail; curl -fsS --max-time 60 "$0" | grep -c "^push_time_seconds{"'
-        nxt = time.time() + self.a.scrape_interval
-        while self.running():
-            await asyncio.sleep(max(0, nxt - time.time()))
-            nxt += self.a.scrape_interval
-            t = time.time()
-            try:
-                p = await asyncio.create_subprocess_exec("bash", "-c", script, url, stdout=asyncio.subprocess.PIPE,
-                                                         stderr=asyncio.subprocess.PIPE)
-                try:
-                    out, err = await p.communicate()
-                except asyncio.CancelledError:  # the run ended mid-scrape
-                    p.kill()
-                    await p.wait()
-                    raise
-                if p.returncode == 0 and int(out.strip() or 0) > 0:
-                    self.stats.ok("scrape", time.time() - t)
+        script = r"""
+iv=$1; next=$(( ${EPOCHREALTIME/./} + iv ))
+while :; do
+  now=${EPOCHREALTIME/./}
+  if (( next > now )); then d=$(( next - now )); sleep "$(( d / 1000000 )).$(printf %06d $(( d % 1000000 )))"; fi
+  next=$(( next + iv ))
+  t0=${EPOCHREALTIME/./}
+  n=$(set -o pipefail; curl -fsS --max-time 60 "$0" 2>&1 | grep -c '^push_time_seconds{')
+  rc=$?
+  echo "$rc ${n:-0} $(( ${EPOCHREALTIME/./} - t0 ))"
+done"""
+        p = await asyncio.create_subprocess_exec("bash", "-c", script, url, str(int(self.a.scrape_interval * 1e6)),
+                                                 stdout=asyncio.subprocess.PIPE)
+        try:
+            while self.running():
+                line = (await p.stdout.readline()).decode().split()
+                if len(line) != 3:
+                    self.stats.err("scrape", "scraper loop ended")
+                    return
+                rc, n, us = int(line[0]), int(line[1]), int(line[2])
+                if rc == 0 and n > 0:
+                    self.stats.ok("scrape", us / 1e6)
                 else:
-                    self.stats.err("scrape", (p.returncode, (out + err)[:300]))
-            except Exception as e:  # noqa: BLE001
-                self.stats.err("scrape", repr(e))
+                    self.stats.err("scrape", (rc, n))
+        finally:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
 
     async def sampler(self):
         c = Conn("127.0.0.1", self.port)
