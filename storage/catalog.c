@@ -13,7 +13,9 @@
  *                                       sorted by name) - for people with the sqlite3 CLI
  *          enc BLOB,                    canonical encoding of the full sorted set, see below
  *          first_seen INTEGER,          ms; widened by catalog_add_series
- *          last_seen INTEGER)           ms; widened by catalog_touch_series / the roll-up writer
+ *          last_seen INTEGER)           ms; widened by catalog_touch_series; CATALOG_SEEN_OPEN
+ *                                       (INT64_MAX) while the roll-up writer holds the series,
+ *                                       which writes its newest sample's time when it lets go
  *   label_pair(id INTEGER PRIMARY KEY, name, value, UNIQUE(name, value))
  *                                       every label pair ever written, __name__ included, once
  *   label_posting(pair_id, series_id) WITHOUT ROWID, primary key in that order: the postings of

@@ -77,6 +77,11 @@ int catalog_add_series_ref(catalog_t *cat, uint64_t id, uint64_t hint, int64_t t
 /* False while a catalog_add_series_ref of an id <= id may still need its labels (conservative:
  * series are queued in about id order, so a series newer than the oldest unwritten one waits). */
 bool catalog_is_written(const catalog_t *cat, uint64_t id);
+/* last_seen of a series the roll-up tier still holds in memory (it may get samples at any time):
+ * the roll-up writer marks a series open once and writes its newest sample's time when it lets
+ * the series go (storage/rollup.c, write_snaps). A range filter `last_seen >= mint` keeps it. */
+#define CATALOG_SEEN_OPEN INT64_MAX
+
 /* Records that series id had a sample at t (widens last_seen). Queued like catalog_add_series.
  * The roll-up writer already widens last_seen of every series whose roll-ups it writes (to the
  * newest sample it has seen), so the head does not need to call this. */

@@ -5,7 +5,7 @@
  *
  *   ingest thread                        writer thread (only SQLite writer)
  *   rollup_add_samples                   every flush interval (rollup_flush), one transaction:
- *     shard lock (id % SHARDS)             1. catalog rows; per shard: close open buckets whose
+ *     shard lock (shard_of(id))            1. catalog rows; per shard: close open buckets whose
  *     state = per-series record               series went quiet (the due heap: see below)
  *     update open bucket per resolution    2. per shard: move its closed list to `inflight` and
  *     bucket start moved on?                  snapshot the states that changed (a copy of the
@@ -202,6 +202,9 @@ typedef struct sstate {
     /* disk_lo is known (see "Knowing a series has no history" above) */
     bool disk_known : 1;
     bool live : 1; /* not freed: a hint (rollup_add_samples_hinted) may point at a freed record */
+    /* Its series' catalog row says CATALOG_SEEN_OPEN (written by a committed cycle), so its
+     * snapshots need not touch the series table (see write_snaps). */
+    bool seen_open : 1;
     /* Its entry in the shard's due heap (see "The writer's sweep"), DUE_NONE: none. Fits the
      * padding before closed_last: the record stays 64 bytes + the open buckets. */
     unsigned duepos : 24;
@@ -259,7 +262,12 @@ typedef struct {
 } shard_t;
 
 /* Snapshots for the state table are verbatim copies of the states (state_bytes each, in one
- * buffer: rollup_t.snaps), encoded into rows only when written. Evicted states are r->evicted. */
+ * buffer: rollup_t.snaps), encoded into rows only when written. Evicted states are r->evicted:
+ * their rows are deleted and their series' last_seen closed at their newest sample. */
+typedef struct {
+    uint64_t id;
+    int64_t seen_t;
+} evicted_t;
 
 /* A read connection with its statements and decoder; owned by one reader at a time, kept in the
  * pool (rollup_t.idle) between readers so its prepared statements are reused. */
@@ -303,7 +311,7 @@ struct rollup {
     shard_t shards[SHARDS];
     unsigned char *snaps; /* nsnaps copies of states, state_bytes(r) each */
     size_t nsnaps, capsnaps;
-    uint64_t *evicted;
+    evicted_t *evicted;
     size_t nevicted, capevicted;
     _Atomic int64_t high_water; /* newest sample t seen */
     bool force_checkpoint;
@@ -771,9 +779,18 @@ static int blob_decode(codec_t *cx, const uint8_t *data, size_t len, int64_t sta
 
 /* ---- shards and states -------------------------------------------------------------------- */
 
+/* Runs of SHARD_RUN consecutive ids share a shard; the runs are spread over the shards by a hash.
+ * The writer writes a cycle's state rows one shard at a time, and rollup_state (and the series
+ * table) are ordered by id: with every id in a shard of its own hash, each shard's rows were spread
+ * over every page of the table, so SQLite's 2 MB page cache spilled every page once per shard, 64
+ * times per minute boundary (~4 GB of WAL writes at 256k series for a 63 MB table). A run spans a
+ * few pages of either table, so a page is written about once per cycle. A push's series (ids
+ * given out together) also meet a few shard locks instead of all 64. */
+#define SHARD_RUN 256
+
 static size_t shard_of(uint64_t id)
 {
-    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 58) & (SHARDS - 1);
+    return (size_t)(((id / SHARD_RUN) * 0x9E3779B97F4A7C15ull) >> 58) & (SHARDS - 1);
 }
 static size_t slot_of(const shard_t *sh, uint64_t id)
 {
@@ -1276,13 +1293,13 @@ static bool state_sweep(rollup_t *r, shard_t *sh, sstate_t *s, const int64_t *be
         return false;
     if (r->nevicted == r->capevicted) {
         size_t cap = r->capevicted ? r->capevicted * 2 : 256;
-        uint64_t *v = realloc(r->evicted, cap * sizeof(*v));
+        evicted_t *v = realloc(r->evicted, cap * sizeof(*v));
         if (!v)
             return false;
         r->evicted = v;
         r->capevicted = cap;
     }
-    r->evicted[r->nevicted++] = s->id;
+    r->evicted[r->nevicted++] = (evicted_t){.id = s->id, .seen_t = s->last_t};
     if (closed_index(sh, s->closed_last, s->id, SIZE_MAX) != SIZE_MAX)
         sh->orphans = true;
     due_remove(sh, s);
@@ -1420,7 +1437,11 @@ static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *
  * writer thread's malloc arena). */
 #define KEEP_CAP_BYTES (1u << 20)
 
-static void snap_state(rollup_t *r, const sstate_t *s)
+/* Shard locked. Copies s for write_snaps and marks it written (not closed, not dirty). Once its
+ * catalog row is committed, the copy's write will also mark that row open (unless an earlier one
+ * did), so later snapshots can skip it: s->seen_open is set now, on the live state; a cycle that
+ * rolls back rewrites every state and every mark (rollup_flush's `all`). */
+static void snap_state(rollup_t *r, sstate_t *s)
 {
     size_t sz = state_bytes(r);
     if (r->nsnaps == r->capsnaps) {
@@ -1433,6 +1454,12 @@ static void snap_state(rollup_t *r, const sstate_t *s)
     }
     memcpy(r->snaps + r->nsnaps * sz, s, sz);
     r->nsnaps++;
+    s->closed = s->dirty = false;
+    /* Not yet: the row may be in this very transaction's catalog batch (then this cycle's
+     * UPDATE marks it, and the next snapshot does so again), or still queued (then the UPDATE
+     * finds no row and the INSERT will write the first sample's time). */
+    if (catalog_is_written(r->cat, s->id))
+        s->seen_open = true;
 }
 
 /* The rollup_state row of a snapshot: its open entries into out (room for rs.n + 1); returns
@@ -1622,7 +1649,7 @@ static int write_inflight(rollup_t *r, sqlite3_stmt *plain, sqlite3_stmt *bsel, 
 
 /* The statements of one writer transaction. */
 typedef struct {
-    sqlite3_stmt *plain, *state, *del, *seen, *bsel, *bup;
+    sqlite3_stmt *plain, *state, *del, *seen, *close, *bsel, *bup;
 } wst_t;
 
 static void wst_finalize(wst_t *w)
@@ -1631,6 +1658,7 @@ static void wst_finalize(wst_t *w)
     sqlite3_finalize(w->state);
     sqlite3_finalize(w->del);
     sqlite3_finalize(w->seen);
+    sqlite3_finalize(w->close);
     sqlite3_finalize(w->bsel);
     sqlite3_finalize(w->bup);
     *w = (wst_t){0};
@@ -1654,6 +1682,10 @@ static int wst_prepare(sqlite3 *db, wst_t *w)
         sqlite3_prepare_v2(db, "DELETE FROM rollup_state WHERE series_id = ?", -1, &w->del, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "UPDATE series SET last_seen = max(last_seen, ?1) WHERE id = ?2", -1, &w->seen, NULL) !=
             SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "UPDATE series SET last_seen = CASE WHEN last_seen = ?3 THEN ?1 ELSE max(last_seen, ?1) END"
+                           " WHERE id = ?2",
+                           -1, &w->close, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "SELECT data FROM rollup_blob WHERE res = ? AND series_id = ? AND start = ?", -1,
                            &w->bsel, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db,
@@ -1668,8 +1700,18 @@ static int wst_prepare(sqlite3 *db, wst_t *w)
 }
 
 /* The snapshots and evictions taken so far (one shard's, see rollup_flush) into the open
- * transaction; they are cleared either way. */
-static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w)
+ * transaction; they are cleared either way.
+ *
+ * The series table's last_seen: a series with a state in memory is marked CATALOG_SEEN_OPEN
+ * once (its first snapshot after its catalog row is committed; every snapshot with `all`, after
+ * a cycle rolled back), and given its newest sample's time when the state is evicted, in the
+ * transaction that deletes its rollup_state row. Writing the newest time at every snapshot, as
+ * before, rewrote every page of the series table (~1 KB per series: 250 MB at 256k series) plus
+ * its WAL copy at every minute boundary; that write burst also held up the fsync of anything else
+ * on the disk (a flow-control change's commit waited 100-250 ms behind it). Readers need no
+ * change: `last_seen >= mint` holds for an open series, and a crash keeps the mark and the state
+ * row together (both in one transaction), so the reloaded state closes it when it is evicted. */
+static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w, bool all)
 {
     int ret = -1;
     for (size_t i = 0; i < r->nsnaps; i++) {
@@ -1688,9 +1730,9 @@ static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w)
         sqlite3_reset(w->state);
         if (rc != SQLITE_DONE)
             goto out;
-        /* newest sample, pending one included (catalog last_seen) */
-        int64_t seen_t = sn->pend && sn->pend_t > sn->last_t ? sn->pend_t : sn->last_t;
-        sqlite3_bind_int64(w->seen, 1, seen_t);
+        if (sn->seen_open && !all)
+            continue;
+        sqlite3_bind_int64(w->seen, 1, CATALOG_SEEN_OPEN);
         sqlite3_bind_int64(w->seen, 2, (sqlite3_int64)sn->id);
         rc = sqlite3_step(w->seen);
         sqlite3_reset(w->seen);
@@ -1698,9 +1740,16 @@ static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w)
             goto out;
     }
     for (size_t i = 0; i < r->nevicted; i++) {
-        sqlite3_bind_int64(w->del, 1, (sqlite3_int64)r->evicted[i]);
+        sqlite3_bind_int64(w->del, 1, (sqlite3_int64)r->evicted[i].id);
         int rc = sqlite3_step(w->del);
         sqlite3_reset(w->del);
+        if (rc != SQLITE_DONE)
+            goto out;
+        sqlite3_bind_int64(w->close, 1, r->evicted[i].seen_t);
+        sqlite3_bind_int64(w->close, 2, (sqlite3_int64)r->evicted[i].id);
+        sqlite3_bind_int64(w->close, 3, CATALOG_SEEN_OPEN);
+        rc = sqlite3_step(w->close);
+        sqlite3_reset(w->close);
         if (rc != SQLITE_DONE)
             goto out;
     }
@@ -1962,10 +2011,8 @@ int rollup_flush(rollup_t *r, bool checkpoint)
             /* It will be on disk: a state that knows its disk_lo must stay a lower bound. */
             if (st->disk_known && c->b.ts < disk_lo_get(r, st, c->res_idx))
                 disk_lo_set(r, st, c->res_idx, c->b.ts);
-            if (!walk && st->closed) {
+            if (!walk && st->closed)
                 snap_state(r, st);
-                st->closed = st->dirty = false;
-            }
         }
         size_t n = sh->closed.n, m = sh->inflight.n;
         closed_t *take = n ? malloc((m + n) * sizeof(*take)) : NULL;
@@ -1980,17 +2027,15 @@ int rollup_flush(rollup_t *r, bool checkpoint)
         }
         for (size_t b = 0; walk && b < sh->nbuckets; b++) {
             for (sstate_t *s = sh->tab[b]; s; s = s->next) {
-                if (s->closed || all || (checkpoint && s->dirty)) {
+                if (s->closed || all || (checkpoint && s->dirty))
                     snap_state(r, s);
-                    s->closed = s->dirty = false;
-                }
             }
         }
         sh->snap_all = false;
         pthread_mutex_unlock(&sh->mu);
         if (n)
             shard_take_in(sh, take, n);
-        rc = write_snaps(r, db, &w);
+        rc = write_snaps(r, db, &w, all);
     }
     /* 3. Every shard's inflight buckets, in key order. */
     if (rc == 0) {

@@ -1654,6 +1654,10 @@ static void assert_state_rows_equal(const char *da, const char *db_dir)
  * and the state rows agree at the end. With ~6 series per shard, a cycle pops a few due states
  * or, when most of a shard is due, takes the bulk pass. The heap's store starts its closed-list positions just
  * before their 2^32 wrap. */
+/* Ids 97 apart: consecutive ids share a shard (runs of 256), so the series spread over most
+ * shards only when their ids are not consecutive. */
+#define DUE_ID(s) ((uint64_t)(s) * 97 + 1)
+
 static void test_due_against_every_state(void **state)
 {
     (void)state;
@@ -1698,12 +1702,12 @@ static void test_due_against_every_state(void **state)
                 v = stale_nan();
             else if (kind == 95)
                 v = NAN;
-            rollup_sample_t smp[3] = {{(uint64_t)s + 1, ts, v}};
+            rollup_sample_t smp[3] = {{DUE_ID(s), ts, v}};
             size_t n = 1;
             if (kind == 94) /* the same second again: replaces it */
-                smp[n++] = (rollup_sample_t){(uint64_t)s + 1, ts - ts % 1000 + 999, v + 1};
+                smp[n++] = (rollup_sample_t){DUE_ID(s), ts - ts % 1000 + 999, v + 1};
             if (kind == 93 && last_t[s] != INT64_MIN) /* late: ignored */
-                smp[n++] = (rollup_sample_t){(uint64_t)s + 1, last_t[s] - 2000, 1};
+                smp[n++] = (rollup_sample_t){DUE_ID(s), last_t[s] - 2000, 1};
             rollup_add_samples(fa.r, smp, n);
             rollup_add_samples(fb.r, smp, n);
             last_t[s] = ts;
@@ -1712,7 +1716,7 @@ static void test_due_against_every_state(void **state)
             continue;
         /* Reads before the cycle: the closed lists hold everything closed since the last one. */
         for (int i = 0; i < 5; i++) {
-            uint64_t id = (uint64_t)(rand() % NS) + 1;
+            uint64_t id = DUE_ID(rand() % NS);
             for (size_t k = 0; k < 3; k++)
                 assert_reads_equal(fa.r, fb.r, id, k, "before a cycle");
         }
@@ -1739,9 +1743,9 @@ static void test_due_against_every_state(void **state)
     rollup_get_stats(fa.r, &st);
     assert_true(st.series > 0 && st.series < NS); /* some were evicted, some were not */
     assert_true(cycles > 40);
-    for (uint64_t id = 1; id <= NS; id++)
+    for (int s = 0; s < NS; s++)
         for (size_t k = 0; k < 3; k++)
-            assert_reads_equal(fa.r, fb.r, id, k, "at the end");
+            assert_reads_equal(fa.r, fb.r, DUE_ID(s), k, "at the end");
     assert_int_equal(rollup_flush(fa.r, true), 0);
     assert_int_equal(rollup_flush(fb.r, true), 0);
     assert_stats_equal(fa.r, fb.r, "last cycle");
@@ -1828,6 +1832,116 @@ static void test_due_eviction_boundary(void **state)
     remove_dir(f.dir);
 }
 
+/* The series table's last_seen: a series the writer holds is marked CATALOG_SEEN_OPEN by about
+ * its first snapshots, not rewritten at every minute's snapshot (a trigger counts the writes),
+ * stays open across a restart, and gets its newest sample's time when it is evicted. Range
+ * filters (catalog_series_by_labels) keep an open series and drop a closed one after its end. */
+static int64_t seen_of(sqlite3 *db, uint64_t id)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT last_seen FROM series WHERE id = %llu", (unsigned long long)id);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static int64_t seen_writes(sqlite3 *db, uint64_t id)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM seen_log WHERE id = %llu", (unsigned long long)id);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static bool job_seen_after(catalog_t *cat, const char *job, int64_t mint, uint64_t id)
+{
+    label_t eq[] = {{"job", job}};
+    catalog_ids_t ids = {0};
+    assert_int_equal(catalog_series_by_labels(cat, eq, 1, mint, INT64_MAX, &ids), 0);
+    bool found = false;
+    for (size_t i = 0; i < ids.n; i++)
+        found |= ids.v[i] == id;
+    catalog_ids_free(&ids);
+    return found;
+}
+
+static void test_last_seen_open_until_evicted(void **state)
+{
+    (void)state;
+    fx_t f = {.dir = make_dir(), .res = "1m:1d,1h:2d"};
+    fx_open(&f);
+    label_t l7[] = {{"__name__", "a"}, {"job", "seven"}}, l8[] = {{"__name__", "a"}, {"job", "eight"}};
+    assert_int_equal(catalog_add_series(f.cat, 7, &(labels_t){l7, 2}, T0), 0);
+    assert_int_equal(catalog_add_series(f.cat, 8, &(labels_t){l8, 2}, T0), 0);
+    assert_int_equal(catalog_flush(f.cat), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", f.dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE seen_log(id);"
+                                  " CREATE TRIGGER seen_upd AFTER UPDATE OF last_seen ON series"
+                                  " BEGIN INSERT INTO seen_log VALUES(new.id); END;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    /* 30 minutes of both, a writer cycle every minute: each closes a 1m bucket of both. */
+    int64_t t = T0;
+    for (; t < T0 + 30 * MIN_MS; t += 10000) {
+        add(f.r, 7, t, 1);
+        add(f.r, 8, t, 2);
+        if ((t - T0) % MIN_MS == 50000)
+            assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    int64_t last7 = t - 10000;
+    assert_int_equal(seen_of(db, 7), CATALOG_SEEN_OPEN);
+    assert_int_equal(seen_of(db, 8), CATALOG_SEEN_OPEN);
+    assert_true(seen_writes(db, 7) >= 1 && seen_writes(db, 7) <= 2); /* not one per cycle (30) */
+    assert_true(job_seen_after(f.cat, "seven", T0 + 400 * 24 * HOUR_MS, 7)); /* open: any range */
+
+    /* A restart keeps the mark; the reloaded states write it once more at most. */
+    sqlite3_close(db);
+    fx_close(&f);
+    fx_open(&f);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    assert_int_equal(seen_of(db, 7), CATALOG_SEEN_OPEN);
+    int64_t before_restart = seen_writes(db, 8);
+
+    /* 7 goes quiet; 8 goes on for 3 hours, long enough for 7's state to be evicted. */
+    for (; t < T0 + 30 * MIN_MS + 3 * HOUR_MS; t += 10000) {
+        add(f.r, 8, t, 2);
+        if ((t - T0) % MIN_MS == 50000)
+            assert_int_equal(rollup_flush(f.r, false), 0);
+    }
+    rollup_stats_t rs;
+    rollup_get_stats(f.r, &rs);
+    assert_int_equal(rs.series, 1);
+    assert_int_equal(seen_of(db, 7), last7);
+    assert_int_equal(seen_of(db, 8), CATALOG_SEEN_OPEN);
+    assert_true(seen_writes(db, 8) - before_restart <= 2); /* 180 cycles */
+    assert_false(job_seen_after(f.cat, "seven", last7 + 1, 7));
+    assert_true(job_seen_after(f.cat, "seven", last7, 7));
+    assert_true(job_seen_after(f.cat, "eight", t + HOUR_MS, 8));
+
+    /* It comes back: open again. */
+    add(f.r, 7, t, 3);
+    add(f.r, 7, t + MIN_MS + 10000, 3);
+    add(f.r, 7, t + 2 * MIN_MS + 20000, 3); /* the sample before is aggregated: a bucket closes */
+    assert_int_equal(rollup_flush(f.r, false), 0);
+    assert_int_equal(seen_of(db, 7), CATALOG_SEEN_OPEN);
+    sqlite3_close(db);
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1854,6 +1968,7 @@ int main(void)
         cmocka_unit_test(test_due_against_every_state),
         cmocka_unit_test(test_due_revived_series),
         cmocka_unit_test(test_due_eviction_boundary),
+        cmocka_unit_test(test_last_seen_open_until_evicted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
