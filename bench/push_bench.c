@@ -35,6 +35,9 @@
  *          steady_samples_s=.. (rounds 2..N only: every series exists) first_round_s=..
  *          cpu_s=.. cpu_s_per_1m=.. steady_p50_ms=.. steady_p99_ms=.. (rounds 2..N)
  *          round1_p50_ms=.. round1_p99_ms=.. (round 1 only: every push creates its group's series)
+ *          disk_mib=.. disk_mib_per_min=.. (what --pid wrote to storage over the run, see
+ *          proc_write_bytes; with --interval and enough rounds to cross minute boundaries, the
+ *          disk traffic of the steady state)
  * --latency-log FILE writes one line per push: round, TaskManager, start and end (seconds after
  * the clock started), latency (ms), HTTP status; and the clock's CLOCK_MONOTONIC origin on a
  * first "# t0_monotonic=" line, to line pushes up with a server profile (perf -k CLOCK_MONOTONIC).
@@ -259,6 +262,23 @@ static double proc_cpu_s(int pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Bytes pid caused to be written to storage (write_bytes of /proc/<pid>/io: counted when a page
+ * is dirtied, so a page rewritten before it reaches the disk counts once), -1 when unknown. */
+static long long proc_write_bytes(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/io", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long long v = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "write_bytes: %lld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: push_bench --target sluice|pushgateway|vm --port P [--host H] [--tms N] "
@@ -426,6 +446,7 @@ int main(int argc, char **argv)
     if (o.latency_log && !(llog = fopen(o.latency_log, "w")))
         die(o.latency_log);
     double cpu0 = o.pid ? proc_cpu_s(o.pid) : -1;
+    long long wb0 = o.pid ? proc_write_bytes(o.pid) : -1;
     double t0 = now_s(), tend = t0;
     bool stop_issuing = false;
     if (llog)
@@ -592,6 +613,8 @@ int main(int argc, char **argv)
         }
     }
     double cpu = cpu0 >= 0 ? proc_cpu_s(o.pid) - cpu0 : -1;
+    long long wb1 = wb0 >= 0 ? proc_write_bytes(o.pid) : -1;
+    double disk_mib = wb0 >= 0 && wb1 >= wb0 ? (double)(wb1 - wb0) / 1048576.0 : -1;
     qsort(lat_steady, nsteady, sizeof(double), cmp_double);
     double sp50 = nsteady ? lat_steady[(size_t)(0.50 * (double)(nsteady - 1))] : 0;
     double sp99 = nsteady ? lat_steady[(size_t)(0.99 * (double)(nsteady - 1) + 0.5)] : 0;
@@ -634,11 +657,11 @@ int main(int argc, char **argv)
     printf("RESULT name=%s pushes=%zu ok=%zu errors=%zu timeouts=%zu seconds=%.3f pushes_s=%.2f "
            "samples_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f rss_kb=%ld hwm_kb=%ld planned=%zu "
            "series=%zu steady_samples_s=%.0f first_round_s=%.3f cpu_s=%.2f cpu_s_per_1m=%.3f steady_p50_ms=%.2f "
-           "steady_p99_ms=%.2f round1_p50_ms=%.2f round1_p99_ms=%.2f\n",
+           "steady_p99_ms=%.2f round1_p50_ms=%.2f round1_p99_ms=%.2f disk_mib=%.1f disk_mib_per_min=%.1f\n",
            o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3,
            p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0, cpu,
            cpu >= 0 && ok_samples ? cpu / ((double)ok_samples / 1e6) : -1.0, sp50 * 1e3, sp99 * 1e3, fp50 * 1e3,
-           fp99 * 1e3);
+           fp99 * 1e3, disk_mib, disk_mib >= 0 ? disk_mib * 60.0 / secs : -1.0);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

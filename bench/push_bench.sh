@@ -14,8 +14,9 @@
 # TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1, INTERVAL= (seconds:
 # the fixed-rate run — every TaskManager pushes once per INTERVAL at its own phase, latency from
 # when the push was due, CPU-seconds of the server per 1M samples; e.g. INTERVAL=10 ROUNDS=6 is
-# the real cadence for 60 s), LATENCY_DIR= (a directory: each run's per-push latencies are written
-# there as <target>.<rep>.lat, see push_bench.c --latency-log).
+# the real cadence for 60 s; its table adds the disk MiB/min each server wrote, which wants
+# ROUNDS=18 MAX_SECONDS=240 to cross minute boundaries), LATENCY_DIR= (a directory: each run's
+# per-push latencies are written there as <target>.<rep>.lat, see push_bench.c --latency-log).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -172,7 +173,8 @@ if float(sys.argv[4]) > 0:
     # fixed rate: every run pushes the same samples; the median run by steady p99
     print()
     print(f"fixed rate: each TaskManager every {sys.argv[4]} s; latency from when a push was due; steady = rounds 2..N")
-    h2 = f"{'server':<30} {'steady p50 ms':>14} {'steady p99 ms':>14} {'max ms':>8} {'CPU s':>7} {'CPU s / 1M samples':>19}"
+    h2 = (f"{'server':<30} {'steady p50 ms':>14} {'steady p99 ms':>14} {'max ms':>8} {'CPU s':>7} {'CPU s / 1M samples':>19}"
+          f" {'disk MiB/min':>13}")
     print(h2)
     print("-" * len(h2))
     for n in order:
@@ -181,10 +183,12 @@ if float(sys.argv[4]) > 0:
         runs = sorted(rows[n], key=lambda r: float(r["steady_p99_ms"]))
         r = runs[(len(runs) - 1) // 2]
         print(f"{label[n]:<30} {float(r['steady_p50_ms']):>14.1f} {float(r['steady_p99_ms']):>14.1f} "
-              f"{float(r['max_ms']):>8.1f} {float(r['cpu_s']):>7.2f} {float(r['cpu_s_per_1m']):>19.3f}")
+              f"{float(r['max_ms']):>8.1f} {float(r['cpu_s']):>7.2f} {float(r['cpu_s_per_1m']):>19.3f}"
+              f" {float(r.get('disk_mib_per_min', -1)):>13.1f}")
         if len(runs) > 1:
             print(f"{'':<30} steady p99 over runs: " + ", ".join(f"{float(x['steady_p99_ms']):.1f}" for x in rows[n]) +
-                  "; CPU s / 1M: " + ", ".join(f"{float(x['cpu_s_per_1m']):.3f}" for x in rows[n]))
+                  "; CPU s / 1M: " + ", ".join(f"{float(x['cpu_s_per_1m']):.3f}" for x in rows[n]) +
+                  "; disk MiB/min: " + ", ".join(f"{float(x.get('disk_mib_per_min', -1)):.0f}" for x in rows[n]))
 if "sluice" in m and vm and float(sys.argv[4]) <= 0:  # the flat-out goals
     s = m["sluice"]
     print()

@@ -96,8 +96,20 @@
  *       rows only; those before meta 'rollup_1h_blob_from' are read from here (setup_blob_from)
  *       until the writer has copied them into blobs (migrate_step).
  *   rollup_state(series_id PRIMARY KEY, last_t, prev, prev_ok, open)
- *       open = for each open bucket, 64 bytes little-endian: res_ms i64, ts i64, count u64, sum,
- *       min, max, last, increase f64.
+ *       open = the open buckets (and the pending sample, res_ms 0: ts, count 1, last), compact:
+ *       | 1 byte  | 0xC5                                                                      |
+ *       per entry:
+ *       | uvarint | res_ms                                                                    |
+ *       | uvarint | ts, zigzag delta from the previous entry's ts (first: from 0)             |
+ *       | uvarint | count                                                                     |
+ *       | uvarint | modes: 2 bits per value below, lowest first                               |
+ *       | 5 values| last, max, min, sum, increase: x = bits(v) XOR bits(previous value; first |
+ *       |         | 0); mode 0: uvarint of bswap64(x), 1: uvarint of x, 2: x in 8 bytes LE    |
+ *       Rows written before it hold 64 bytes little-endian per entry instead (res_ms i64, ts
+ *       i64, count u64, sum, min, max, last, increase f64), whose first byte is never 0xC5
+ *       (res_ms is 0 or a multiple of 1000); both are read. The compact rows are ~100 bytes
+ *       instead of ~230: every active series' row is rewritten about twice a minute (when its
+ *       minute closes, and at the checkpoint), so this is most of the writer's disk traffic.
  *   VIEW rollup_1h(series_id, metric, labels, ts, count, sum, min, max, last, increase)
  *
  * ---- Blob format (rollup_blob.data) ------------------------------------------------------------
@@ -150,7 +162,10 @@
 #define PLAIN_RES_MS 3600000
 #define META_BLOB_FROM "rollup_1h_blob_from"
 #define MAX_PAYLOAD (1u << 20)
-#define STATE_ENTRY_BYTES 64
+#define STATE_ENTRY_BYTES 64 /* an entry of the first rollup_state.open layout */
+#define STATE_COMPACT 0xC5u  /* first byte of the compact layout; never one of the first */
+#define STATE_COMPACT_MAX (3 * VARINT_MAX + 2 + 5 * VARINT_MAX)
+#define STATE_OPEN_MAX (1 + (ROLLUP_MAX_RESOLUTIONS + 1) * STATE_COMPACT_MAX)
 #define PENDING_RES_MS 0 /* a rollup_state.open entry holding the pending sample (ts, last) */
 #define NO_BUCKET INT64_MIN
 #define STALE_NAN_BITS 0x7ff0000000000002ull
@@ -1405,15 +1420,6 @@ void rollup_close_buckets_before(rollup_t *r, int64_t before_ms)
 
 /* ---- state snapshots ------------------------------------------------------------------------ */
 
-static void put_state_entry(uint8_t *p, int64_t res_ms, const rollup_bucket_t *b)
-{
-    uint64_t w[8] = {(uint64_t)res_ms, (uint64_t)b->ts, b->count,       dbits(b->sum),
-                     dbits(b->min),    dbits(b->max),   dbits(b->last), dbits(b->increase)};
-    for (int i = 0; i < 8; i++)
-        for (int k = 0; k < 8; k++)
-            p[i * 8 + k] = (uint8_t)(w[i] >> (8 * k));
-}
-
 static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *b)
 {
     uint64_t w[8] = {0};
@@ -1462,21 +1468,128 @@ static void snap_state(rollup_t *r, sstate_t *s)
         s->seen_open = true;
 }
 
-/* The rollup_state row of a snapshot: its open entries into out (room for rs.n + 1); returns
- * how many. */
-static size_t snap_entries(const rollup_t *r, const sstate_t *s, uint8_t *out)
+/* One compact entry (see "Tables" above) at out; returns its length (<= STATE_COMPACT_MAX). */
+static size_t put_state_compact(uint8_t *out, int64_t res_ms, const rollup_bucket_t *b, int64_t *prev_ts)
+{
+    size_t n = varint_encode(out, (uint64_t)res_ms);
+    n += varint_encode(out + n, varint_zigzag((int64_t)((uint64_t)b->ts - (uint64_t)*prev_ts)));
+    *prev_ts = b->ts;
+    n += varint_encode(out + n, b->count);
+    const double v[5] = {b->last, b->max, b->min, b->sum, b->increase};
+    uint8_t body[5 * 10];
+    size_t m = 0;
+    uint64_t modes = 0, prev = 0;
+    for (int k = 0; k < 5; k++) {
+        uint64_t x = dbits(v[k]) ^ prev;
+        prev = dbits(v[k]);
+        /* mode 0: trailing zero bytes (whole numbers, short decimals) dropped; mode 1: leading
+         * ones (a value near the previous one); mode 2: 8 bytes as they are. */
+        size_t l0 = varint_len(__builtin_bswap64(x)), l1 = varint_len(x);
+        uint64_t mode = l0 <= l1 ? (l0 < 8 ? 0 : 2) : (l1 < 8 ? 1 : 2);
+        modes |= mode << (2 * k);
+        if (mode == 0)
+            m += varint_encode(body + m, __builtin_bswap64(x));
+        else if (mode == 1)
+            m += varint_encode(body + m, x);
+        else
+            for (int i = 0; i < 8; i++)
+                body[m++] = (uint8_t)(x >> (8 * i));
+    }
+    n += varint_encode(out + n, modes);
+    memcpy(out + n, body, m);
+    return n + m;
+}
+
+/* Reads one compact entry at *p (never past end); 0, or -1 if it is malformed. */
+static int get_state_compact(const uint8_t **p, const uint8_t *end, int64_t *prev_ts, int64_t *res_ms,
+                             rollup_bucket_t *b)
+{
+    uint64_t res, dts, count, modes;
+    if (varint_get(p, end, &res) != VARINT_OK || res > INT64_MAX || varint_get(p, end, &dts) != VARINT_OK ||
+        varint_get(p, end, &count) != VARINT_OK || varint_get(p, end, &modes) != VARINT_OK || modes >= (1u << 10))
+        return -1;
+    *res_ms = (int64_t)res;
+    *prev_ts = (int64_t)((uint64_t)*prev_ts + (uint64_t)varint_unzigzag(dts));
+    double v[5];
+    uint64_t prev = 0;
+    for (int k = 0; k < 5; k++) {
+        uint64_t x = 0, mode = (modes >> (2 * k)) & 3;
+        if (mode == 0 || mode == 1) {
+            if (varint_get(p, end, &x) != VARINT_OK)
+                return -1;
+            if (mode == 0)
+                x = __builtin_bswap64(x);
+        } else if (mode == 2 && end - *p >= 8) {
+            for (int i = 0; i < 8; i++)
+                x |= (uint64_t)(*p)[i] << (8 * i);
+            *p += 8;
+        } else {
+            return -1;
+        }
+        prev ^= x;
+        v[k] = bitsd(prev);
+    }
+    *b = (rollup_bucket_t){
+        .ts = *prev_ts, .count = count, .last = v[0], .max = v[1], .min = v[2], .sum = v[3], .increase = v[4]};
+    return 0;
+}
+
+/* The rollup_state.open of a snapshot, compact, into out (room for STATE_OPEN_MAX); returns its
+ * length, 0 if nothing is open. */
+static size_t snap_open(const rollup_t *r, const sstate_t *s, uint8_t *out)
 {
     size_t n = 0;
+    int64_t prev_ts = 0;
+    out[n++] = STATE_COMPACT;
     for (size_t i = 0; i < r->rs.n; i++)
         if (open_is(s, i)) {
             rollup_bucket_t b = open_get(r, s, i);
-            put_state_entry(out + STATE_ENTRY_BYTES * n++, r->rs.v[i].res_ms, &b);
+            n += put_state_compact(out + n, r->rs.v[i].res_ms, &b, &prev_ts);
         }
     if (s->pend) {
         rollup_bucket_t pb = {.ts = s->pend_t, .count = 1, .last = s->pend_v};
-        put_state_entry(out + STATE_ENTRY_BYTES * n++, PENDING_RES_MS, &pb);
+        n += put_state_compact(out + n, PENDING_RES_MS, &pb, &prev_ts);
     }
-    return n;
+    assert(n <= STATE_OPEN_MAX);
+    return n > 1 ? n : 0;
+}
+
+/* The entries of a rollup_state.open value, in either layout. */
+typedef struct {
+    const uint8_t *p, *end;
+    bool compact;
+    int64_t prev_ts;
+} state_iter_t;
+
+static state_iter_t state_iter_start(const uint8_t *p, size_t len)
+{
+    state_iter_t it = {.p = p, .end = p + len};
+    if (len > 0 && p[0] == STATE_COMPACT) {
+        it.compact = true;
+        it.p++;
+    }
+    return it;
+}
+
+/* 1: an entry; 0: no more; -1: malformed (the rest is skipped). */
+static int state_iter_next(state_iter_t *it, int64_t *res_ms, rollup_bucket_t *b)
+{
+    if (!it->p || it->p >= it->end)
+        return 0;
+    if (it->compact) {
+        if (get_state_compact(&it->p, it->end, &it->prev_ts, res_ms, b) != 0) {
+            it->p = it->end;
+            return -1;
+        }
+        return 1;
+    }
+    if (it->end - it->p < STATE_ENTRY_BYTES) {
+        it->p = it->end;
+        return 0; /* as before: a short tail is ignored */
+    }
+    get_state_entry(it->p, res_ms, b);
+    it->p += STATE_ENTRY_BYTES;
+    return 1;
 }
 
 static void snaps_clear(rollup_t *r)
@@ -1716,14 +1829,14 @@ static int write_snaps(rollup_t *r, sqlite3 *db, const wst_t *w, bool all)
     int ret = -1;
     for (size_t i = 0; i < r->nsnaps; i++) {
         const sstate_t *sn = (const sstate_t *)(const void *)(r->snaps + i * state_bytes(r));
-        uint8_t open[(ROLLUP_MAX_RESOLUTIONS + 1) * STATE_ENTRY_BYTES];
-        size_t nopen = snap_entries(r, sn, open);
+        uint8_t open[STATE_OPEN_MAX];
+        size_t nopen = snap_open(r, sn, open);
         sqlite3_bind_int64(w->state, 1, (sqlite3_int64)sn->id);
         sqlite3_bind_int64(w->state, 2, sn->last_t);
         sqlite3_bind_double(w->state, 3, sn->prev_ok ? sn->prev : 0);
         sqlite3_bind_int(w->state, 4, sn->prev_ok);
         if (nopen)
-            sqlite3_bind_blob(w->state, 5, open, (int)(nopen * STATE_ENTRY_BYTES), SQLITE_STATIC);
+            sqlite3_bind_blob(w->state, 5, open, (int)nopen, SQLITE_STATIC);
         else
             sqlite3_bind_null(w->state, 5);
         int rc = sqlite3_step(w->state);
@@ -2754,7 +2867,7 @@ static int load_states(rollup_t *r, sqlite3 *db)
         SQLITE_OK)
         return -1;
     int64_t hw = INT64_MIN;
-    size_t dropped = 0;
+    size_t dropped = 0, malformed = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         uint64_t id = (uint64_t)sqlite3_column_int64(st, 0);
         shard_t *sh = &r->shards[shard_of(id)];
@@ -2769,11 +2882,11 @@ static int load_states(rollup_t *r, sqlite3 *db)
         if (s->last_t > hw)
             hw = s->last_t;
         const uint8_t *p = sqlite3_column_blob(st, 4);
-        size_t len = (size_t)sqlite3_column_bytes(st, 4);
-        for (size_t off = 0; p && off + STATE_ENTRY_BYTES <= len; off += STATE_ENTRY_BYTES) {
-            int64_t res_ms;
-            rollup_bucket_t b;
-            get_state_entry(p + off, &res_ms, &b);
+        state_iter_t it = state_iter_start(p, p ? (size_t)sqlite3_column_bytes(st, 4) : 0);
+        int64_t res_ms;
+        rollup_bucket_t b;
+        int more;
+        while ((more = state_iter_next(&it, &res_ms, &b)) > 0) {
             if (res_ms == PENDING_RES_MS) {
                 s->pend = true;
                 s->pend_t = b.ts;
@@ -2809,10 +2922,14 @@ static int load_states(rollup_t *r, sqlite3 *db)
                                      .disk_lo = s->open[i].disk_lo};
             s->last = b.last; /* the same in every open bucket of a state */
         }
+        if (more < 0)
+            malformed++; /* the entries before it are kept; WAL replay brings the rest back */
     }
     sqlite3_finalize(st);
     if (dropped)
         log_warn("rollup", "open buckets of unconfigured resolutions dropped", LF_I("buckets", dropped));
+    if (malformed)
+        log_warn("rollup", "undecodable open buckets in rollup_state skipped", LF_I("rows", malformed));
     atomic_store(&r->high_water, hw);
     return rc == SQLITE_DONE ? 0 : -1;
 }
