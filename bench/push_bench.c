@@ -35,9 +35,9 @@
  *          steady_samples_s=.. (rounds 2..N only: every series exists) first_round_s=..
  *          cpu_s=.. cpu_s_per_1m=.. steady_p50_ms=.. steady_p99_ms=.. (rounds 2..N)
  *          round1_p50_ms=.. round1_p99_ms=.. (round 1 only: every push creates its group's series)
- *          disk_mib=.. disk_mib_per_min=.. (what --pid wrote to storage over the run, see
- *          proc_write_bytes; with --interval and enough rounds to cross minute boundaries, the
- *          disk traffic of the steady state)
+ *          disk_mib=.. disk_mib_per_min=.. (what --pid wrote to storage over the run, or from the
+ *          start of round --disk-from-round on; see proc_write_bytes. With --interval, a late
+ *          round and minutes of rounds after it, the disk traffic of the steady state)
  * --latency-log FILE writes one line per push: round, TaskManager, start and end (seconds after
  * the clock started), latency (ms), HTTP status; and the clock's CLOCK_MONOTONIC origin on a
  * first "# t0_monotonic=" line, to line pushes up with a server profile (perf -k CLOCK_MONOTONIC).
@@ -186,6 +186,7 @@ typedef struct {
     uint64_t seed;
     double max_seconds, timeout, interval; /* interval: fixed-rate seconds between a TM's pushes, 0 = flat out */
     const char *bodies, *write_bodies, *latency_log;
+    int disk_from; /* disk_mib_per_min from the start of this round (1-based) on; 0 or 1: the whole run */
 } opts_t;
 
 /* --bodies file: per body (round-major, as generated) u64 series, u64 length, the bytes; mapped
@@ -340,6 +341,8 @@ int main(int argc, char **argv)
             o.interval = atof(v);
         else if (!strcmp(a, "--latency-log"))
             o.latency_log = v;
+        else if (!strcmp(a, "--disk-from-round"))
+            o.disk_from = atoi(v);
         else
             usage();
     }
@@ -447,6 +450,7 @@ int main(int argc, char **argv)
         die(o.latency_log);
     double cpu0 = o.pid ? proc_cpu_s(o.pid) : -1;
     long long wb0 = o.pid ? proc_write_bytes(o.pid) : -1;
+    double twb0 = -1; /* when wb0 was read, if not at the start */
     double t0 = now_s(), tend = t0;
     bool stop_issuing = false;
     if (llog)
@@ -602,8 +606,13 @@ int main(int argc, char **argv)
                              b ? b + 4 : "");
                 }
             }
-            if (--round_left[c->req->round] == 0)
+            if (--round_left[c->req->round] == 0) {
                 round_end[c->req->round] = tend;
+                if (o.disk_from > 1 && c->req->round == o.disk_from - 2 && wb0 >= 0) {
+                    wb0 = proc_write_bytes(o.pid); /* the window starts when round disk_from does */
+                    twb0 = tend;
+                }
+            }
             c->busy = false;
             inflight--;
             if (eof || (c->need == SIZE_MAX))
@@ -661,7 +670,7 @@ int main(int argc, char **argv)
            o.name, nlat + timeouts, ok, errors, timeouts, secs, (double)ok / secs, (double)ok_samples / secs, p50 * 1e3,
            p99 * 1e3, mx * 1e3, rss, hwm, nreq, series, steady, round_end[0] > 0 ? round_end[0] - t0 : -1.0, cpu,
            cpu >= 0 && ok_samples ? cpu / ((double)ok_samples / 1e6) : -1.0, sp50 * 1e3, sp99 * 1e3, fp50 * 1e3,
-           fp99 * 1e3, disk_mib, disk_mib >= 0 ? disk_mib * 60.0 / secs : -1.0);
+           fp99 * 1e3, disk_mib, disk_mib >= 0 ? disk_mib * 60.0 / (twb0 >= 0 ? tend - twb0 : secs) : -1.0);
     for (int i = 0; i < o.conns; i++)
         conn_close(&cs[i]);
     return 0;

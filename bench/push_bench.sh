@@ -14,8 +14,9 @@
 # TARGETS="sluice vm pushgateway-nocheck pushgateway" (any subset), SEED=1, INTERVAL= (seconds:
 # the fixed-rate run — every TaskManager pushes once per INTERVAL at its own phase, latency from
 # when the push was due, CPU-seconds of the server per 1M samples; e.g. INTERVAL=10 ROUNDS=6 is
-# the real cadence for 60 s; its table adds the disk MiB/min each server wrote, which wants
-# ROUNDS=18 MAX_SECONDS=240 to cross minute boundaries), LATENCY_DIR= (a directory: each run's
+# the real cadence for 60 s; its table adds the disk MiB/min each server wrote, over the whole run
+# or, with DISK_FROM_ROUND=K, from round K on: INTERVAL=10 ROUNDS=20 DISK_FROM_ROUND=9
+# MAX_SECONDS=240 is two minutes of the steady state, new series and first minute left out), LATENCY_DIR= (a directory: each run's
 # per-push latencies are written there as <target>.<rep>.lat, see push_bench.c --latency-log).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +32,7 @@ PG_CHECK_SECONDS=${PG_CHECK_SECONDS:-30}
 TARGETS=${TARGETS:-"sluice vm pushgateway-nocheck pushgateway"}
 INTERVAL=${INTERVAL:-0}
 LATENCY_DIR=${LATENCY_DIR:-}
+DISK_FROM_ROUND=${DISK_FROM_ROUND:-0}
 
 bin=$build/sluice
 [ -x "$bin" ] || { echo "push_bench: no $bin (make build-release first)" >&2; exit 1; }
@@ -116,7 +118,7 @@ for rep in $(seq "$REPS"); do
         [ -n "$LATENCY_DIR" ] && latlog=(--latency-log "$LATENCY_DIR/$target.$rep.lat")
         "$work/push_bench" --target "$kind" --name "$target" --port "$port" --tms "$TMS" --rounds "$ROUNDS" \
             --conns "$CONNS" --seed "$SEED" --bodies "$work/bodies.bin" --max-seconds "$cap" \
-            --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" "${latlog[@]}" 2>"$dir/bench.err" | tee -a "$results" |
+            --timeout "$timeout" --pid "$pid" --interval "$INTERVAL" --disk-from-round "$DISK_FROM_ROUND" "${latlog[@]}" 2>"$dir/bench.err" | tee -a "$results" |
             grep -v '^RESULT'
         if [ "$target" = sluice ]; then
             # which HTTP worker took the pool's connections (one worker holding all of them serves
