@@ -1869,28 +1869,21 @@ static void test_due_eviction_boundary(void **state)
  * its first snapshots, not rewritten at every minute's snapshot (a trigger counts the writes),
  * stays open across a restart, and gets its newest sample's time when it is evicted. Range
  * filters (catalog_series_by_labels) keep an open series and drop a closed one after its end. */
-static int64_t seen_of(sqlite3 *db, uint64_t id)
+static int64_t seen_query(sqlite3 *db, const char *fmt, uint64_t id)
 {
     char sql[128];
-    snprintf(sql, sizeof(sql), "SELECT last_seen FROM series WHERE id = %llu", (unsigned long long)id);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
+    snprintf(sql, sizeof(sql), fmt, (unsigned long long)id);
+    return query_i64(db, sql);
+}
+
+static int64_t seen_of(sqlite3 *db, uint64_t id)
+{
+    return seen_query(db, "SELECT last_seen FROM series WHERE id = %llu", id);
 }
 
 static int64_t seen_writes(sqlite3 *db, uint64_t id)
 {
-    char sql[128];
-    snprintf(sql, sizeof(sql), "SELECT count(*) FROM seen_log WHERE id = %llu", (unsigned long long)id);
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
+    return seen_query(db, "SELECT count(*) FROM seen_log WHERE id = %llu", id);
 }
 
 static bool job_seen_after(catalog_t *cat, const char *job, int64_t mint, uint64_t id)
