@@ -153,6 +153,7 @@
 #include "internal/util/clock.h"
 #include "internal/util/slab.h"
 #include "internal/util/log.h"
+#include "internal/util/endian.h"
 #include "internal/util/varint.h"
 #include "internal/util/parse.h"
 
@@ -1422,10 +1423,9 @@ void rollup_close_buckets_before(rollup_t *r, int64_t before_ms)
 
 static void get_state_entry(const uint8_t *p, int64_t *res_ms, rollup_bucket_t *b)
 {
-    uint64_t w[8] = {0};
+    uint64_t w[8];
     for (int i = 0; i < 8; i++)
-        for (int k = 0; k < 8; k++)
-            w[i] |= (uint64_t)p[i * 8 + k] << (8 * k);
+        w[i] = le_get64(p + 8 * i);
     *res_ms = (int64_t)w[0];
     *b = (rollup_bucket_t){.ts = (int64_t)w[1],
                            .count = w[2],
@@ -1476,7 +1476,7 @@ static size_t put_state_compact(uint8_t *out, int64_t res_ms, const rollup_bucke
     *prev_ts = b->ts;
     n += varint_encode(out + n, b->count);
     const double v[5] = {b->last, b->max, b->min, b->sum, b->increase};
-    uint8_t body[5 * 10];
+    uint8_t body[5 * VARINT_MAX];
     size_t m = 0;
     uint64_t modes = 0, prev = 0;
     for (int k = 0; k < 5; k++) {
@@ -1491,9 +1491,10 @@ static size_t put_state_compact(uint8_t *out, int64_t res_ms, const rollup_bucke
             m += varint_encode(body + m, __builtin_bswap64(x));
         else if (mode == 1)
             m += varint_encode(body + m, x);
-        else
-            for (int i = 0; i < 8; i++)
-                body[m++] = (uint8_t)(x >> (8 * i));
+        else {
+            le_put64(body + m, x);
+            m += 8;
+        }
     }
     n += varint_encode(out + n, modes);
     memcpy(out + n, body, m);
@@ -1520,8 +1521,7 @@ static int get_state_compact(const uint8_t **p, const uint8_t *end, int64_t *pre
             if (mode == 0)
                 x = __builtin_bswap64(x);
         } else if (mode == 2 && end - *p >= 8) {
-            for (int i = 0; i < 8; i++)
-                x |= (uint64_t)(*p)[i] << (8 * i);
+            x = le_get64(*p);
             *p += 8;
         } else {
             return -1;
