@@ -89,6 +89,16 @@
  *       blobs, one seek and one decode), data encoded as below. A rowid table, not WITHOUT ROWID:
  *       its leaves hold blobs up to ~4 KB in place, where an index b-tree spills anything over
  *       ~1 KB to a mostly empty overflow page (docs/storage-rollups.md has the measurements).
+ *   rollup_recent(res, series_id, start, n, data)  PK (res, series_id, start), WITHOUT ROWID
+ *       the buckets of a span written since its rollup_blob row was last rewritten (same key,
+ *       same encoding, never deflated); a read merges the two, the recent row's buckets being the
+ *       later ones. A closed bucket goes into the small recent row; about every FOLD_SLOTS
+ *       buckets (and at the span's last slot) the recent row is folded into the blob and deleted.
+ *       Rewriting the span's blob for every closed bucket, as before, cost in proportion to how
+ *       full the span was: at 256k series the writer rewrote ~120 buckets per series per minute
+ *       on average (~320 MB/min of SQLite pages, ~12 s of CPU per minute), and up to 240 at the
+ *       end of each 4-hour span, a cost no short benchmark saw. The fold time is staggered by id
+ *       run (fold_due), so a minute rewrites 1/FOLD_SLOTS of the blobs, neighbours on disk.
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
  *       the 1h resolution again, one plain row per bucket, written in the same transaction as
  *       its blob, so the rollup_1h view needs no decoder; reads use the blobs. SQLite stores NaN
@@ -159,6 +169,7 @@
 
 #define SHARDS 64
 #define BLOB_SPAN 240      /* buckets per blob, every resolution but 1h (1m: 4 h) */
+#define FOLD_SLOTS 16      /* a span's recent row is folded into its blob about this often */
 #define HOUR_BLOB_SPAN 720 /* 1h: 30 days per blob, so a month of one series is one or two blobs */
 #define PLAIN_RES_MS 3600000
 #define META_BLOB_FROM "rollup_1h_blob_from"
@@ -290,14 +301,15 @@ typedef struct {
 typedef struct rconn {
     struct rconn *next;
     sqlite3 *db;
-    sqlite3_stmt *blob, *plain;
+    sqlite3_stmt *blob, *recent, *plain;
     codec_t codec;
 } rconn_t;
 
 struct rollup_reader {
     rollup_t *r;
     rconn_t *c;
-    rollup_buckets_t scratch; /* reader_disk_lo's decoded blob */
+    rollup_buckets_t scratch; /* reader_disk_lo's decoded blob; read_disk's recent buckets */
+    rollup_buckets_t merged;  /* read_disk: blobs and recent rows merged */
     bool txn;                 /* BEGIN issued; the snapshot is the one of disk_gen == gen */
     uint64_t gen;             /* r->disk_gen when the transaction began */
 };
@@ -444,6 +456,15 @@ static bool has_plain(const rollup_t *r, size_t i)
 static int64_t span_of(int64_t res)
 {
     return res == PLAIN_RES_MS ? HOUR_BLOB_SPAN : BLOB_SPAN;
+}
+
+/* Is a rollup_blob row of resolution res deflated? Not 1h blobs: long-range queries read them far
+ * more often per byte than the writer stores them (inflate was a third of a 30-day read), and
+ * they are a 60th of the buckets (13 instead of ~7.5 bytes each). rollup_recent rows never are:
+ * they hold a few buckets, rewritten every minute. */
+static bool blob_squeeze(int64_t res)
+{
+    return span_of(res) == BLOB_SPAN;
 }
 
 /* ---- resolutions -------------------------------------------------------------------------- */
@@ -643,11 +664,9 @@ static const uint8_t *codec_inflate(codec_t *cx, const uint8_t *in, size_t inlen
 }
 
 /* Encodes sorted, distinct-ts buckets b[0..n) of the blob starting at `start` (span buckets of
- * width res) into out. 1h blobs are not deflated: long-range queries read them far more often
- * per byte than the writer stores them (inflate was a third of a 30-day read), and they are a
- * 60th of the buckets (13 instead of ~7.5 bytes each). */
+ * width res) into out, deflated if `squeeze` (see blob_squeeze) and shorter so. */
 static void blob_encode(codec_t *cx, buf_t *out, const rollup_bucket_t *b, size_t n, int64_t start, int64_t res,
-                        int64_t span)
+                        int64_t span, bool squeeze)
 {
     buf_t *p = &cx->payload;
     buf_reset(p);
@@ -692,7 +711,7 @@ static void blob_encode(codec_t *cx, buf_t *out, const rollup_bucket_t *b, size_
     }
     buf_reset(out);
     size_t zlen = 0;
-    if (span == BLOB_SPAN) {
+    if (squeeze) {
         buf_putc(out, 2);
         varint_put(out, p->len);
         zlen = codec_deflate(cx, p, out);
@@ -1621,6 +1640,9 @@ static void closed_clear(closed_vec_t *cv, size_t keep_bytes)
     " series_id INTEGER NOT NULL, start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL);"                    \
     "CREATE UNIQUE INDEX IF NOT EXISTS rollup_blob_key ON rollup_blob(res, series_id, start);"                         \
     "CREATE INDEX IF NOT EXISTS rollup_blob_start ON rollup_blob(res, start);"                                         \
+    "CREATE TABLE IF NOT EXISTS rollup_recent(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"                       \
+    " start INTEGER NOT NULL, n INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(res, series_id, start))"            \
+    " WITHOUT ROWID;"                                                                                                  \
     "CREATE TABLE IF NOT EXISTS rollup_plain(res INTEGER NOT NULL, series_id INTEGER NOT NULL,"                        \
     " ts INTEGER NOT NULL, count INTEGER NOT NULL, sum REAL, min REAL, max REAL, last REAL,"                           \
     " increase REAL, PRIMARY KEY(res, series_id, ts)) WITHOUT ROWID;"                                                  \
@@ -1647,58 +1669,117 @@ static double col_double(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-/* Writes buckets c[0..n) (same id, resolution, span; sorted by ts, seq) merged into their blob. */
-static int write_blob_group(rollup_t *r, sqlite3_stmt *sel, sqlite3_stmt *up, const closed_t *c, size_t n,
-                            int64_t start, buf_t *enc)
+/* The statements of one writer transaction. */
+typedef struct {
+    sqlite3_stmt *plain, *state, *del, *seen, *close, *bsel, *bup, *rsel, *rup, *rdel;
+} wst_t;
+
+/* Appends a[0..na) and then-later b[0..nb) (each sorted by ts, repeats allowed) to out in ts
+ * order, buckets of one ts merged in that order. Returns 0 or -1 (out of memory). */
+static int buckets_merge(rollup_buckets_t *out, const rollup_bucket_t *a, size_t na, const rollup_bucket_t *b,
+                         size_t nb)
 {
-    int64_t res = r->rs.v[c[0].res_idx].res_ms;
-    rollup_buckets_t have = {0};
-    int ret = -1;
+    if (buckets_reserve(out, na + nb) != 0)
+        return -1;
+    size_t i = 0, k = 0, n0 = out->n;
+    while (i < na || k < nb) {
+        const rollup_bucket_t *next = k >= nb || (i < na && a[i].ts <= b[k].ts) ? &a[i++] : &b[k++];
+        if (out->n > n0 && out->v[out->n - 1].ts == next->ts)
+            bucket_merge(&out->v[out->n - 1], next);
+        else
+            out->v[out->n++] = *next;
+    }
+    return 0;
+}
+
+/* Decodes the row `sel` finds for (res, id, start) into out (nothing if there is none; a corrupt
+ * one is logged and replaced by what is written next). *found: there was a row. Returns 0 or -1. */
+static int blob_load(rollup_t *r, sqlite3_stmt *sel, int64_t res, uint64_t id, int64_t start, rollup_buckets_t *out,
+                     bool *found)
+{
     sqlite3_bind_int64(sel, 1, res);
-    sqlite3_bind_int64(sel, 2, (sqlite3_int64)c[0].id);
+    sqlite3_bind_int64(sel, 2, (sqlite3_int64)id);
     sqlite3_bind_int64(sel, 3, start);
     int rc = sqlite3_step(sel);
-    if (rc == SQLITE_ROW) {
-        if (blob_decode(&r->wcodec, sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0), start, res,
-                        span_of(res), &have) != 0) {
-            log_error("rollup", "corrupt blob replaced", LF_I("series", c[0].id), LF_I("start", start));
-            have.n = 0;
-        }
-    } else if (rc != SQLITE_DONE) {
-        goto out;
+    *found = rc == SQLITE_ROW;
+    if (rc == SQLITE_ROW && blob_decode(&r->wcodec, sqlite3_column_blob(sel, 0), (size_t)sqlite3_column_bytes(sel, 0),
+                                        start, res, span_of(res), out) != 0) {
+        log_error("rollup", "corrupt blob replaced", LF_I("series", id), LF_I("start", start));
+        out->n = 0;
     }
     sqlite3_reset(sel);
-    /* Merge: both sorted by ts; new buckets of an existing ts merge in (they are later). */
-    rollup_buckets_t m = {0};
-    m.cap = have.n + n;
-    m.v = malloc(m.cap * sizeof(*m.v));
-    if (!m.v)
-        goto out;
-    size_t i = 0, k = 0;
-    while (i < have.n || k < n) {
-        const rollup_bucket_t *next;
-        if (k >= n || (i < have.n && have.v[i].ts <= c[k].b.ts))
-            next = &have.v[i++];
-        else
-            next = &c[k++].b;
-        if (m.n > 0 && m.v[m.n - 1].ts == next->ts)
-            bucket_merge(&m.v[m.n - 1], next);
-        else
-            m.v[m.n++] = *next;
-    }
-    blob_encode(&r->wcodec, enc, m.v, m.n, start, res, span_of(res));
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Encodes b into the row `up` writes for (res, id, start). Returns 0 or -1. */
+static int blob_store(rollup_t *r, sqlite3_stmt *up, int64_t res, uint64_t id, int64_t start,
+                      const rollup_buckets_t *b, bool squeeze, buf_t *enc)
+{
+    blob_encode(&r->wcodec, enc, b->v, b->n, start, res, span_of(res), squeeze);
     sqlite3_bind_int64(up, 1, res);
-    sqlite3_bind_int64(up, 2, (sqlite3_int64)c[0].id);
+    sqlite3_bind_int64(up, 2, (sqlite3_int64)id);
     sqlite3_bind_int64(up, 3, start);
-    sqlite3_bind_int64(up, 4, (sqlite3_int64)m.n);
+    sqlite3_bind_int64(up, 4, (sqlite3_int64)b->n);
     sqlite3_bind_blob(up, 5, enc->data, (int)enc->len, SQLITE_STATIC);
-    if (sqlite3_step(up) == SQLITE_DONE)
-        ret = 0;
+    int rc = sqlite3_step(up);
     sqlite3_reset(up);
-    rollup_buckets_free(&m);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Is it time to fold a span's recent row, whose newest bucket is in `slot`, into the blob? At the
+ * span's last slot (a finished span is one row), when the recent row has grown to 2 FOLD_SLOTS
+ * buckets (a series with gaps), and otherwise once per FOLD_SLOTS slots at a phase of the id's
+ * run: a minute then rewrites the blobs of 1/FOLD_SLOTS of the runs, which the span's first
+ * write laid out next to each other in the table (write_inflight goes in id order). */
+static bool fold_due(uint64_t id, int64_t slot, int64_t span, size_t nrecent)
+{
+    uint64_t phase = (id / 256) % FOLD_SLOTS;
+    return slot == span - 1 || nrecent >= 2 * FOLD_SLOTS || ((uint64_t)slot + phase) % FOLD_SLOTS == FOLD_SLOTS - 1;
+}
+
+/* Writes buckets c[0..n) (same id, resolution, span; sorted by ts, seq): merged into the span's
+ * rollup_recent row, or, when fold_due, together with that row into the span's blob (the recent
+ * row deleted). */
+static int write_blob_group(rollup_t *r, const wst_t *w, const closed_t *c, size_t n, int64_t start, buf_t *enc)
+{
+    int64_t res = r->rs.v[c[0].res_idx].res_ms;
+    uint64_t id = c[0].id;
+    rollup_buckets_t fresh = {0}, recent = {0}, have = {0}, m = {0};
+    bool had_recent, had_blob;
+    int ret = -1;
+    if (buckets_reserve(&fresh, n) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        fresh.v[fresh.n++] = c[i].b;
+    if (blob_load(r, w->rsel, res, id, start, &recent, &had_recent) != 0 ||
+        buckets_merge(&m, recent.v, recent.n, fresh.v, fresh.n) != 0)
+        goto out;
+    int64_t slot = (c[n - 1].b.ts - start) / res;
+    if (!fold_due(id, slot, span_of(res), m.n)) {
+        ret = blob_store(r, w->rup, res, id, start, &m, false, enc);
+        goto out;
+    }
+    if (blob_load(r, w->bsel, res, id, start, &have, &had_blob) != 0)
+        goto out;
+    recent.n = 0;
+    if (buckets_merge(&recent, have.v, have.n, m.v, m.n) != 0 ||
+        blob_store(r, w->bup, res, id, start, &recent, blob_squeeze(res), enc) != 0)
+        goto out;
+    if (had_recent) {
+        sqlite3_bind_int64(w->rdel, 1, res);
+        sqlite3_bind_int64(w->rdel, 2, (sqlite3_int64)id);
+        sqlite3_bind_int64(w->rdel, 3, start);
+        int rc = sqlite3_step(w->rdel);
+        sqlite3_reset(w->rdel);
+        if (rc != SQLITE_DONE)
+            goto out;
+    }
+    ret = 0;
 out:
-    sqlite3_reset(sel);
+    rollup_buckets_free(&fresh);
+    rollup_buckets_free(&recent);
     rollup_buckets_free(&have);
+    rollup_buckets_free(&m);
     return ret;
 }
 
@@ -1726,7 +1807,7 @@ static int write_plain(rollup_t *r, sqlite3_stmt *st, const closed_t *c)
 /* The inflight buckets of every shard, merged into (id, res_idx, ts) order (rows arriving in key
  * order fill SQLite's b-trees best and touch each page once): per series, resolution and blob
  * span, one blob merge (and, for 1h, the plain rows). A series' buckets are all in one shard. */
-static int write_inflight(rollup_t *r, sqlite3_stmt *plain, sqlite3_stmt *bsel, sqlite3_stmt *bup, buf_t *enc)
+static int write_inflight(rollup_t *r, const wst_t *w, buf_t *enc)
 {
     size_t pos[SHARDS] = {0};
     for (;;) {
@@ -1752,18 +1833,13 @@ static int write_inflight(rollup_t *r, sqlite3_stmt *plain, sqlite3_stmt *bsel, 
          * an hour until migrate_step copies the row over it; readers use the row until then.) */
         if (has_plain(r, c[i].res_idx))
             for (size_t x = i; x < k; x++)
-                if (write_plain(r, plain, &c[x]) != 0)
+                if (write_plain(r, w->plain, &c[x]) != 0)
                     return -1;
-        if (write_blob_group(r, bsel, bup, &c[i], k - i, start, enc) != 0)
+        if (write_blob_group(r, w, &c[i], k - i, start, enc) != 0)
             return -1;
         pos[sk] = k;
     }
 }
-
-/* The statements of one writer transaction. */
-typedef struct {
-    sqlite3_stmt *plain, *state, *del, *seen, *close, *bsel, *bup;
-} wst_t;
 
 static void wst_finalize(wst_t *w)
 {
@@ -1774,6 +1850,9 @@ static void wst_finalize(wst_t *w)
     sqlite3_finalize(w->close);
     sqlite3_finalize(w->bsel);
     sqlite3_finalize(w->bup);
+    sqlite3_finalize(w->rsel);
+    sqlite3_finalize(w->rup);
+    sqlite3_finalize(w->rdel);
     *w = (wst_t){0};
 }
 
@@ -1804,7 +1883,14 @@ static int wst_prepare(sqlite3 *db, wst_t *w)
         sqlite3_prepare_v2(db,
                            "INSERT INTO rollup_blob(res, series_id, start, n, data) VALUES(?, ?, ?, ?, ?)"
                            " ON CONFLICT DO UPDATE SET n = excluded.n, data = excluded.data",
-                           -1, &w->bup, NULL) != SQLITE_OK) {
+                           -1, &w->bup, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_recent WHERE res = ? AND series_id = ? AND start = ?", -1,
+                           &w->rsel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db,
+                           "INSERT OR REPLACE INTO rollup_recent(res, series_id, start, n, data) VALUES(?, ?, ?, ?, ?)",
+                           -1, &w->rup, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_recent WHERE res = ? AND series_id = ? AND start = ?", -1,
+                           &w->rdel, NULL) != SQLITE_OK) {
         log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
         wst_finalize(w);
         return -1;
@@ -1893,8 +1979,8 @@ static int migrate_step(rollup_t *r, int budget)
     const int64_t res = PLAIN_RES_MS, span = res * span_of(res);
     catalog_t *cat = r->cat;
     sqlite3 *db = catalog__write_db(cat);
-    sqlite3_stmt *next = NULL, *rows = NULL, *sel = NULL, *up = NULL, *done = NULL;
-    rollup_buckets_t rw = {0}, m = {0};
+    sqlite3_stmt *next = NULL, *rows = NULL, *sel = NULL, *up = NULL, *done = NULL, *rsel = NULL, *rdel = NULL;
+    rollup_buckets_t rw = {0}, m = {0}, rec = {0}, all = {0};
     buf_t enc = BUF_INIT;
     uint64_t cursor = r->mig_cursor;
     bool finished = false;
@@ -1914,6 +2000,10 @@ static int migrate_step(rollup_t *r, int budget)
                            -1, &up, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES('" META_BLOB_FROM "', ?1)", -1, &done,
                            NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT data FROM rollup_recent WHERE res = ?1 AND series_id = ?2 AND start = ?3", -1,
+                           &rsel, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "DELETE FROM rollup_recent WHERE res = ?1 AND series_id = ?2 AND start = ?3", -1,
+                           &rdel, NULL) != SQLITE_OK ||
         exec_sql(db, "BEGIN IMMEDIATE") != 0)
         goto out;
     int rc = SQLITE_DONE;
@@ -1982,14 +2072,32 @@ static int migrate_step(rollup_t *r, int budget)
             sqlite3_reset(sel);
             if (rc != SQLITE_DONE)
                 break;
-            blob_encode(&r->wcodec, &enc, m.v, m.n, start, res, span_of(res));
-            sqlite3_bind_int64(up, 1, res);
-            sqlite3_bind_int64(up, 2, (sqlite3_int64)cursor);
-            sqlite3_bind_int64(up, 3, start);
-            sqlite3_bind_int64(up, 4, (sqlite3_int64)m.n);
-            sqlite3_bind_blob(up, 5, enc.data, (int)enc.len, SQLITE_STATIC);
-            rc = sqlite3_step(up);
-            sqlite3_reset(up);
+            /* The span's recent row goes into the blob too, from blob_from on like the blob's:
+             * a re-opened hour's late part is there, and the row copied above holds all of it. */
+            bool had_recent;
+            rec.n = 0;
+            all.n = 0;
+            if (blob_load(r, rsel, res, cursor, start, &rec, &had_recent) != 0) {
+                rc = SQLITE_ERROR;
+                break;
+            }
+            size_t w = 0;
+            for (size_t x = 0; x < rec.n; x++)
+                if (rec.v[x].ts >= from)
+                    rec.v[w++] = rec.v[x];
+            rec.n = w;
+            if (buckets_merge(&all, m.v, m.n, rec.v, rec.n) != 0) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            rc = blob_store(r, up, res, cursor, start, &all, blob_squeeze(res), &enc) == 0 ? SQLITE_DONE : SQLITE_ERROR;
+            if (rc == SQLITE_DONE && had_recent) {
+                sqlite3_bind_int64(rdel, 1, res);
+                sqlite3_bind_int64(rdel, 2, (sqlite3_int64)cursor);
+                sqlite3_bind_int64(rdel, 3, start);
+                rc = sqlite3_step(rdel);
+                sqlite3_reset(rdel);
+            }
             i = k;
         }
     }
@@ -2019,8 +2127,12 @@ out:
     sqlite3_finalize(sel);
     sqlite3_finalize(up);
     sqlite3_finalize(done);
+    sqlite3_finalize(rsel);
+    sqlite3_finalize(rdel);
     rollup_buckets_free(&rw);
     rollup_buckets_free(&m);
+    rollup_buckets_free(&rec);
+    rollup_buckets_free(&all);
     buf_free(&enc);
     return ret;
 }
@@ -2153,7 +2265,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     /* 3. Every shard's inflight buckets, in key order. */
     if (rc == 0) {
         buf_t enc = BUF_INIT;
-        rc = write_inflight(r, w.plain, w.bsel, w.bup, &enc);
+        rc = write_inflight(r, &w, &enc);
         if (rc != 0)
             log_error("rollup", "write failed", LF_S("err", sqlite3_errmsg(db)));
         buf_free(&enc);
@@ -2254,7 +2366,7 @@ static int retain_series(rollup_t *r, retst_t *q, uint64_t id, int64_t res, int6
             sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
             sqlite3_bind_int64(st, 3, start);
         } else if (e > 0) {
-            blob_encode(&r->wcodec, enc, b.v + e, b.n - e, start, res, span_of(res));
+            blob_encode(&r->wcodec, enc, b.v + e, b.n - e, start, res, span_of(res), blob_squeeze(res));
             st = q->up;
             sqlite3_bind_int64(st, 1, (sqlite3_int64)(b.n - e));
             sqlite3_bind_blob(st, 2, enc->data, (int)enc->len, SQLITE_STATIC);
@@ -2313,6 +2425,21 @@ int rollup_enforce_retention(rollup_t *r, int64_t now_ms, int budget)
             goto out;
         }
         if (sqlite3_changes(db) < budget) {
+            /* Then the spans' recent rows: a small table (a row per active series and
+             * resolution, and those of series that stopped in a span), scanned once a pass. */
+            sqlite3_finalize(st);
+            st = NULL;
+            if (sqlite3_prepare_v2(db, "DELETE FROM rollup_recent WHERE res = ?1 AND start <= ?2", -1, &st, NULL) !=
+                SQLITE_OK) {
+                ret = -1;
+                goto out;
+            }
+            sqlite3_bind_int64(st, 1, res);
+            sqlite3_bind_int64(st, 2, cutoff - span);
+            if (sqlite3_step(st) != SQLITE_DONE) {
+                ret = -1;
+                goto out;
+            }
             r->ret_cursor = 0;
             if (has_plain(r, i))
                 r->ret_phase = 1;
@@ -2424,6 +2551,37 @@ static int rd_push(rd_t **v, size_t *n, size_t *cap, const rollup_bucket_t *b, u
     return 0;
 }
 
+/* Appends the buckets with ts in [mint, maxt] of the rows `st` (the rollup_blob or rollup_recent
+ * select) finds for series id to out, in time order. */
+static int read_rows(rollup_reader_t *rdr, sqlite3_stmt *st, uint64_t id, int64_t res, int64_t mint, int64_t maxt,
+                     rollup_buckets_t *out)
+{
+    int64_t span = res * span_of(res);
+    int rc;
+    sqlite3_bind_int64(st, 1, res);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
+    sqlite3_bind_int64(st, 4, maxt);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        size_t n0 = out->n;
+        int64_t start = sqlite3_column_int64(st, 0);
+        if (blob_decode(&rdr->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), start, res,
+                        span_of(res), out) != 0) {
+            log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", start));
+            continue;
+        }
+        if (start >= mint && start + span - 1 <= maxt)
+            continue; /* the whole blob is in range */
+        size_t w = n0;
+        for (size_t k = n0; k < out->n; k++)
+            if (out->v[k].ts >= mint && out->v[k].ts <= maxt)
+                out->v[w++] = out->v[k];
+        out->n = w;
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 /* Appends the stored buckets with ts in [mint, maxt] to out, in time order, through the reader's
  * connection (its transaction begun). A series' month of 1h buckets is one or two blobs: one
  * index seek and one inflate, where plain rows cost a b-tree step and seven column fetches per
@@ -2461,30 +2619,22 @@ static int read_disk(rollup_reader_t *rdr, uint64_t id, size_t ri, int64_t mint,
     }
     if (mint > maxt)
         return 0;
-    int64_t span = res * span_of(res);
-    sqlite3_stmt *st = rdr->c->blob;
-    sqlite3_bind_int64(st, 1, res);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
-    sqlite3_bind_int64(st, 3, mint > INT64_MIN + span ? mint - span : INT64_MIN);
-    sqlite3_bind_int64(st, 4, maxt);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        size_t n0 = out->n;
-        int64_t start = sqlite3_column_int64(st, 0);
-        if (blob_decode(&rdr->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1), start, res,
-                        span_of(res), out) != 0) {
-            log_warn("rollup", "corrupt blob skipped", LF_I("series", id), LF_I("start", start));
-            continue;
-        }
-        if (start >= mint && start + span - 1 <= maxt)
-            continue; /* the whole blob is in range */
-        size_t w = n0;
-        for (size_t k = n0; k < out->n; k++)
-            if (out->v[k].ts >= mint && out->v[k].ts <= maxt)
-                out->v[w++] = out->v[k];
-        out->n = w;
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    size_t n0 = out->n;
+    if (read_rows(rdr, rdr->c->blob, id, res, mint, maxt, out) != 0)
+        return -1;
+    /* The spans' recent rows (at most a few per series), merged in as the later buckets. */
+    rdr->scratch.n = 0;
+    if (read_rows(rdr, rdr->c->recent, id, res, mint, maxt, &rdr->scratch) != 0)
+        return -1;
+    if (rdr->scratch.n == 0)
+        return 0;
+    rdr->merged.n = 0;
+    if (buckets_merge(&rdr->merged, out->v + n0, out->n - n0, rdr->scratch.v, rdr->scratch.n) != 0 ||
+        buckets_reserve(out, rdr->merged.n) != 0)
+        return -1;
+    memcpy(out->v + n0, rdr->merged.v, rdr->merged.n * sizeof(*out->v));
+    out->n = n0 + rdr->merged.n;
+    return 0;
 }
 
 /* ---- readers ----------------------------------------------------------------------------- */
@@ -2496,6 +2646,7 @@ static void conn_free(rconn_t *c)
     if (!c)
         return;
     sqlite3_finalize(c->blob);
+    sqlite3_finalize(c->recent);
     sqlite3_finalize(c->plain);
     sqlite3_close(c->db);
     codec_free(&c->codec);
@@ -2525,7 +2676,11 @@ static rconn_t *conn_open(rollup_t *r, char *err, size_t errlen)
         sqlite3_prepare_v3(c->db,
                            "SELECT start, data FROM rollup_blob WHERE res = ? AND series_id = ? AND start > ?"
                            " AND start <= ? ORDER BY start",
-                           -1, SQLITE_PREPARE_PERSISTENT, &c->blob, NULL) != SQLITE_OK) {
+                           -1, SQLITE_PREPARE_PERSISTENT, &c->blob, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v3(c->db,
+                           "SELECT start, data FROM rollup_recent WHERE res = ? AND series_id = ? AND start > ?"
+                           " AND start <= ? ORDER BY start",
+                           -1, SQLITE_PREPARE_PERSISTENT, &c->recent, NULL) != SQLITE_OK) {
         snprintf(err, errlen, "preparing roll-up reads: %s", sqlite3_errmsg(c->db));
         conn_free(c);
         return NULL;
@@ -2574,6 +2729,7 @@ void rollup_reader_close(rollup_reader_t *rd)
         return;
     reader_end(rd);
     rollup_buckets_free(&rd->scratch);
+    rollup_buckets_free(&rd->merged);
     rollup_t *r = rd->r;
     rconn_t *c = rd->c;
     pthread_mutex_lock(&r->pool_mu);
@@ -2603,34 +2759,43 @@ static int reader_begin(rollup_reader_t *rd)
     return 0;
 }
 
+/* The ts of the first bucket of the first row (by start) `st` finds for series id at resolution res
+ * that decodes to any, or INT64_MAX. Returns 0 or -1. */
+static int first_stored(rollup_reader_t *rd, sqlite3_stmt *st, uint64_t id, int64_t res, int64_t *lo)
+{
+    *lo = INT64_MAX;
+    sqlite3_bind_int64(st, 1, res);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 3, INT64_MIN);
+    sqlite3_bind_int64(st, 4, INT64_MAX);
+    int rc;
+    /* A corrupt row is skipped, as read_rows does. */
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        rd->scratch.n = 0;
+        if (blob_decode(&rd->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
+                        sqlite3_column_int64(st, 0), res, span_of(res), &rd->scratch) == 0 &&
+            rd->scratch.n > 0) {
+            *lo = rd->scratch.v[0].ts;
+            break;
+        }
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
 /* View lock held shared, transaction begun: per resolution, the ts of the oldest bucket of series
- * id on disk, INT64_MAX if there is none. The oldest blob is decoded (its start is up to a span,
- * 30 days for 1h, before its first bucket). Returns 0 or -1. */
+ * id on disk, INT64_MAX if there is none. The oldest blob and the oldest recent row are decoded
+ * (a blob's start is up to a span, 30 days for 1h, before its first bucket; a series that
+ * stopped early in a span has only a recent row there). Returns 0 or -1. */
 static int reader_disk_lo(rollup_reader_t *rd, uint64_t id, int64_t *lo)
 {
     rollup_t *r = rd->r;
-    sqlite3_stmt *st = rd->c->blob;
     for (size_t i = 0; i < r->rs.n; i++) {
-        int64_t res = r->rs.v[i].res_ms;
-        lo[i] = INT64_MAX;
-        sqlite3_bind_int64(st, 1, res);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
-        sqlite3_bind_int64(st, 3, INT64_MIN);
-        sqlite3_bind_int64(st, 4, INT64_MAX);
-        int rc;
-        /* Blobs in start order; a corrupt one is skipped, as read_disk does. */
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            rd->scratch.n = 0;
-            if (blob_decode(&rd->c->codec, sqlite3_column_blob(st, 1), (size_t)sqlite3_column_bytes(st, 1),
-                            sqlite3_column_int64(st, 0), res, span_of(res), &rd->scratch) == 0 &&
-                rd->scratch.n > 0) {
-                lo[i] = rd->scratch.v[0].ts;
-                break;
-            }
-        }
-        sqlite3_reset(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        int64_t res = r->rs.v[i].res_ms, rlo;
+        if (first_stored(rd, rd->c->blob, id, res, &lo[i]) != 0 || first_stored(rd, rd->c->recent, id, res, &rlo) != 0)
             return -1;
+        if (rlo < lo[i])
+            lo[i] = rlo;
     }
     return 0;
 }

@@ -1191,6 +1191,7 @@ static void test_old_layout(void **state)
     assert_true(query_i64(db, "SELECT count(*) FROM rollup_blob WHERE res = 3600000") > 0);
     assert_int_equal(sqlite3_exec(db,
                                   "DELETE FROM rollup_blob WHERE res = 3600000;"
+                                  " DELETE FROM rollup_recent WHERE res = 3600000;"
                                   " DELETE FROM meta WHERE key = 'rollup_1h_blob_from';",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
@@ -2028,6 +2029,127 @@ static void test_state_rows_compact(void **state)
     remove_dir(fb.dir);
 }
 
+/* Reads of series id over [mint, maxt] at resolution res_idx equal the reference's buckets there. */
+static void assert_range(rollup_t *r, uint64_t id, size_t res_idx, int64_t mint, int64_t maxt, const ref_t *ref,
+                         const char *what)
+{
+    rollup_buckets_t got = {0}, want = {0};
+    assert_int_equal(rollup_read(r, id, res_idx, mint, maxt, &got), 0);
+    for (size_t i = 0; i < ref->b.n; i++)
+        if (ref->b.v[i].ts >= mint && ref->b.v[i].ts <= maxt) {
+            want.v = realloc(want.v, (want.n + 1) * sizeof(*want.v));
+            want.v[want.n++] = ref->b.v[i];
+        }
+    assert_same(&got, &want, what);
+    rollup_buckets_free(&got);
+    free(want.v);
+}
+
+/* A writer cycle every minute, as at the real push cadence: a closed 1m bucket goes into its
+ * span's small rollup_recent row, which is folded into the span's blob about every 16 minutes,
+ * not into the blob each time (that rewrote the whole span, up to 240 buckets, per bucket).
+ * Reads merge the two (a reopened minute has parts in both), across a restart; a series with only
+ * a recent row is known to the disk_lo bound; retention deletes recent rows too. */
+static void test_recent_rows_fold(void **state)
+{
+    (void)state;
+    fx_t f = {.dir = make_dir(), .res = "1m:2d,1h:60d"};
+    fx_open(&f);
+    sqlite3 *db = db_open_rw(f.dir);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE blob_log(res, id);"
+                                  " CREATE TRIGGER blob_ins AFTER INSERT ON rollup_blob"
+                                  " BEGIN INSERT INTO blob_log VALUES(new.res, new.series_id); END;"
+                                  " CREATE TRIGGER blob_upd AFTER UPDATE ON rollup_blob"
+                                  " BEGIN INSERT INTO blob_log VALUES(new.res, new.series_id); END;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    enum { NS = 3, LONE = 9000 };
+    const uint64_t ids[NS] = {1, 300, 5000}; /* three fold phases */
+    ref_t ref[NS][2], lone;
+    memset(ref, 0, sizeof(ref));
+    memset(&lone, 0, sizeof(lone));
+    lone.last_t = INT64_MIN;
+    for (int k = 0; k < NS; k++)
+        ref[k][0].last_t = ref[k][1].last_t = INT64_MIN;
+    const int64_t S0 = T0 - T0 % (4 * HOUR_MS) + 4 * HOUR_MS; /* a 1m span starts here */
+    int64_t t = S0, end = S0 + 5 * HOUR_MS;
+    double c = 0;
+    int minute = 0;
+    for (; t < end; t += 10000) {
+        c += 7;
+        for (int k = 0; k < NS; k++) {
+            add(f.r, ids[k], t, c + k);
+            ref_add(&ref[k][0], MIN_MS, t, c + k);
+            ref_add(&ref[k][1], HOUR_MS, t, c + k);
+        }
+        if (t < S0 + 3 * MIN_MS) { /* LONE: three minutes at the span's start, then silence */
+            add(f.r, LONE, t, c);
+            ref_add(&lone, MIN_MS, t, c);
+        }
+        int64_t in_min = (t - S0) % MIN_MS;
+        if (in_min == 20000 && minute % 7 == 3) {
+            /* The minute is written while its samples still come (as for a bucket the writer
+             * closed for a quiet series): its later samples reopen it, and its two parts may
+             * land in the blob and in the recent row. */
+            rollup_close_buckets_before(f.r, t - in_min + MIN_MS);
+            assert_int_equal(rollup_flush(f.r, false), 0);
+        }
+        if (in_min == 50000) {
+            assert_int_equal(rollup_flush(f.r, false), 0);
+            assert_true(query_i64(db, "SELECT coalesce(max(n), 0) FROM rollup_recent") < 32);
+            if (++minute % 30 == 0)
+                for (int k = 0; k < NS; k++)
+                    for (size_t ri = 0; ri < 2; ri++)
+                        assert_range(f.r, ids[k], ri, INT64_MIN, INT64_MAX, &ref[k][ri], "every 30 minutes");
+        }
+    }
+    assert_true(query_i64(db, "SELECT count(*) FROM rollup_recent WHERE res = 60000") >= NS);
+    for (int k = 0; k < NS; k++) {
+        char sql[128];
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM blob_log WHERE res = 60000 AND id = %llu",
+                 (unsigned long long)ids[k]);
+        int64_t writes = query_i64(db, sql);
+        /* 300 minutes: a fold per 16, the two spans' ends, reopened minutes: not one per minute */
+        assert_true(writes >= 300 / 16 && writes <= 300 / 8);
+    }
+    assert_int_equal(query_i64(db, "SELECT count(*) FROM rollup_blob WHERE series_id = 9000"), 0);
+    assert_int_equal(query_i64(db, "SELECT n FROM rollup_recent WHERE res = 60000 AND series_id = 9000"), 3);
+
+    /* Across a restart (recent rows are on disk like blobs). */
+    sqlite3_close(db);
+    fx_close(&f);
+    fx_open(&f);
+    for (int k = 0; k < NS; k++)
+        for (size_t ri = 0; ri < 2; ri++) {
+            assert_range(f.r, ids[k], ri, INT64_MIN, INT64_MAX, &ref[k][ri], "after a restart");
+            assert_range(f.r, ids[k], ri, S0 + 17 * MIN_MS, S0 + 4 * HOUR_MS + 33 * MIN_MS, &ref[k][ri],
+                         "a range across the spans");
+        }
+    /* LONE comes back (a fresh state): a read finding nothing teaches the state where its disk
+     * begins; its recent row must count, or later reads skip the disk. */
+    add(f.r, LONE, t, 1);
+    lone.prev_ok = false; /* its state was evicted long ago: the increase starts afresh */
+    ref_add(&lone, MIN_MS, t, 1);
+    assert_range(f.r, LONE, 0, S0 - DAY_MS, S0 - MIN_MS, &lone, "before LONE's first bucket");
+    assert_range(f.r, LONE, 0, S0, S0 + HOUR_MS, &lone, "LONE's recent row");
+    assert_range(f.r, LONE, 0, INT64_MIN, INT64_MAX, &lone, "LONE, all of it");
+
+    /* Retention takes recent rows with their spans. */
+    while (rollup_enforce_retention(f.r, end + 100 * DAY_MS, 64) == 1)
+        ;
+    db = db_open_rw(f.dir);
+    assert_int_equal(query_i64(db, "SELECT count(*) FROM rollup_recent"), 0);
+    assert_int_equal(query_i64(db, "SELECT count(*) FROM rollup_blob"), 0);
+    sqlite3_close(db);
+    fx_close(&f);
+    for (int k = 0; k < NS; k++)
+        for (size_t ri = 0; ri < 2; ri++)
+            free(ref[k][ri].b.v);
+    free(lone.b.v);
+    remove_dir(f.dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2056,6 +2178,7 @@ int main(void)
         cmocka_unit_test(test_due_eviction_boundary),
         cmocka_unit_test(test_last_seen_open_until_evicted),
         cmocka_unit_test(test_state_rows_compact),
+        cmocka_unit_test(test_recent_rows_fold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
