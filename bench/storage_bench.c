@@ -31,6 +31,13 @@
  *            1h roll-ups (rollup_read) vs decoding the same raw samples from XOR chunks held in
  *            memory. The querier's roll-up tier (storage/querier_tiered) is not used yet: this
  *            measures the tier's read path directly.
+ *   writer   the roll-up writer at the real push cadence: --writer-series (20k) synthetic series,
+ *            a sample every 10 s each, a writer cycle every simulated 10 s (the states'
+ *            checkpoint every simulated minute), for --writer-hours (4.5: past the end of a
+ *            4-hour 1m blob span, where the blobs are fullest). CPU seconds (this process, one
+ *            thread) and bytes it wrote (/proc/self/io wchar: the WAL and database files) per
+ *            simulated minute, per 30 simulated minutes and for the whole run, scaled to 256k
+ *            series (the push bench's fleet) in the table.
  *   peers    Debian's victoria-metrics and prometheus 2.42, each fed --peer-series (10k) of the
  *            synthetic series x 2h (ending now) by Prometheus remote write (snappy protobuf,
  *            encoded here), RSS per series = (RSS after ingest and a 5 s settle - idle RSS) /
@@ -40,7 +47,8 @@
  * storage_append takes ~2 minutes per run, so mem uses 30k series by default.
  *
  * Usage: storage_bench [--series N] [--append-series N] [--flink-tms N] [--peer-series N] [--rollup-series N]
- *                      [--reps N] [--sections mem,scan,append,rollup,peers] [--workdir DIR]
+ *                      [--writer-series N] [--writer-hours H] [--reps N]
+ *                      [--sections mem,scan,append,rollup,writer,peers] [--workdir DIR]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -80,11 +88,12 @@
 #define RETENTION_MS (2 * 3600 * 1000LL)
 
 static struct {
-    size_t series, append_series, flink_tms, peer_series, rollup_series;
+    size_t series, append_series, flink_tms, peer_series, rollup_series, writer_series;
+    double writer_hours;
     int reps;
     const char *sections;
     char workdir[512];
-} opt = {30000, 100000, 1, 10000, 50, 3, "mem,scan,append,rollup,peers", ""};
+} opt = {30000, 100000, 1, 10000, 50, 20000, 4.5, 3, "mem,scan,append,rollup,writer,peers", ""};
 
 static bool section(const char *name)
 {
@@ -1177,6 +1186,96 @@ static void bench_peers(void)
 
 /* ---- main ---------------------------------------------------------------------------------- */
 
+/* ---- the roll-up writer at the real cadence ---------------------------------------------------- */
+
+/* Bytes this process passed to write(2) and friends so far (/proc/self/io wchar), -1 unknown. */
+static long long wchar_self(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f)
+        return -1;
+    char k[64];
+    long long v, w = -1;
+    while (fscanf(f, "%63s %lld", k, &v) == 2)
+        if (strcmp(k, "wchar:") == 0)
+            w = v;
+    fclose(f);
+    return w;
+}
+
+static double cpu_self_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void bench_writer(void)
+{
+    const size_t S = opt.writer_series;
+    const int64_t window = 30 * 60000LL, end_ms = (int64_t)(opt.writer_hours * 3600 * 1000);
+    const double scale = 256400.0 / (double)S; /* to the push bench's fleet */
+    synth_t sy;
+    synth_build(&sy, S);
+    rollup_sample_t *batch = calloc(S, sizeof(*batch));
+    vstate_t *vs = calloc(S, sizeof(*vs));
+    for (int rep = 0; rep < opt.reps; rep++) {
+        char dir[600], err[256];
+        snprintf(dir, sizeof(dir), "%s/writer-%d", opt.workdir, rep);
+        mkdir(dir, 0755);
+        catalog_t *cat = catalog_open(dir, err, sizeof(err));
+        rollup_config_t cfg = {.resolutions = NULL, .no_thread = true};
+        rollup_t *r = cat ? rollup_open(cat, &cfg, err, sizeof(err)) : NULL;
+        if (!r) {
+            note("writer: %s", err);
+            if (cat)
+                catalog_close(cat);
+            break;
+        }
+        /* An hour boundary, like a server started at some point of a 1m blob's 4-hour span. */
+        const int64_t t0 = (int64_t)time(NULL) * 1000 / 3600000 * 3600000;
+        for (size_t s = 0; s < S; s++)
+            catalog_add_series(cat, s + 1, &sy.ls[s], t0);
+        catalog_flush(cat);
+        vstate_init(vs, S);
+        if (rep == 0)
+            printf("\nroll-up writer, %zu series at 10 s, one cycle per 10 s; per simulated minute, scaled to 256k "
+                   "series:\n  %-14s %12s %14s\n",
+                   S, "hours", "CPU s", "MiB written");
+        double c0 = cpu_self_s(), cstart = c0, cmax = 0, wmax = 0;
+        long long w0 = wchar_self(), wstart = w0;
+        for (int64_t t = 0; t < end_ms; t += TICK_MS) {
+            for (size_t s = 0; s < S; s++)
+                batch[s] = (rollup_sample_t){s + 1, t0 + t, vstate_next(&vs[s], s)};
+            rollup_add_samples(r, batch, S);
+            rollup_flush(r, t % 60000 == 0);
+            if ((t + TICK_MS) % window == 0) {
+                double c = cpu_self_s(), cpm = (c - c0) / 30 * scale;
+                long long w = wchar_self();
+                double mpm = (double)(w - w0) / 30 / 1048576 * scale;
+                if (rep == 0)
+                    printf("  %5.1f - %5.1f %12.2f %14.1f\n", (double)(t + TICK_MS - window) / 3.6e6,
+                           (double)(t + TICK_MS) / 3.6e6, cpm, mpm);
+                cmax = cpm > cmax ? cpm : cmax;
+                wmax = mpm > wmax ? mpm : wmax;
+                c0 = c;
+                w0 = w;
+            }
+        }
+        double minutes = (double)end_ms / 60000;
+        fig_add("roll-up writer CPU per minute, 256k series (mean)", "s", "", (cpu_self_s() - cstart) / minutes * scale);
+        fig_add("roll-up writer CPU per minute, 256k series (worst 30 min)", "s", "", cmax);
+        fig_add("roll-up writer writes per minute, 256k series (mean)", "MiB", "",
+                (double)(wchar_self() - wstart) / minutes / 1048576 * scale);
+        fig_add("roll-up writer writes per minute, 256k series (worst 30 min)", "MiB", "", wmax);
+        rollup_close(r);
+        catalog_close(cat);
+    }
+    free(batch);
+    free(vs);
+    synth_free(&sy);
+}
+
 /* Timings on a shared 2-core machine mean little without the load next to them. */
 static void print_loadavg(const char *when)
 {
@@ -1210,6 +1309,10 @@ int main(int argc, char **argv)
             opt.peer_series = strtoull(v, NULL, 10);
         else if (strcmp(a, "--rollup-series") == 0)
             opt.rollup_series = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--writer-series") == 0)
+            opt.writer_series = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--writer-hours") == 0)
+            opt.writer_hours = atof(v);
         else if (strcmp(a, "--reps") == 0)
             opt.reps = atoi(v) < 1 ? 1 : atoi(v) > MAXREP ? MAXREP : atoi(v);
         else if (strcmp(a, "--sections") == 0)
@@ -1244,6 +1347,8 @@ int main(int argc, char **argv)
         bench_append();
     if (section("rollup"))
         bench_rollup();
+    if (section("writer"))
+        bench_writer();
     if (section("peers"))
         bench_peers();
     print_table();
