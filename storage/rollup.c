@@ -95,10 +95,12 @@
  *       later ones. A closed bucket goes into the small recent row; about every FOLD_SLOTS
  *       buckets (and at the span's last slot) the recent row is folded into the blob and deleted.
  *       Rewriting the span's blob for every closed bucket, as before, cost in proportion to how
- *       full the span was: at 256k series the writer rewrote ~120 buckets per series per minute
- *       on average (~320 MB/min of SQLite pages, ~12 s of CPU per minute), and up to 240 at the
- *       end of each 4-hour span, a cost no short benchmark saw. The fold time is staggered by id
- *       run (fold_due), so a minute rewrites 1/FOLD_SLOTS of the blobs, neighbours on disk.
+ *       full the span was, a cost no short benchmark saw: at the real cadence every series
+ *       re-encoded ~120 buckets a minute on average to add one, 240 at the end of a 4-hour span
+ *       (storage_bench's writer section, scaled to 256k series: 13 s of CPU and 361 MiB written
+ *       per minute on average, 23 s and 703 MiB at a span's end; with recent rows 2.0 s and
+ *       134 MiB). The fold time is staggered by id run (fold_due), so a minute rewrites
+ *       1/FOLD_SLOTS of the blobs, neighbours on disk.
  *   rollup_plain(res, series_id, ts, count, sum, min, max, last, increase)  PK (res, series_id, ts)
  *       the 1h resolution again, one plain row per bucket, written in the same transaction as
  *       its blob, so the rollup_1h view needs no decoder; reads use the blobs. SQLite stores NaN
