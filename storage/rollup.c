@@ -78,9 +78,12 @@
  * entry with res_ms 0, ts = t, last = value), prev/prev_ok (last non-NaN value, for the counter increase; a staleness marker
  * clears prev_ok), and one open bucket per resolution. A state whose buckets are all closed is
  * evicted from memory (its continuity is lost: a series silent for more than ~2 of the coarsest
- * resolution starts its increase afresh). States are checkpointed to rollup_state every
- * checkpoint interval, whenever one of their buckets is written (so a checkpointed open bucket
- * is never also on disk), and at close; rollup_open loads them back.
+ * resolution starts its increase afresh). States are checkpointed to rollup_state whenever one of
+ * their buckets is written (so a checkpointed open bucket is never also on disk; at the real
+ * cadence, every minute), every checkpoint interval (5 minutes), when the store snapshots its head
+ * (recovery replays the WAL from that snapshot's cut, and the roll-ups take from it only what is
+ * newer than their states), and at close; rollup_open loads them back. The interval was 60 s:
+ * that rewrote every active series' state row a second time each minute.
  *
  * ---- Tables ----------------------------------------------------------------------------------
  *   rollup_blob(id, res, series_id, start, n, data)  unique index (res, series_id, start), index
@@ -3153,7 +3156,7 @@ rollup_t *rollup_open(catalog_t *cat, const rollup_config_t *cfg, char *err, siz
     }
     r->cat = cat;
     r->flush_ms = cfg->flush_interval_ms > 0 ? cfg->flush_interval_ms : 1000;
-    r->ckpt_ms = cfg->checkpoint_interval_ms > 0 ? cfg->checkpoint_interval_ms : 60000;
+    r->ckpt_ms = cfg->checkpoint_interval_ms > 0 ? cfg->checkpoint_interval_ms : 300000;
     r->clock_ms = cfg->clock_ms;
     r->sweep_every_state = cfg->sweep_every_state;
     atomic_store(&r->high_water, INT64_MIN);

@@ -56,7 +56,8 @@ int rollup_parse_resolutions(const char *s, rollup_resolutions_t *out, char *err
 typedef struct {
     const char *resolutions;        /* NULL = ROLLUP_DEFAULT_RESOLUTIONS */
     int64_t flush_interval_ms;      /* writer wake-up period; 0 = 1000 */
-    int64_t checkpoint_interval_ms; /* open buckets written at least this often; 0 = 60000 */
+    int64_t checkpoint_interval_ms; /* open buckets written at least this often; 0 = 300000 (the
+                                     * store also checkpoints them at every snapshot) */
     bool no_thread;                 /* tests: no writer thread, call rollup_flush yourself */
     /* tests: each writer cycle sweeps and walks every state, as before the due heap (the reference
      * it is tested against) */

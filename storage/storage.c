@@ -844,6 +844,9 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
      * across log + apply), so the capture below includes all of segments < seg. */
     pthread_rwlock_wrlock(&s->ckpt);
     int wrc = wal_cut(s->wal, &seg, err, errlen);
+    pthread_mutex_lock(&s->rj_mu);
+    uint64_t jobs_before_cut = s->rj_next; /* deferred roll-up steps of records before the cut */
+    pthread_mutex_unlock(&s->rj_mu);
     pthread_rwlock_unlock(&s->ckpt);
     if (wrc != WAL_OK) {
         atomic_fetch_add(&s->snapshot_errors, 1);
@@ -868,6 +871,21 @@ int storage_snapshot(storage_t *s, char *err, size_t errlen)
     if (rc == 0)
         rc = head_foreach_series(s->head, snap_series, &c);
     buf_free(&c.b);
+    /* Recovery replays the WAL from this cut into the roll-ups too, and they keep only what is
+     * newer than their checkpointed states: so before this snapshot can be the one recovered
+     * from, the roll-ups are checkpointed with every sample before the cut in them. (Their own
+     * periodic checkpoint can then be rare: the writer snapshots a state whenever it writes one
+     * of its buckets anyway.) */
+    if (rc == 0 && s->rollup) {
+        pthread_mutex_lock(&s->rj_mu);
+        while (s->rj_turn < jobs_before_cut)
+            pthread_cond_wait(&s->rj_cv, &s->rj_mu);
+        pthread_mutex_unlock(&s->rj_mu);
+        if (rollup_flush(s->rollup, true) != 0) {
+            snprintf(err, errlen, "roll-up checkpoint failed");
+            rc = -1;
+        }
+    }
     if (rc != 0) {
         snapshot_writer_abort(c.w);
         atomic_fetch_add(&s->snapshot_errors, 1);
@@ -1482,27 +1500,29 @@ static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, stor
     append_t aplocal, *ap = jb ? &jb->ap : &aplocal;
     int rc = append_init(ap, s, smp, n, res);
     ap->hint = refs;
+    bool deferred = false;
     if (rc == STORAGE_OK) {
         pthread_rwlock_rdlock(&s->ckpt);
         rc = append_resolve(ap);
         if (rc == STORAGE_OK)
             rc = append_log(ap);
-        if (rc == STORAGE_OK)
+        if (rc == STORAGE_OK) {
             append_apply(ap);
-        pthread_rwlock_unlock(&s->ckpt);
-    }
-    bool deferred = false;
-    if (rc == STORAGE_OK) {
-        if (jb && ap->rs && ap->nrs) {
-            pthread_mutex_lock(&s->rj_mu);
-            jb->ticket = s->rj_next++;
-            pthread_mutex_unlock(&s->rj_mu);
-            *job = jb;
-            deferred = true;
-        } else {
-            append_rollup(ap);
+            /* The roll-up step, or its ticket, still under ckpt: a snapshot's WAL cut then knows
+             * every roll-up step of the records before it is done or numbered (storage_snapshot
+             * waits for those before it checkpoints the roll-ups). */
+            if (jb && ap->rs && ap->nrs) {
+                pthread_mutex_lock(&s->rj_mu);
+                jb->ticket = s->rj_next++;
+                pthread_mutex_unlock(&s->rj_mu);
+                *job = jb;
+                deferred = true;
+            } else {
+                append_rollup(ap);
+            }
+            rc = res->failed ? res->first_error : STORAGE_OK;
         }
-        rc = res->failed ? res->first_error : STORAGE_OK;
+        pthread_rwlock_unlock(&s->ckpt);
     }
     for (size_t i = 0; refs && i < n; i++)
         refs[i] = ap->ok && (ap->ok[i] & APPEND_RESOLVED) ? ap->refs[i] : (storage_ref_t){0};
