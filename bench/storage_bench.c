@@ -37,7 +37,8 @@
  *            4-hour 1m blob span, where the blobs are fullest). CPU seconds (this process, one
  *            thread) and bytes it wrote (/proc/self/io wchar: the WAL and database files) per
  *            simulated minute, per 30 simulated minutes and for the whole run, scaled to 256k
- *            series (the push bench's fleet) in the table.
+ *            series (the push bench's fleet) in the table. Then every series' 1m buckets read
+ *            through one reader, twice (as a dashboard panel over all of them would): us per series.
  *   peers    Debian's victoria-metrics and prometheus 2.42, each fed --peer-series (10k) of the
  *            synthetic series x 2h (ending now) by Prometheus remote write (snappy protobuf,
  *            encoded here), RSS per series = (RSS after ingest and a 5 s settle - idle RSS) /
@@ -1261,6 +1262,27 @@ static void bench_writer(void)
                 c0 = c;
                 w0 = w;
             }
+        }
+        /* Then what a dashboard panel over every series asks of them: all of their 1m buckets,
+         * through one reader, twice (the first read comes right after the writer's commit). */
+        for (int pass = 0; pass < 2; pass++) {
+            rollup_reader_t *rd = rollup_reader_open(r);
+            rollup_buckets_t out = {0};
+            size_t nb = 0;
+            double q0 = now_s();
+            for (size_t s = 0; s < S && rd; s++) {
+                out.n = 0;
+                rollup_reader_read(rd, s + 1, 0, t0, t0 + end_ms, &out);
+                nb += out.n;
+            }
+            double us = (now_s() - q0) / (double)S * 1e6;
+            rollup_buckets_free(&out);
+            rollup_reader_close(rd);
+            if (rep == 0)
+                printf("  read of every series' 1m buckets, pass %d: %.1f us per series (%.0f buckets each)\n",
+                       pass + 1, us, (double)nb / (double)S);
+            fig_add(pass ? "roll-up read, every series' 1m buckets, again" : "roll-up read, every series' 1m buckets",
+                    "us/series", "", us);
         }
         double minutes = (double)end_ms / 60000;
         fig_add("roll-up writer CPU per minute, 256k series (mean)", "s", "", (cpu_self_s() - cstart) / minutes * scale);

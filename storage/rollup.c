@@ -2633,6 +2633,14 @@ static int read_disk(rollup_reader_t *rdr, uint64_t id, size_t ri, int64_t mint,
         return -1;
     if (rdr->scratch.n == 0)
         return 0;
+    if (out->n == n0 || out->v[out->n - 1].ts < rdr->scratch.v[0].ts) {
+        /* the usual case: the recent buckets follow the blobs' */
+        if (buckets_reserve(out, rdr->scratch.n) != 0)
+            return -1;
+        memcpy(out->v + out->n, rdr->scratch.v, rdr->scratch.n * sizeof(*out->v));
+        out->n += rdr->scratch.n;
+        return 0;
+    }
     rdr->merged.n = 0;
     if (buckets_merge(&rdr->merged, out->v + n0, out->n - n0, rdr->scratch.v, rdr->scratch.n) != 0 ||
         buckets_reserve(out, rdr->merged.n) != 0)
