@@ -1716,6 +1716,18 @@ static int blob_load(rollup_t *r, sqlite3_stmt *sel, int64_t res, uint64_t id, i
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* Runs `st` (a statement without results) for the row key (res, id, start) as ?1..?3. Returns 0
+ * or -1. */
+static int key_exec(sqlite3_stmt *st, int64_t res, uint64_t id, int64_t start)
+{
+    sqlite3_bind_int64(st, 1, res);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 3, start);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 /* Encodes b into the row `up` writes for (res, id, start). Returns 0 or -1. */
 static int blob_store(rollup_t *r, sqlite3_stmt *up, int64_t res, uint64_t id, int64_t start,
                       const rollup_buckets_t *b, bool squeeze, buf_t *enc)
@@ -1770,15 +1782,8 @@ static int write_blob_group(rollup_t *r, const wst_t *w, const closed_t *c, size
     if (buckets_merge(&recent, have.v, have.n, m.v, m.n) != 0 ||
         blob_store(r, w->bup, res, id, start, &recent, blob_squeeze(res), enc) != 0)
         goto out;
-    if (had_recent) {
-        sqlite3_bind_int64(w->rdel, 1, res);
-        sqlite3_bind_int64(w->rdel, 2, (sqlite3_int64)id);
-        sqlite3_bind_int64(w->rdel, 3, start);
-        int rc = sqlite3_step(w->rdel);
-        sqlite3_reset(w->rdel);
-        if (rc != SQLITE_DONE)
-            goto out;
-    }
+    if (had_recent && key_exec(w->rdel, res, id, start) != 0)
+        goto out;
     ret = 0;
 out:
     rollup_buckets_free(&fresh);
@@ -2096,13 +2101,8 @@ static int migrate_step(rollup_t *r, int budget)
                 break;
             }
             rc = blob_store(r, up, res, cursor, start, &all, blob_squeeze(res), &enc) == 0 ? SQLITE_DONE : SQLITE_ERROR;
-            if (rc == SQLITE_DONE && had_recent) {
-                sqlite3_bind_int64(rdel, 1, res);
-                sqlite3_bind_int64(rdel, 2, (sqlite3_int64)cursor);
-                sqlite3_bind_int64(rdel, 3, start);
-                rc = sqlite3_step(rdel);
-                sqlite3_reset(rdel);
-            }
+            if (rc == SQLITE_DONE && had_recent && key_exec(rdel, res, cursor, start) != 0)
+                rc = SQLITE_ERROR;
             i = k;
         }
     }

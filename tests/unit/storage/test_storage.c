@@ -328,6 +328,58 @@ static void test_salvage_snapshot(void **state)
     storage_close(s);
 }
 
+/* A store with 1m roll-ups on the fake clock, driven by hand: no background thread (so no roll-up
+ * writer either: only explicit flushes and snapshots reach SQLite), no periodic snapshot. */
+static void options_with_rollups(storage_options_t *o, const char *path)
+{
+    storage_options_default(o);
+    o->path = path;
+    o->rollups = "1m:1d";
+    o->no_background = true;
+    o->clock_ms = clock_fn;
+    o->snapshot_interval_ms = -1;
+}
+
+/* The roll-ups of a closed store, opened on their own (*cat to close after them). */
+static rollup_t *rollups_of(const char *path, catalog_t **cat)
+{
+    char err[256];
+    *cat = catalog_open(path, err, sizeof(err));
+    assert_non_null(*cat);
+    rollup_config_t cfg = {.resolutions = "1m:1d", .no_thread = true, .clock_ms = clock_fn};
+    rollup_t *ru = rollup_open(*cat, &cfg, err, sizeof(err));
+    assert_non_null(ru);
+    return ru;
+}
+
+/* In a child: a store on o takes samples 0..before-1 of series `name` (sample i has value i, at
+ * t0 + i * step; a writer cycle after every flush_every-th, 0: none), a snapshot, then samples
+ * before..before+after-1, and dies without closing or flushing (kill -9 style). */
+static void crash_after_snapshot(const storage_options_t *o, const char *name, int64_t t0, int64_t step, int before,
+                                 int after, int flush_every)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[256];
+        storage_t *c = storage_open(o, err, sizeof(err));
+        storage_append_result_t r;
+        if (!c)
+            _exit(1);
+        for (int i = 0; i < before + after; i++) {
+            if (i == before && storage_snapshot(c, err, sizeof(err)) != STORAGE_OK)
+                _exit(2);
+            if (append1(c, name, "x", t0 + i * step, i, &r) != STORAGE_OK)
+                _exit(3);
+            if (i < before && flush_every && i % flush_every == 0 && storage_flush(c) != STORAGE_OK)
+                _exit(4);
+        }
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* A snapshot removes the WAL segments that held the series records; if that snapshot is later
  * unreadable, the catalog names the series of the newer segments' samples. With roll-ups on,
  * the catalog is written by the roll-up writer every few seconds, so the snapshot must flush it
@@ -337,33 +389,8 @@ static void test_corrupt_snapshot_series_from_catalog(void **state)
     char path[300];
     snprintf(path, sizeof(path), "%s/cat", dir);
     storage_options_t o;
-    storage_options_default(&o);
-    o.path = path;
-    o.rollups = "1m:1d";
-    o.no_background = true; /* no roll-up writer runs: only an explicit flush reaches SQLite */
-    o.clock_ms = clock_fn;
-    o.snapshot_interval_ms = -1;
-    int64_t t0 = fake_now - 600 * 1000LL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        char err[256];
-        storage_t *c = storage_open(&o, err, sizeof(err));
-        storage_append_result_t r;
-        if (!c)
-            _exit(1);
-        for (int i = 0; i < 10; i++)
-            if (append1(c, "cat", "before", t0 + i * 1000LL, 1, &r) != STORAGE_OK)
-                _exit(2);
-        if (storage_snapshot(c, err, sizeof(err)) != STORAGE_OK)
-            _exit(3);
-        for (int i = 10; i < 20; i++)
-            if (append1(c, "cat", "before", t0 + i * 1000LL, 1, &r) != STORAGE_OK)
-                _exit(4);
-        _exit(0); /* crash: no close, no flush */
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    options_with_rollups(&o, path);
+    crash_after_snapshot(&o, "cat", fake_now - 600 * 1000LL, 1000, 10, 10, 0);
     corrupt_snapshot(path, 40, 2);
     char err[256];
     storage_t *s = storage_open(&o, err, sizeof(err));
@@ -932,12 +959,7 @@ static void test_rollup_hints(void **state)
     char path[300];
     snprintf(path, sizeof(path), "%s/hints", dir);
     storage_options_t o;
-    storage_options_default(&o);
-    o.path = path;
-    o.rollups = "1m:1d";
-    o.no_background = true;
-    o.clock_ms = clock_fn;
-    o.snapshot_interval_ms = -1;
+    options_with_rollups(&o, path);
     int64_t now0 = fake_now;
     char err[256];
     storage_t *s = storage_open(&o, err, sizeof(err));
@@ -986,11 +1008,8 @@ static void test_rollup_hints(void **state)
     assert_int_equal(append_ref(s, "a", base2 + 10000, 8, &ra, &r), STORAGE_OK);
     storage_close(s);
 
-    catalog_t *cat = catalog_open(path, err, sizeof(err));
-    assert_non_null(cat);
-    rollup_config_t cfg = {.resolutions = "1m:1d", .no_thread = true, .clock_ms = clock_fn};
-    rollup_t *ru = rollup_open(cat, &cfg, err, sizeof(err));
-    assert_non_null(ru);
+    catalog_t *cat;
+    rollup_t *ru = rollups_of(path, &cat);
     expect_buckets(ru, ra.id, 4, (int64_t[]){base, base + 600000, base + 1200000, base2}, (uint64_t[]){2, 1, 2, 2},
                    (double[]){3, 4, 11, 15});
     expect_buckets(ru, rb.id, 2, (int64_t[]){base + 600000, base + 1200000}, (uint64_t[]){1, 1}, (double[]){1, 1});
@@ -1010,38 +1029,12 @@ static void test_snapshot_checkpoints_rollups(void **state)
     char path[300];
     snprintf(path, sizeof(path), "%s/rollckpt", dir);
     storage_options_t o;
-    storage_options_default(&o);
-    o.path = path;
-    o.rollups = "1m:1d";
-    o.no_background = true;
-    o.clock_ms = clock_fn;
-    o.snapshot_interval_ms = -1;
+    options_with_rollups(&o, path);
     int64_t t0 = fake_now - 600 * 1000LL;
     assert_int_equal(t0 % 60000, 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char err[256];
-        storage_t *c = storage_open(&o, err, sizeof(err));
-        storage_append_result_t r;
-        if (!c)
-            _exit(1);
-        /* 3.5 minutes at 10 s, a writer cycle at each minute's first sample */
-        for (int i = 0; i < 21; i++) {
-            if (append1(c, "rc", "x", t0 + i * 10000LL, i, &r) != STORAGE_OK)
-                _exit(2);
-            if (i % 6 == 0 && storage_flush(c) != STORAGE_OK)
-                _exit(3);
-        }
-        if (storage_snapshot(c, err, sizeof(err)) != STORAGE_OK)
-            _exit(4);
-        for (int i = 21; i < 24; i++)
-            if (append1(c, "rc", "x", t0 + i * 10000LL, i, &r) != STORAGE_OK)
-                _exit(5);
-        _exit(0); /* crash: no close, no flush */
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* 3.5 minutes at 10 s with a writer cycle at each minute's first sample, the snapshot, half a
+     * minute more */
+    crash_after_snapshot(&o, "rc", t0, 10000, 21, 3, 6);
     char err[256];
     storage_t *s = storage_open(&o, err, sizeof(err));
     assert_non_null(s);
@@ -1051,11 +1044,8 @@ static void test_snapshot_checkpoints_rollups(void **state)
     uint64_t id = refs.v[0].id;
     index_refs_free(&refs);
     storage_close(s);
-    catalog_t *cat = catalog_open(path, err, sizeof(err));
-    assert_non_null(cat);
-    rollup_config_t cfg = {.resolutions = "1m:1d", .no_thread = true, .clock_ms = clock_fn};
-    rollup_t *ru = rollup_open(cat, &cfg, err, sizeof(err));
-    assert_non_null(ru);
+    catalog_t *cat;
+    rollup_t *ru = rollups_of(path, &cat);
     /* minute k holds samples 6k..6k+5 (values = their numbers); the last one is still open */
     expect_buckets(ru, id, 4, (int64_t[]){t0, t0 + 60000, t0 + 120000, t0 + 180000}, (uint64_t[]){6, 6, 6, 6},
                    (double[]){15, 51, 87, 123});
