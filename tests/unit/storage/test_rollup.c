@@ -1773,7 +1773,7 @@ static int64_t open_entries(sqlite3 *db, uint64_t id, int64_t *bytes)
     if (p && p < end) {
         assert_int_equal(*p++, 0xC5);
         while (p < end) {
-            uint64_t v, modes;
+            uint64_t v, modes = 0;
             for (int k = 0; k < 3; k++) /* res_ms, ts delta, count */
                 assert_int_equal(varint_get(&p, end, &v), VARINT_OK);
             assert_int_equal(varint_get(&p, end, &modes), VARINT_OK);
