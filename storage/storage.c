@@ -643,10 +643,8 @@ int storage_series_labels(storage_t *s, uint64_t id, arena_t *a, labels_t *out)
 int storage_recover(storage_t *s, char *err, size_t errlen)
 {
     s->recover_started = true;
-    if (!s->path) {
-        atomic_store(&s->ready, true);
+    if (!s->path)
         goto start_thread;
-    }
     if (mkdir(s->path, 0755) < 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %s: %s", s->path, strerror(errno));
         return STORAGE_ERR_IO;
@@ -699,12 +697,16 @@ int storage_recover(storage_t *s, char *err, size_t errlen)
     head_stats_t hs;
     head_get_stats(s->head, &hs);
     log_info("storage", "ready", LF_I("series", hs.series), LF_I("chunks", hs.chunks));
-    atomic_store(&s->ready, true);
 start_thread:
+    /* The housekeeping thread exists, named, before the store says it is ready (named from here:
+     * the thread itself may not have run yet when /-/ready first answers 200). */
     if (!s->o.no_background) {
-        if (pthread_create(&s->thread, NULL, storage_thread, s) == 0)
+        if (pthread_create(&s->thread, NULL, storage_thread, s) == 0) {
             s->thread_started = true;
+            pthread_setname_np(s->thread, "storage-house");
+        }
     }
+    atomic_store(&s->ready, true);
     return STORAGE_OK;
 }
 
@@ -748,7 +750,6 @@ void storage_housekeep(storage_t *s)
 static void *storage_thread(void *arg)
 {
     storage_t *s = arg;
-    pthread_setname_np(pthread_self(), "storage-house");
     pthread_mutex_lock(&s->stop_lock);
     while (!s->stopping) {
         struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, 1000);
