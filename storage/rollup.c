@@ -1750,7 +1750,7 @@ static int blob_store(rollup_t *r, sqlite3_stmt *up, int64_t res, uint64_t id, i
  * write laid out next to each other in the table (write_inflight goes in id order). */
 static bool fold_due(uint64_t id, int64_t slot, int64_t span, size_t nrecent)
 {
-    uint64_t phase = (id / 256) % FOLD_SLOTS;
+    uint64_t phase = (id / SHARD_RUN) % FOLD_SLOTS;
     return slot == span - 1 || nrecent >= 2 * FOLD_SLOTS || ((uint64_t)slot + phase) % FOLD_SLOTS == FOLD_SLOTS - 1;
 }
 
