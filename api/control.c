@@ -3,7 +3,7 @@
  *
  * Threads and who owns what:
  *
- *   worker threads (N)                        control thread (1) + wakers (N-1)
+ *   worker threads (N)                        control thread (1)
  *   ------------------                        ---------------------------------
  *   parse + validate + auth                   owns every SQLite statement (control_store_*)
  *   reads of current state (store cache)      and the expiry clock (timed wait until the
@@ -13,8 +13,8 @@
  *        +--------------------------------------> |  takes every queued op; consecutive
  *        |                                        |  changes are one group commit (one fsync)
  *        |                                        |  writes each parked GET poll's answer
- *        |   (poll sockets) <-------------------- |  straight to its socket (ctl_wake_polls;
- *        |                                        |  the wakers do workers 1..N-1's lists)
+ *        |   (poll sockets) <-------------------- |  straight to its socket (ctl_wake_polls:
+ *        |                                        |  one io_uring submission for all of them)
  *        | <---- api_server_run_on(every worker, deliver event) -- free the answered polls,
  *        |                                        |  answer HEAD polls, SSE subscribers
  *        | <---- api_server_run_on(op's worker, op done)  ------- the op's reply
@@ -22,8 +22,8 @@
  * A change is durable (committed, fsync'd) before any poll sees it, and its parked polls are
  * answered before its own request is, without a trip through each worker's event queue (where
  * the answer would wait behind pushes and queries) and without evhttp's per-reply work: the
- * answer (status line, headers, body, `Connection: close`) is rendered once per change and sent
- * with one send() per poll. evhttp never learns what was sent, so the connection is closed after
+ * answer (status line, headers, body, `Connection: close`) is rendered once per change and written
+ * to every poll's socket in one io_uring submission (internal/net/fanout). evhttp never learns what was sent, so the connection is closed after
  * the answer (the worker frees it); clients poll again on a new one. A worker's poll list is
  * guarded by its polls_mu, held by the control thread while it writes to those sockets, so a
  * poll's connection is never closed (its fd reused) under a send. Subscribers and the rest of a
@@ -68,6 +68,7 @@
 #include "api/sse.h"
 #include "internal/control/control.h"
 #include "internal/control/store.h"
+#include "internal/net/fanout.h"
 #include "internal/util/clock.h"
 #include "internal/util/histogram.h"
 #include "internal/util/log.h"
@@ -204,18 +205,13 @@ struct api_control {
     /* where a change's time goes: the group commit (fsync included), the fan-out to parked polls
      * (render + one send per poll), and the whole from queueing the change to its polls answered */
     histogram_t commit_hist, fanout_hist, propagation_hist;
-    /* wakers: helper threads that answer the polls of workers 1..N-1 while the control thread
-     * answers worker 0's (ctl_wake_polls), so the sends of a fan-out run in parallel. Guarded by
-     * wake_mu: the job (wake_ev, wake_resp), its generation and how many lists are still to do. */
-    pthread_t *wakers;
-    int nwakers;
-    pthread_mutex_t wake_mu;
-    pthread_cond_t wake_cv, wake_done_cv;
-    uint64_t wake_gen;
-    int wake_pending;
-    bool wake_stop, wake_init;
-    const control_event_t *wake_ev;
-    const buf_t *wake_resp;
+    /* the fan-out's sends (one io_uring submission per FANOUT_DEPTH polls) and its scratch arrays,
+     * kept between changes; control thread only */
+    fanout_t *fanout;
+    ctl_poll_t **wake_polls;
+    int *wake_fds;
+    ssize_t *wake_res;
+    size_t wake_cap;
 };
 
 /* --- small helpers ------------------------------------------------------------------------------ */
@@ -565,71 +561,37 @@ static void ctl_render_answer(const control_event_t *ev, buf_t *out)
     buf_append(out, ev->json, ev->json_len);
 }
 
-/* Answers worker wi's parked polls of ev's job with resp (see ctl_wake_polls). */
-static void ctl_wake_list(api_control_t *ctl, int wi, const control_event_t *ev, const buf_t *resp)
+/* Room for n polls in the fan-out's scratch arrays. */
+static int ctl_wake_reserve(api_control_t *ctl, size_t n)
 {
-    ctl_worker_t *w = &ctl->workers[wi];
-    pthread_mutex_lock(&w->polls_mu);
-    for (api_sse_link_t *l = w->polls.head, *next; l; l = next) {
-        next = l->next;
-        ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
-        if (p->fd < 0 || p->version >= ev->version || strcmp(p->job, ev->job) != 0)
-            continue;
-        ssize_t n = send(p->fd, resp->data, resp->len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            continue; /* nothing written: the worker answers it the usual way */
-        if (n >= 0 && (size_t)n < resp->len)
-            shutdown(p->fd, SHUT_RDWR);
-        /* n < 0 otherwise: the client is gone; the worker frees it all the same */
-        api_sse_list_remove(&w->polls, &p->link);
-        api_sse_list_push(&w->answered, &p->link);
-        p->answered = true;
-        atomic_fetch_sub(&ctl->parked, 1);
-        atomic_fetch_add(&ctl->polls_answered, 1);
-    }
-    pthread_mutex_unlock(&w->polls_mu);
+    if (n <= ctl->wake_cap)
+        return 0;
+    size_t cap = ctl->wake_cap ? ctl->wake_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    ctl_poll_t **polls = realloc(ctl->wake_polls, cap * sizeof(*polls));
+    if (polls)
+        ctl->wake_polls = polls;
+    int *fds = realloc(ctl->wake_fds, cap * sizeof(*fds));
+    if (fds)
+        ctl->wake_fds = fds;
+    ssize_t *res = realloc(ctl->wake_res, cap * sizeof(*res));
+    if (res)
+        ctl->wake_res = res;
+    if (!polls || !fds || !res)
+        return -1;
+    ctl->wake_cap = cap;
+    return 0;
 }
 
-/* A waker thread: answers worker `index`'s list for each fan-out. */
-typedef struct {
-    api_control_t *ctl;
-    int index;
-} ctl_waker_arg_t;
-
-static void *ctl_waker_main(void *arg)
-{
-    ctl_waker_arg_t *a = arg;
-    api_control_t *ctl = a->ctl;
-    int wi = a->index;
-    free(a);
-    uint64_t seen = 0;
-    pthread_mutex_lock(&ctl->wake_mu);
-    for (;;) {
-        while (ctl->wake_gen == seen && !ctl->wake_stop)
-            pthread_cond_wait(&ctl->wake_cv, &ctl->wake_mu);
-        if (ctl->wake_stop)
-            break;
-        seen = ctl->wake_gen;
-        const control_event_t *ev = ctl->wake_ev;
-        const buf_t *resp = ctl->wake_resp;
-        pthread_mutex_unlock(&ctl->wake_mu);
-        ctl_wake_list(ctl, wi, ev, resp);
-        pthread_mutex_lock(&ctl->wake_mu);
-        if (--ctl->wake_pending == 0)
-            pthread_cond_signal(&ctl->wake_done_cv);
-    }
-    pthread_mutex_unlock(&ctl->wake_mu);
-    return NULL;
-}
-
-/* Answers every parked GET long-poll of ev's job from the control thread, right after the commit:
- * one send() per poll of the answer rendered once, without waiting for each worker's loop to
- * come round (behind pushes and queries) and without evhttp's per-reply work. The lists of
- * workers 1..N-1 are done by the waker threads at the same time as worker 0's is done here; this
- * returns when all are done, so the change's own request is answered after its pollers. The
- * worker is told by ctl_broadcast and only frees what was answered. A poll whose socket buffer
- * is full (a client that stopped reading) is left to its worker; one that took part of the
- * answer is cut off (its client sees a short body and polls again). Control thread only. */
+/* Answers every parked GET long-poll of ev's job from the control thread, right after the commit,
+ * without waiting for each worker's loop to come round (behind pushes and queries) and without
+ * evhttp's per-reply work: the answer is rendered once and written to every poll's socket in one
+ * io_uring submission per FANOUT_DEPTH polls (internal/net/fanout), with every worker's polls_mu
+ * held so no poll's connection is closed under it. The worker is told by ctl_broadcast and only
+ * frees what was answered. A poll whose socket buffer is full (a client that stopped reading) is
+ * left to its worker; one that took part of the answer is cut off (its client sees a short body
+ * and polls again). Control thread only. */
 static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
 {
     pthread_mutex_lock(&ctl->mu);
@@ -637,34 +599,47 @@ static void ctl_wake_polls(api_control_t *ctl, const control_event_t *ev)
     pthread_mutex_unlock(&ctl->mu);
     if (stopping || !atomic_load(&ctl->live) || ctl->nworkers == 0)
         return;
-    if (atomic_load(&ctl->parked) == 0)
-        return; /* nothing to wake: skip rendering and the wakers */
+    int64_t parked = atomic_load(&ctl->parked);
+    if (parked <= 0)
+        return; /* nothing to wake: skip rendering */
     int64_t t0 = clock_mono_ns();
     buf_t resp = BUF_INIT;
     ctl_render_answer(ev, &resp);
-    if (!resp.data)
-        return; /* out of memory: the workers answer them */
-    int helpers = ctl->nwakers;
-    if (helpers > 0) {
-        pthread_mutex_lock(&ctl->wake_mu);
-        ctl->wake_ev = ev;
-        ctl->wake_resp = &resp;
-        ctl->wake_pending = helpers;
-        ctl->wake_gen++;
-        pthread_cond_broadcast(&ctl->wake_cv);
-        pthread_mutex_unlock(&ctl->wake_mu);
+    for (int wi = 0; wi < ctl->nworkers; wi++)
+        pthread_mutex_lock(&ctl->workers[wi].polls_mu);
+    size_t n = 0;
+    for (int wi = 0; resp.data && wi < ctl->nworkers; wi++) {
+        for (api_sse_link_t *l = ctl->workers[wi].polls.head; l; l = l->next) {
+            ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
+            if (p->fd < 0 || p->version >= ev->version || strcmp(p->job, ev->job) != 0)
+                continue;
+            if (ctl_wake_reserve(ctl, n + 1) != 0)
+                break; /* out of memory: the workers answer the rest */
+            ctl->wake_polls[n] = p;
+            ctl->wake_fds[n++] = p->fd;
+        }
     }
-    ctl_wake_list(ctl, 0, ev, &resp);
-    for (int wi = helpers + 1; wi < ctl->nworkers; wi++) /* lists whose waker did not start */
-        ctl_wake_list(ctl, wi, ev, &resp);
-    if (helpers > 0) {
-        pthread_mutex_lock(&ctl->wake_mu);
-        while (ctl->wake_pending > 0)
-            pthread_cond_wait(&ctl->wake_done_cv, &ctl->wake_mu);
-        pthread_mutex_unlock(&ctl->wake_mu);
+    fanout_send(ctl->fanout, ctl->wake_fds, n, resp.data, resp.len, ctl->wake_res);
+    for (size_t i = 0; i < n; i++) {
+        ctl_poll_t *p = ctl->wake_polls[i];
+        ssize_t r = ctl->wake_res[i];
+        if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR)
+            continue; /* nothing written: the worker answers it the usual way */
+        if (r >= 0 && (size_t)r < resp.len)
+            shutdown(p->fd, SHUT_RDWR);
+        /* r < 0 otherwise: the client is gone; the worker frees it all the same */
+        ctl_worker_t *w = &ctl->workers[p->worker];
+        api_sse_list_remove(&w->polls, &p->link);
+        api_sse_list_push(&w->answered, &p->link);
+        p->answered = true;
+        atomic_fetch_sub(&ctl->parked, 1);
+        atomic_fetch_add(&ctl->polls_answered, 1);
     }
+    for (int wi = ctl->nworkers - 1; wi >= 0; wi--)
+        pthread_mutex_unlock(&ctl->workers[wi].polls_mu);
     buf_free(&resp);
-    histogram_observe(&ctl->fanout_hist, (double)(clock_mono_ns() - t0) / 1e9);
+    if (n > 0)
+        histogram_observe(&ctl->fanout_hist, (double)(clock_mono_ns() - t0) / 1e9);
 }
 
 static void ctl_collect_event(control_event_t *ev, void *ud)
@@ -823,6 +798,7 @@ static void *ctl_thread_main(void *arg)
 {
     api_control_t *ctl = arg;
     char err[256];
+    pthread_setname_np(pthread_self(), "control");
     pthread_mutex_lock(&ctl->mu);
     for (;;) {
         while (!ctl->head && !ctl->stop) {
@@ -1690,23 +1666,11 @@ api_control_t *api_control_new(const api_control_options_t *opt, char *err, size
         ctl->workers[w].ctl = ctl;
         pthread_mutex_init(&ctl->workers[w].polls_mu, NULL);
     }
-    pthread_mutex_init(&ctl->wake_mu, NULL);
-    pthread_cond_init(&ctl->wake_cv, NULL);
-    pthread_cond_init(&ctl->wake_done_cv, NULL);
-    ctl->wake_init = true;
-    if (ctl->nworkers > 1) {
-        ctl->wakers = calloc((size_t)ctl->nworkers - 1, sizeof(*ctl->wakers));
-        for (int i = 1; ctl->wakers && i < ctl->nworkers; i++) {
-            ctl_waker_arg_t *a = malloc(sizeof(*a));
-            if (!a)
-                break;
-            *a = (ctl_waker_arg_t){ctl, i};
-            if (pthread_create(&ctl->wakers[i - 1], NULL, ctl_waker_main, a) != 0) {
-                free(a);
-                break; /* the control thread does the remaining lists itself */
-            }
-            ctl->nwakers++;
-        }
+    /* one lane per worker: a fan-out's sends run on every CPU the workers do */
+    ctl->fanout = fanout_new(ctl->nworkers > 1 ? ctl->nworkers : 1, true);
+    if (!ctl->fanout) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
     }
     if (pthread_create(&ctl->thread, NULL, ctl_thread_main, ctl) != 0) {
         snprintf(err, errlen, "cannot start the control thread: %s", strerror(errno));
@@ -1753,21 +1717,15 @@ void api_control_shutdown(api_control_t *ctl)
         pthread_join(ctl->thread, NULL);
         ctl->thread_started = false;
     }
-    if (ctl->wake_init) {
-        pthread_mutex_lock(&ctl->wake_mu);
-        ctl->wake_stop = true;
-        pthread_cond_broadcast(&ctl->wake_cv);
-        pthread_mutex_unlock(&ctl->wake_mu);
-        for (int i = 0; i < ctl->nwakers; i++)
-            pthread_join(ctl->wakers[i], NULL);
-        free(ctl->wakers);
-        ctl->wakers = NULL;
-        ctl->nwakers = 0;
-        pthread_mutex_destroy(&ctl->wake_mu);
-        pthread_cond_destroy(&ctl->wake_cv);
-        pthread_cond_destroy(&ctl->wake_done_cv);
-        ctl->wake_init = false;
-    }
+    fanout_free(ctl->fanout);
+    ctl->fanout = NULL;
+    free(ctl->wake_polls);
+    free(ctl->wake_fds);
+    free(ctl->wake_res);
+    ctl->wake_polls = NULL;
+    ctl->wake_fds = NULL;
+    ctl->wake_res = NULL;
+    ctl->wake_cap = 0;
     /* Ops still queued (the server stopped before they ran) are dropped with their requests. */
     while (ctl->head) {
         ctl_op_t *op = ctl->head;

@@ -22,7 +22,7 @@ build_bench() {
     cc -std=c11 -O2 -g -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -fno-strict-aliasing \
         -I"$ROOT" -I"$BUILD/gen" -o "$OUT/$name" "$ROOT/bench/$name.c" "$BUILD/libsluice_core.a" \
         $(pkg-config --libs libevent libevent_pthreads libprotobuf-c snappy sqlite3 re2 yaml-0.1 \
-            libxxhash zlib jansson double-conversion) -lstdc++ -lpthread -lm
+            libxxhash zlib jansson double-conversion liburing) -lstdc++ -lpthread -lm
 }
 
 bench_storage() {

@@ -9,6 +9,8 @@ PKGS=(
   # libraries (pkg-config names in CMakeLists.txt)
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libsnappy-dev libsqlite3-dev
   libcmocka-dev libre2-dev libyaml-dev libxxhash-dev zlib1g-dev libjansson-dev libdouble-conversion-dev
+  # io_uring: one system call for a flow-control change's 1,000 answers (internal/net/fanout)
+  liburing-dev
   # TLS (OpenSSL; libevent-dev brings libevent_openssl) and bcrypt for basic auth (libxcrypt)
   libssl-dev libcrypt-dev
   # fuzzing (make fuzz, ctest fuzz/short): clang and its libFuzzer/sanitizer runtimes
