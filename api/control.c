@@ -14,7 +14,7 @@
  *        |                                        |  changes are one group commit (one fsync)
  *        |                                        |  writes each parked GET poll's answer
  *        |   (poll sockets) <-------------------- |  straight to its socket (ctl_wake_polls:
- *        |                                        |  one io_uring submission for all of them)
+ *        |                                        |  io_uring submissions, internal/net/fanout)
  *        | <---- api_server_run_on(every worker, deliver event) -- free the answered polls,
  *        |                                        |  answer HEAD polls, SSE subscribers
  *        | <---- api_server_run_on(op's worker, op done)  ------- the op's reply
@@ -23,7 +23,8 @@
  * answered before its own request is, without a trip through each worker's event queue (where
  * the answer would wait behind pushes and queries) and without evhttp's per-reply work: the
  * answer (status line, headers, body, `Connection: close`) is rendered once per change and written
- * to every poll's socket in one io_uring submission (internal/net/fanout). evhttp never learns what was sent, so the connection is closed after
+ * to every poll's socket through io_uring (internal/net/fanout: one submission per 512 sockets and
+ * lane, a lane per worker). evhttp never learns what was sent, so the connection is closed after
  * the answer (the worker frees it); clients poll again on a new one. A worker's poll list is
  * guarded by its polls_mu, held by the control thread while it writes to those sockets, so a
  * poll's connection is never closed (its fd reused) under a send. Subscribers and the rest of a
@@ -203,7 +204,7 @@ struct api_control {
     _Atomic int64_t parked, subscribers;
     _Atomic uint64_t dropped, expired, polls_answered, polls_timed_out;
     /* where a change's time goes: the group commit (fsync included), the fan-out to parked polls
-     * (render + one send per poll), and the whole from queueing the change to its polls answered */
+     * (render + the sends), and the whole from queueing the change to its polls answered */
     histogram_t commit_hist, fanout_hist, propagation_hist;
     /* the fan-out's sends (one io_uring submission per FANOUT_DEPTH polls) and its scratch arrays,
      * kept between changes; control thread only */
