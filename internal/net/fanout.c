@@ -31,6 +31,16 @@ typedef struct {
     int index;
 } fanout_lane_t;
 
+/* One fanout_send: its arrays, split into `parts` equal slices (slice k is lane k's). */
+typedef struct {
+    const int *fds;
+    size_t n;
+    const void *buf;
+    size_t len;
+    ssize_t *res;
+    int parts;
+} fanout_job_t;
+
 struct fanout {
     fanout_lane_t *lanes;
     int nlanes; /* lane 0 and the helpers that started */
@@ -41,12 +51,7 @@ struct fanout {
     uint64_t gen;
     int pending;
     bool stop;
-    const int *fds;
-    size_t n;
-    const void *buf;
-    size_t len;
-    ssize_t *res;
-    int parts;
+    fanout_job_t job;
 };
 
 static void fanout_send_each(const int *fds, size_t n, const void *buf, size_t len, ssize_t *res)
@@ -111,8 +116,9 @@ static void fanout_lane_send(fanout_lane_t *ln, const int *fds, size_t n, const 
 /* Lane k's slice of the current job (mu held or the job otherwise stable). */
 static void fanout_lane_run(fanout_t *fo, int k)
 {
-    size_t lo = fo->n * (size_t)k / (size_t)fo->parts, hi = fo->n * (size_t)(k + 1) / (size_t)fo->parts;
-    fanout_lane_send(&fo->lanes[k], fo->fds + lo, hi - lo, fo->buf, fo->len, fo->res + lo);
+    const fanout_job_t *j = &fo->job;
+    size_t lo = j->n * (size_t)k / (size_t)j->parts, hi = j->n * (size_t)(k + 1) / (size_t)j->parts;
+    fanout_lane_send(&fo->lanes[k], j->fds + lo, hi - lo, j->buf, j->len, j->res + lo);
 }
 
 static void *fanout_helper_main(void *arg)
@@ -130,7 +136,7 @@ static void *fanout_helper_main(void *arg)
         if (fo->stop)
             break;
         seen = fo->gen;
-        bool mine = ln->index < fo->parts;
+        bool mine = ln->index < fo->job.parts;
         pthread_mutex_unlock(&fo->mu);
         if (mine)
             fanout_lane_run(fo, ln->index);
@@ -209,12 +215,7 @@ void fanout_send(fanout_t *fo, const int *fds, size_t n, const void *buf, size_t
     for (size_t i = 0; i < n; i++)
         res[i] = FANOUT_UNSET;
     int parts = n >= FANOUT_SPLIT ? fo->nlanes : 1;
-    fo->fds = fds;
-    fo->n = n;
-    fo->buf = buf;
-    fo->len = len;
-    fo->res = res;
-    fo->parts = parts;
+    fo->job = (fanout_job_t){.fds = fds, .n = n, .buf = buf, .len = len, .res = res, .parts = parts};
     if (parts > 1) {
         pthread_mutex_lock(&fo->mu);
         fo->pending = fo->nlanes - 1;
