@@ -363,14 +363,27 @@ def test_burst_of_connections_served_by_every_worker(start_sluice):
 def test_background_threads_named_and_writer_niced(sluice):
     """`top -H` tells sluice's threads apart, and the roll-up writer (catalog rows, roll-up blobs:
     work no request waits for) runs at nice 10 and the /metrics render thread at 5, below the
-    HTTP workers."""
-    threads = {}
-    for tid in os.listdir(f"/proc/{sluice.proc.pid}/task"):
-        with open(f"/proc/{sluice.proc.pid}/task/{tid}/stat") as f:
-            stat = f.read()
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat
-        threads.setdefault(comm, []).append(nice)
+    HTTP workers.
+
+    A thread names and renices itself as it starts, and /-/ready does not wait for every thread
+    to have been scheduled once (under a loaded `make test`, wal-sync had not yet): so the
+    threads are read until they look settled, for at most 10 s, then checked."""
+    want = {"rollup-writer": [10], "metrics-render": [5], "http-0": [0], "storage-house": [0], "wal-sync": [0]}
+    deadline = time.monotonic() + 10
+    while True:
+        threads = {}
+        for tid in os.listdir(f"/proc/{sluice.proc.pid}/task"):
+            try:
+                with open(f"/proc/{sluice.proc.pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            nice = int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of stat
+            threads.setdefault(comm, []).append(nice)
+        if all(threads.get(k) == v for k, v in want.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert threads.get("rollup-writer") == [10], threads
     assert threads.get("metrics-render") == [5], threads  # sorts a whole /metrics for the scraper
     for name in ("http-0", "storage-house", "wal-sync"):
