@@ -82,8 +82,10 @@ static void test_set_budget_charges_existing_blocks(void **state)
     arena_budget_t small = {.limit = 16 << 10};
     assert_int_equal(arena_set_budget(a, &small, NULL, NULL), -1);
     assert_int_equal(atomic_load(&small.used), 0);
-    arena_budget_t big = {.limit = 1 << 20};
+    /* Without a budget, a 100 KiB piece took a standard 1 MiB block (arena.c): that is charged. */
+    arena_budget_t big = {.limit = 2 << 20};
     assert_int_equal(arena_set_budget(a, &big, NULL, NULL), 0);
+    assert_true(atomic_load(&big.used) > 1 << 20);
     assert_true(atomic_load(&big.used) >= 100 << 10);
     arena_destroy(a);
     assert_int_equal(atomic_load(&big.used), 0);
@@ -180,11 +182,35 @@ static void test_block_cache_release_idle(void **state)
     arena_destroy(c);
 }
 
+/* A pushed body (~0.6 MiB) in an arena without a budget takes a standard block: freed, it goes to
+ * the cache, and the next request's body takes it from there instead of fresh pages. */
+static void test_big_piece_reuses_cached_block(void **state)
+{
+    (void)state;
+    arena_cache_release_idle();
+    arena_cache_release_idle();
+    assert_int_equal(arena_cache_bytes(), 0);
+    arena_t *a = arena_create(0);
+    memset(arena_alloc(a, 600 << 10), 1, 600 << 10);
+    arena_destroy(a);
+    size_t cached = arena_cache_bytes();
+    assert_true(cached > (1u << 20));
+    arena_t *b = arena_create(0);
+    assert_non_null(arena_try_alloc(b, 600 << 10));
+    assert_int_equal(arena_cache_bytes(), 0); /* taken from the cache */
+    assert_non_null(arena_try_alloc(b, 3 << 20)); /* over a standard block: a block of its own */
+    arena_destroy(b);
+    assert_int_equal(arena_cache_bytes(), cached);
+    arena_cache_release_idle();
+    arena_cache_release_idle();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_block_cache),
         cmocka_unit_test(test_block_cache_release_idle),
+        cmocka_unit_test(test_big_piece_reuses_cached_block),
         cmocka_unit_test(test_budget_charges_parents),
         cmocka_unit_test(test_alloc_calls_fail_handler),
         cmocka_unit_test(test_set_budget_charges_existing_blocks),
