@@ -295,6 +295,44 @@ static int push_decode_body(api_push_t *p, api_req_t *req, char **out, size_t *o
 
 /* ---- storing an effect ---------------------------------------------------------------------------- */
 
+/* The effect's samples as storage takes them (arena-owned), at the push second; NULL on OOM. */
+static storage_sample_t *push_storage_samples(const push_effect_t *e, arena_t *a)
+{
+    storage_sample_t *ss = arena_try_alloc(a, (e->n ? e->n : 1) * sizeof(*ss));
+    if (!ss)
+        return NULL;
+    int64_t t = e->t_ms - e->t_ms % 1000; /* one-second resolution: pushes of one second line up */
+    for (size_t i = 0; i < e->n; i++) {
+        ss[i].labels = e->samples[i].labels;
+        ss[i].t = t;
+        ss[i].v = e->samples[i].v;
+    }
+    return ss;
+}
+
+/* A push with series storage does not hold yet (a reporter's first push: 1,282 of them for a
+ * Flink TaskManager) has them created here, before the push lock, so the workers create series
+ * in parallel; under the lock the append then finds every series by its ref. Only when the
+ * push's types agree with the other groups' now: settle checks again under the lock, and a
+ * conflicting push in between leaves the series made here without samples, which expiry sweeps. */
+static void push_prepare_series(api_push_t *p, push_pending_t *pending, arena_t *a)
+{
+    push_effect_t own;
+    if (!p->opt.storage || push_registry_presettle(p->reg, pending, &own) != PUSH_OK || !own.nrefs)
+        return;
+    static const push_ref_t none;
+    size_t missing = 0;
+    for (size_t i = 0; i < own.nrefs; i++)
+        missing += memcmp(&own.refs[i], &none, sizeof(none)) == 0;
+    storage_sample_t *ss = missing ? push_storage_samples(&own, a) : NULL;
+    storage_ref_t *refs = ss ? arena_try_alloc(a, own.nrefs * sizeof(*refs)) : NULL;
+    if (!refs)
+        return; /* nothing new, or out of memory: the append does it all */
+    memcpy(refs, own.refs, own.nrefs * sizeof(*refs));
+    storage_prepare_refs(p->opt.storage, ss, own.nrefs, refs); /* a refusal is met again by the append */
+    memcpy(own.refs, refs, own.nrefs * sizeof(*refs));
+}
+
 /* Appends the samples of a change (pushed values or staleness markers) at the push second.
  * Returns 0 or a storage error; msg is filled on error. The roll-up step is left in *job, for
  * storage_append_rollups once apply_mu is released (storage.h): a push's roll-ups then overlap
@@ -306,16 +344,10 @@ static int push_store(api_push_t *p, const push_effect_t *e, arena_t *a, char *m
     *job = NULL;
     if (!e->n || !p->opt.storage)
         return 0;
-    storage_sample_t *ss = arena_try_alloc(a, e->n * sizeof(*ss));
+    storage_sample_t *ss = push_storage_samples(e, a);
     if (!ss) {
         snprintf(msg, msglen, "out of memory");
         return STORAGE_ERR_NOMEM;
-    }
-    int64_t t = e->t_ms - e->t_ms % 1000; /* one-second resolution: pushes of one second line up */
-    for (size_t i = 0; i < e->n; i++) {
-        ss[i].labels = e->samples[i].labels;
-        ss[i].t = t;
-        ss[i].v = e->samples[i].v;
     }
     /* The series refs the group's previous push resolved to (registry.h: series reference
      * cache); storage verifies each before use and returns the ones it resolved now. */
@@ -493,6 +525,8 @@ static void push_handle_write(api_push_t *p, api_req_t *req, push_mode_t mode)
     if (rc == PUSH_OK && orig)
         push_registry_pending_take_shape(pending, push_shape_build(orig, len, fmt, &parsed),
                                          fmt == EXPFMT_FORMAT_OPENMETRICS);
+    if (rc == PUSH_OK)
+        push_prepare_series(p, pending, req->arena);
     pthread_mutex_lock(&p->apply_mu);
     if (rc == PUSH_OK) {
         rc = push_registry_settle(p->reg, pending, &effect, err, sizeof(err));

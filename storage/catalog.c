@@ -593,6 +593,33 @@ int catalog_add_series_ref(catalog_t *cat, uint64_t id, uint64_t hint, int64_t t
     return pending_push(cat, &p);
 }
 
+int catalog_add_series_refs(catalog_t *cat, const catalog_ref_t *refs, size_t n)
+{
+    assert(cat->label_fn);
+    uint64_t max = 0, min = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (refs[i].id == 0)
+            return -1;
+        max = refs[i].id > max ? refs[i].id : max;
+        min = refs[i].id < min ? refs[i].id : min;
+    }
+    if (!n)
+        return 0;
+    uint64_t cur = atomic_load(&cat->next_id);
+    while (cur <= max && !atomic_compare_exchange_weak(&cat->next_id, &cur, max + 1))
+        ;
+    int rc = 0;
+    pthread_mutex_lock(&cat->pending_mu);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        pending_t p = {.kind = PENDING_REF, .id = refs[i].id, .t = refs[i].t, .hint = refs[i].hint};
+        rc = pq_push(&cat->pending, &p);
+    }
+    if (min < atomic_load(&cat->pending_min))
+        atomic_store(&cat->pending_min, min);
+    pthread_mutex_unlock(&cat->pending_mu);
+    return rc;
+}
+
 bool catalog_is_written(const catalog_t *cat, uint64_t id)
 {
     uint64_t p = atomic_load(&cat->pending_min);

@@ -74,6 +74,13 @@ void catalog_set_label_source(catalog_t *cat, catalog_label_fn fn, void *ud);
  * owner must keep the series until catalog_is_written(id) says it may let it go. Returns 0 or -1
  * (OOM). */
 int catalog_add_series_ref(catalog_t *cat, uint64_t id, uint64_t hint, int64_t t);
+/* catalog_add_series_ref for n series, queued under one lock round (a first push creates a
+ * thousand). Returns 0 or -1 (OOM: the ones before the failure are queued). */
+typedef struct {
+    uint64_t id, hint;
+    int64_t t;
+} catalog_ref_t;
+int catalog_add_series_refs(catalog_t *cat, const catalog_ref_t *refs, size_t n);
 /* False while a catalog_add_series_ref of an id <= id may still need its labels (conservative:
  * series are queued in about id order, so a series newer than the oldest unwritten one waits). */
 bool catalog_is_written(const catalog_t *cat, uint64_t id);

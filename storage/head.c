@@ -692,6 +692,17 @@ int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, i
     return get_or_create(h, ls, hash, new_id, false, ref, created);
 }
 
+int head_create_many(head_t *h, index_create_t *items, size_t n, index_next_id_fn next_id, void *ud)
+{
+    if (index_create_many(h->ix, items, n, next_id, ud) < 0)
+        return HEAD_ERR_NOMEM;
+    uint64_t made = 0;
+    for (size_t i = 0; i < n; i++)
+        made += items[i].rc == INDEX_OK && items[i].made != INDEX_MADE_NONE;
+    atomic_fetch_add_explicit(&h->created, made, memory_order_relaxed);
+    return HEAD_OK;
+}
+
 int head_check(head_t *h, const index_ref_t *ref, int64_t t)
 {
     index_series_t *is = index_acquire_ref(h->ix, ref);

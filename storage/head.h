@@ -64,6 +64,10 @@ int head_get_or_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t ne
 /* The same for a caller that has just looked ls up and not found it: skips the first lookup (a
  * series created meanwhile is still found, *created false). */
 int head_create(head_t *h, const labels_t *ls, uint64_t hash, uint64_t new_id, index_ref_t *ref, bool *created);
+/* head_create for many series at once (index_create_many: the index's locks taken once per
+ * batch; an item with id 0 takes its departed id or next_id's). HEAD_OK, or HEAD_ERR_NOMEM with
+ * nothing done; each item's rc is the index's code. */
+int head_create_many(head_t *h, index_create_t *items, size_t n, index_next_id_fn next_id, void *ud);
 /* Would a sample at t be accepted now? HEAD_OK or the error head_append_ref would return (a
  * refusal is counted in the stats, as the caller is expected to drop the sample). */
 int head_check(head_t *h, const index_ref_t *ref, int64_t t);

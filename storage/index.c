@@ -1054,62 +1054,7 @@ int index_visit_refs(index_t *ix, const index_ref_t *refs, const uint32_t *sel, 
     return 0;
 }
 
-/* Undoes the symbol and name references of the first `n` labels of syms. */
-static void unref_labels(index_t *ix, const uint32_t *syms, size_t nsyms_ok, size_t npairs_ok)
-{
-    if (npairs_ok) {
-        pthread_rwlock_wrlock(&ix->names_lock);
-        for (size_t i = 0; i < npairs_ok; i++)
-            names_pair_unref(ix, syms[2 * i], syms[2 * i + 1]);
-        pthread_rwlock_unlock(&ix->names_lock);
-    }
-    pthread_rwlock_wrlock(&ix->sym_lock);
-    for (size_t i = 0; i < nsyms_ok; i++)
-        sym_unref_locked(ix, syms[i]);
-    pthread_rwlock_unlock(&ix->sym_lock);
-}
-
 /* ---- name lists ---------------------------------------------------------------------------- */
-
-static bool namelist_eq(uint64_t v, const void *ctx)
-{
-    const namelist_t *nl = (const namelist_t *)(uintptr_t)v, *cand = ctx;
-    return nl->n == cand->n && memcmp(nl->ids, cand->ids, 4 * (size_t)cand->n) == 0;
-}
-
-/* The shared list for the names at syms[0], syms[2], ... (refcount taken), or NULL on OOM.
- * *existed: the list was there already, so the caller's references on the name symbols are
- * surplus (a new list takes them over). */
-static namelist_t *namelist_acquire(index_t *ix, const uint32_t *syms, size_t n, bool *existed)
-{
-    namelist_t *cand = malloc(sizeof(namelist_t) + 4 * (n ? n : 1));
-    if (!cand)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        cand->ids[i] = syms[2 * i];
-    cand->n = (uint32_t)n;
-    cand->refs = 1;
-    cand->hash = XXH3_64bits(cand->ids, 4 * n);
-    pthread_mutex_lock(&ix->nl_lock);
-    const uint64_t *v = hashmap_find(&ix->nl_by_hash, cand->hash, namelist_eq, cand);
-    if (v) {
-        namelist_t *nl = (namelist_t *)(uintptr_t)*v;
-        nl->refs++;
-        pthread_mutex_unlock(&ix->nl_lock);
-        free(cand);
-        *existed = true;
-        return nl;
-    }
-    if (hashmap_add(&ix->nl_by_hash, cand->hash, (uint64_t)(uintptr_t)cand) < 0) {
-        pthread_mutex_unlock(&ix->nl_lock);
-        free(cand);
-        return NULL;
-    }
-    ix->nl_bytes += sizeof(namelist_t) + 4 * n;
-    pthread_mutex_unlock(&ix->nl_lock);
-    *existed = false;
-    return cand;
-}
 
 /* Drops a reference; the last one frees the list and its name symbol references. */
 static void namelist_release(index_t *ix, const namelist_t *cnl)
@@ -1169,6 +1114,306 @@ static void shard_remove(index_t *ix, shard_t *sh, index_series_t *s)
     sp_free(&sh->pool, s, series_size(ix, nm_n));
 }
 
+/* ---- creation ------------------------------------------------------------------------------ */
+
+/* How far the creation of one series got, for index_create_many's undo. */
+typedef struct {
+    uint32_t *syms;  /* 2 * labels->n ids: name, value, name, value ... */
+    uint32_t nsym;   /* symbol references taken (a prefix of syms) */
+    uint32_t npair;  /* names-table pair references taken (a prefix of the pairs) */
+    namelist_t *nl;  /* its name list (a reference taken), or NULL */
+    bool nl_existed; /* nl was there already: the name references in syms are surplus */
+    bool undo;       /* not created: every reference above is given back */
+    bool names_gone; /* undone, and the name references went with the list it had made */
+} create_t;
+
+typedef struct {
+    const uint32_t *syms; /* names at syms[0], syms[2], ... */
+    uint32_t n;
+} nl_key_t;
+
+static bool namelist_key_eq(uint64_t v, const void *ctx)
+{
+    const namelist_t *nl = (const namelist_t *)(uintptr_t)v;
+    const nl_key_t *k = ctx;
+    if (nl->n != k->n)
+        return false;
+    for (uint32_t i = 0; i < k->n; i++)
+        if (nl->ids[i] != k->syms[2 * i])
+            return false;
+    return true;
+}
+
+/* As namelist_acquire, nl_lock held. */
+static namelist_t *namelist_acquire_locked(index_t *ix, const uint32_t *syms, size_t n, bool *existed)
+{
+    uint32_t stack[64] = {0}, *ids = n <= 64 ? stack : malloc(4 * n);
+    if (!ids)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        ids[i] = syms[2 * i];
+    uint64_t hash = XXH3_64bits(ids, 4 * n);
+    if (ids != stack)
+        free(ids);
+    nl_key_t key = {syms, (uint32_t)n};
+    const uint64_t *v = hashmap_find(&ix->nl_by_hash, hash, namelist_key_eq, &key);
+    if (v) {
+        namelist_t *nl = (namelist_t *)(uintptr_t)*v;
+        nl->refs++;
+        *existed = true;
+        return nl;
+    }
+    namelist_t *nl = malloc(sizeof(namelist_t) + 4 * (n ? n : 1));
+    if (!nl)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        nl->ids[i] = syms[2 * i];
+    nl->n = (uint32_t)n;
+    nl->refs = 1;
+    nl->hash = hash;
+    if (hashmap_add(&ix->nl_by_hash, hash, (uint64_t)(uintptr_t)nl) < 0) {
+        free(nl);
+        return NULL;
+    }
+    ix->nl_bytes += sizeof(namelist_t) + 4 * n;
+    *existed = false;
+    return nl;
+}
+
+/* Puts item k's series into its shard (write lock held), its symbols, pairs and name list in
+ * hand. INDEX_OK (created, ref set), or an error with the shard as it was. */
+static int create_in_shard(index_t *ix, shard_t *sh, uint32_t shard, index_create_t *it, const create_t *c,
+                           index_next_id_fn next_id, void *ud)
+{
+    const labels_t *ls = it->labels;
+    if (ix->max_series && atomic_load(&ix->nseries) >= ix->max_series)
+        return INDEX_ERR_LIMIT;
+    size_t size = series_size(ix, ls->n);
+    index_series_t *s = sp_alloc(&sh->pool, size);
+    uint32_t slot;
+    if (!s || slot_alloc(sh, &slot) < 0) {
+        sp_free(&sh->pool, s, size);
+        return INDEX_ERR_NOMEM;
+    }
+    s->hash32 = (uint32_t)it->hash;
+    s->slot = slot;
+    size_t nposted = 0;
+    int rc = 0;
+    for (; nposted < ls->n; nposted++) {
+        uint64_t key = (uint64_t)c->syms[2 * nposted] << 32 | c->syms[2 * nposted + 1];
+        uint64_t *pp = hashmap_get(&sh->pairs, key);
+        postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
+        uint32_t oldcap = old ? old->cap : 0;
+        postings_t *p = postings_add(old, sh->wide, slot);
+        if (!p) {
+            rc = -1;
+            break;
+        }
+        if (pp) {
+            *pp = (uint64_t)(uintptr_t)p;
+        } else if (hashmap_put(&sh->pairs, key, (uint64_t)(uintptr_t)p) < 0) {
+            free(p);
+            rc = -1;
+            break;
+        } else {
+            sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(hashmap_slot_t);
+        }
+        sh->postings_bytes += postings_size(p->cap, sh->wide) - postings_size(oldcap, sh->wide);
+    }
+    sh->slots[slot] = s;
+    if (rc == 0 && byhash_insert(sh, (uint32_t)it->hash, slot) < 0)
+        rc = -1;
+    if (rc != 0) {
+        /* Roll back: postings added so far, the slot, the record. */
+        for (size_t i = 0; i < nposted; i++) {
+            uint64_t key = (uint64_t)c->syms[2 * i] << 32 | c->syms[2 * i + 1];
+            uint64_t *pp = hashmap_get(&sh->pairs, key);
+            if (pp) {
+                postings_t *p = (postings_t *)(uintptr_t)*pp;
+                postings_remove(p, sh->wide, slot);
+                if (p->n == 0) {
+                    hashmap_del(&sh->pairs, key);
+                    free(p);
+                }
+            }
+        }
+        slot_free(sh, slot);
+        sp_free(&sh->pool, s, size);
+        return INDEX_ERR_NOMEM;
+    }
+    s->names = c->nl;
+    uint32_t *vals = series_vals(ix, s);
+    for (size_t i = 0; i < ls->n; i++)
+        vals[i] = c->syms[2 * i + 1];
+    /* The id: the caller's, else the one these labels had when they left, else a fresh one. */
+    const uint64_t *dep = hashmap_count(&sh->departed) ? hashmap_get(&sh->departed, it->hash) : NULL;
+    if (it->id) {
+        s->id = it->id;
+        it->made = INDEX_MADE_NEW;
+    } else if (dep) {
+        s->id = *dep;
+        it->made = INDEX_MADE_RETURNED;
+    } else {
+        s->id = next_id(ud);
+        it->made = INDEX_MADE_NEW;
+    }
+    if (dep)
+        hashmap_del(&sh->departed, it->hash); /* the id lives in the series now */
+    sh->nseries++;
+    atomic_fetch_add(&ix->nseries, 1);
+    atomic_fetch_add(&ix->series_bytes, size);
+    it->ref = (index_ref_t){.id = s->id, .shard = shard, .slot = slot};
+    return INDEX_OK;
+}
+
+int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_fn next_id, void *ud)
+{
+    if (!n)
+        return 0;
+    size_t nsyms = 0;
+    for (size_t k = 0; k < n; k++) {
+        assert(it[k].id || next_id);
+        it[k].made = INDEX_MADE_NONE;
+        it[k].rc = it[k].labels->n > UINT16_MAX ? INDEX_ERR_NOMEM : INDEX_OK;
+        if (it[k].rc == INDEX_OK)
+            nsyms += 2 * it[k].labels->n;
+    }
+    /* One series (the common caller) needs no heap. */
+    create_t cstack[1];
+    uint32_t sstack[64], ostack[1];
+    create_t *c = n == 1 ? cstack : malloc(n * sizeof(*c));
+    uint32_t *syms = nsyms <= 64 ? sstack : malloc(nsyms * sizeof(uint32_t));
+    uint32_t *order = n == 1 ? ostack : malloc(n * sizeof(uint32_t));
+    if (!c || !syms || !order) {
+        if (c != cstack)
+            free(c);
+        if (syms != sstack)
+            free(syms);
+        if (order != ostack)
+            free(order);
+        return -1;
+    }
+    for (size_t k = 0, at = 0; k < n; k++) {
+        c[k] = (create_t){.syms = syms + at};
+        if (it[k].rc == INDEX_OK)
+            at += 2 * it[k].labels->n;
+    }
+
+    /* Symbols, the names table and the name lists: each lock once for the whole batch. */
+    pthread_rwlock_wrlock(&ix->sym_lock);
+    for (size_t k = 0; k < n; k++) {
+        const labels_t *ls = it[k].labels;
+        /* Neighbours in a batch share most strings at the same places (a TaskManager's job,
+         * host and task names on all its series): those take the previous item's symbols without
+         * hashing them again. */
+        const labels_t *pl = k > 0 && c[k - 1].nsym == 2 * it[k - 1].labels->n ? it[k - 1].labels : NULL;
+        for (size_t i = 0; it[k].rc == INDEX_OK && i < ls->n; i++) {
+            for (int part = 0; part < 2; part++) {
+                const char *str = part ? ls->v[i].value : ls->v[i].name;
+                const char *was = !pl || i >= pl->n ? NULL : part ? pl->v[i].value : pl->v[i].name;
+                uint32_t id;
+                if (was && (was == str || strcmp(was, str) == 0)) {
+                    id = c[k - 1].syms[2 * i + (size_t)part];
+                    sym_entry(ix, id)->refs++;
+                } else if ((id = sym_ref_locked(ix, str)) == EMPTY32) {
+                    it[k].rc = INDEX_ERR_NOMEM;
+                    break;
+                }
+                c[k].syms[c[k].nsym++] = id;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&ix->sym_lock);
+    pthread_rwlock_wrlock(&ix->names_lock);
+    for (size_t k = 0; k < n; k++)
+        for (; it[k].rc == INDEX_OK && c[k].npair < it[k].labels->n; c[k].npair++)
+            if (names_pair_ref(ix, c[k].syms[2 * c[k].npair], c[k].syms[2 * c[k].npair + 1]) < 0)
+                it[k].rc = INDEX_ERR_NOMEM;
+    pthread_rwlock_unlock(&ix->names_lock);
+    pthread_mutex_lock(&ix->nl_lock);
+    for (size_t k = 0; k < n; k++)
+        if (it[k].rc == INDEX_OK &&
+            !(c[k].nl = namelist_acquire_locked(ix, c[k].syms, it[k].labels->n, &c[k].nl_existed)))
+            it[k].rc = INDEX_ERR_NOMEM;
+    pthread_mutex_unlock(&ix->nl_lock);
+
+    /* The shards, each write-locked once, in batch order within a shard (a series that appears
+     * twice is made by its first item and found by the second). */
+    size_t start[INDEX_SHARDS + 1] = {0};
+    for (size_t k = 0; k < n; k++)
+        start[it[k].hash % INDEX_SHARDS + 1]++;
+    for (size_t h = 1; h <= INDEX_SHARDS; h++)
+        start[h] += start[h - 1];
+    size_t fill[INDEX_SHARDS];
+    memcpy(fill, start, sizeof(fill));
+    for (size_t k = 0; k < n; k++)
+        order[fill[it[k].hash % INDEX_SHARDS]++] = (uint32_t)k;
+    for (uint32_t h = 0; h < INDEX_SHARDS; h++) {
+        if (start[h] == start[h + 1])
+            continue;
+        shard_t *sh = &ix->shards[h];
+        pthread_rwlock_wrlock(&sh->lock);
+        for (size_t j = start[h]; j < start[h + 1]; j++) {
+            uint32_t k = order[j];
+            if (it[k].rc != INDEX_OK) {
+                c[k].undo = true;
+                continue;
+            }
+            index_series_t *s = shard_find(ix, sh, it[k].labels, it[k].hash);
+            if (s) { /* someone else made it meanwhile, or an earlier item */
+                it[k].ref = index_series_ref(s);
+                c[k].undo = true;
+                continue;
+            }
+            it[k].rc = create_in_shard(ix, sh, h, &it[k], &c[k], next_id, ud);
+            c[k].undo = it[k].rc != INDEX_OK;
+        }
+        pthread_rwlock_unlock(&sh->lock);
+    }
+
+    /* What was not created gives its references back; a created series whose name list was
+     * there already drops its surplus name references. */
+    bool any_undo = false;
+    for (size_t k = 0; k < n; k++)
+        any_undo |= c[k].undo;
+    if (any_undo) {
+        pthread_rwlock_wrlock(&ix->names_lock);
+        for (size_t k = 0; k < n; k++)
+            for (uint32_t i = 0; c[k].undo && i < c[k].npair; i++)
+                names_pair_unref(ix, c[k].syms[2 * i], c[k].syms[2 * i + 1]);
+        pthread_rwlock_unlock(&ix->names_lock);
+    }
+    /* A name list this batch made for a series it did not create goes first: its last reference
+     * takes the list's name references (the item's own) with it. */
+    for (size_t k = 0; k < n; k++)
+        if (c[k].undo && c[k].nl && !c[k].nl_existed) {
+            namelist_release(ix, c[k].nl);
+            c[k].nl = NULL;
+            c[k].names_gone = true;
+        }
+    pthread_rwlock_wrlock(&ix->sym_lock);
+    for (size_t k = 0; k < n; k++) {
+        if (!c[k].undo) {
+            for (uint32_t i = 0; c[k].nl_existed && i < it[k].labels->n; i++)
+                sym_unref_locked(ix, c[k].syms[2 * i]);
+            continue;
+        }
+        for (uint32_t i = c[k].names_gone; i < c[k].nsym; i += 1 + c[k].names_gone)
+            sym_unref_locked(ix, c[k].syms[i]);
+    }
+    pthread_rwlock_unlock(&ix->sym_lock);
+    for (size_t k = 0; k < n; k++)
+        if (c[k].undo && c[k].nl)
+            namelist_release(ix, c[k].nl);
+    if (c != cstack)
+        free(c);
+    if (syms != sstack)
+        free(syms);
+    if (order != ostack)
+        free(order);
+    return 0;
+}
+
 /* index_acquire_or_create and index_get_or_create: look_first does the read-locked lookup
  * first; out (the series, read-locked) or, when out is NULL, ref_out (nothing held). */
 static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first,
@@ -1185,147 +1430,20 @@ static int acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uin
         }
         return INDEX_OK;
     }
-    uint32_t shard = (uint32_t)(hash % INDEX_SHARDS);
-    shard_t *sh = &ix->shards[shard];
-    for (;;) {
-        pthread_rwlock_wrlock(&sh->lock);
-        s = shard_find(ix, sh, ls, hash);
-        if (s)
-            break; /* someone else created it meanwhile */
-        if (ix->max_series && atomic_load(&ix->nseries) >= ix->max_series) {
-            pthread_rwlock_unlock(&sh->lock);
-            return INDEX_ERR_LIMIT;
-        }
-        if (ls->n > UINT16_MAX) {
-            pthread_rwlock_unlock(&sh->lock);
-            return INDEX_ERR_NOMEM;
-        }
-        size_t size = series_size(ix, ls->n);
-        s = sp_alloc(&sh->pool, size);
-        /* The (name, value) pairs while the series is built; names end up in a shared list. */
-        uint32_t stack_syms[64], *syms = ls->n <= 32 ? stack_syms : malloc(8 * ls->n);
-        uint32_t slot;
-        if (!s || !syms || slot_alloc(sh, &slot) < 0) {
-            sp_free(&sh->pool, s, size);
-            if (syms != stack_syms)
-                free(syms);
-            pthread_rwlock_unlock(&sh->lock);
-            return INDEX_ERR_NOMEM;
-        }
-        s->id = id;
-        s->hash32 = (uint32_t)hash;
-        s->slot = slot;
-        size_t nsym = 0, npair = 0;
-        int rc = 0;
-        pthread_rwlock_wrlock(&ix->sym_lock);
-        for (size_t i = 0; i < ls->n && rc == 0; i++) {
-            uint32_t a = sym_ref_locked(ix, ls->v[i].name);
-            if (a == EMPTY32) {
-                rc = -1;
-                break;
-            }
-            syms[nsym++] = a;
-            uint32_t b = sym_ref_locked(ix, ls->v[i].value);
-            if (b == EMPTY32) {
-                rc = -1;
-                break;
-            }
-            syms[nsym++] = b;
-        }
-        pthread_rwlock_unlock(&ix->sym_lock);
-        if (rc == 0) {
-            pthread_rwlock_wrlock(&ix->names_lock);
-            for (; npair < ls->n; npair++)
-                if (names_pair_ref(ix, syms[2 * npair], syms[2 * npair + 1]) < 0) {
-                    rc = -1;
-                    break;
-                }
-            pthread_rwlock_unlock(&ix->names_lock);
-        }
-        size_t nposted = 0;
-        for (; rc == 0 && nposted < ls->n; nposted++) {
-            uint64_t key = (uint64_t)syms[2 * nposted] << 32 | syms[2 * nposted + 1];
-            uint64_t *pp = hashmap_get(&sh->pairs, key);
-            postings_t *old = pp ? (postings_t *)(uintptr_t)*pp : NULL;
-            uint32_t oldcap = old ? old->cap : 0;
-            postings_t *p = postings_add(old, sh->wide, slot);
-            if (!p) {
-                rc = -1;
-                break;
-            }
-            if (pp) {
-                *pp = (uint64_t)(uintptr_t)p;
-            } else if (hashmap_put(&sh->pairs, key, (uint64_t)(uintptr_t)p) < 0) {
-                free(p);
-                rc = -1;
-                break;
-            } else {
-                sh->postings_bytes += sizeof(postings_t) + 2 * sizeof(hashmap_slot_t);
-            }
-            sh->postings_bytes += postings_size(p->cap, sh->wide) - postings_size(oldcap, sh->wide);
-        }
-        sh->slots[slot] = s;
-        bool in_byhash = false, existed = false;
-        if (rc == 0 && byhash_insert(sh, (uint32_t)hash, slot) < 0)
-            rc = -1;
-        else if (rc == 0)
-            in_byhash = true;
-        if (rc == 0 && !(s->names = namelist_acquire(ix, syms, ls->n, &existed)))
-            rc = -1;
-        if (rc != 0) {
-            if (in_byhash)
-                byhash_remove(sh, (uint32_t)hash, slot);
-            /* Roll back: postings added so far, names, symbols, the slot. */
-            for (size_t i = 0; i < nposted; i++) {
-                uint64_t key = (uint64_t)syms[2 * i] << 32 | syms[2 * i + 1];
-                uint64_t *pp = hashmap_get(&sh->pairs, key);
-                if (pp) {
-                    postings_t *p = (postings_t *)(uintptr_t)*pp;
-                    postings_remove(p, sh->wide, slot);
-                    if (p->n == 0) {
-                        hashmap_del(&sh->pairs, key);
-                        free(p);
-                    }
-                }
-            }
-            slot_free(sh, slot);
-            unref_labels(ix, syms, nsym, npair);
-            sp_free(&sh->pool, s, size);
-            if (syms != stack_syms)
-                free(syms);
-            pthread_rwlock_unlock(&sh->lock);
-            return INDEX_ERR_NOMEM;
-        }
-        uint32_t *vals = series_vals(ix, s);
-        for (size_t i = 0; i < ls->n; i++)
-            vals[i] = syms[2 * i + 1];
-        if (existed) {
-            /* The list holds the name references already. */
-            pthread_rwlock_wrlock(&ix->sym_lock);
-            for (size_t i = 0; i < ls->n; i++)
-                sym_unref_locked(ix, syms[2 * i]);
-            pthread_rwlock_unlock(&ix->sym_lock);
-        }
-        if (syms != stack_syms)
-            free(syms);
-        if (hashmap_count(&sh->departed))
-            hashmap_del(&sh->departed, hash); /* the id lives in the series now */
-        sh->nseries++;
-        atomic_fetch_add(&ix->nseries, 1);
-        atomic_fetch_add(&ix->series_bytes, size);
-        *created = true;
-        break;
-    }
-    /* pthread rwlocks cannot downgrade; re-take as a reader. The series cannot vanish in between
-     * unless a sweep removes it (only when its payload says it is empty — a freshly created series
-     * has not been appended to yet), so look it up again rather than trusting the pointer. */
-    index_ref_t ref = {.id = s->id, .shard = shard, .slot = s->slot}; /* s is ours only while locked */
-    pthread_rwlock_unlock(&sh->lock);
+    index_create_t it = {.labels = ls, .hash = hash, .id = id};
+    if (index_create_many(ix, &it, 1, NULL, NULL) < 0)
+        return INDEX_ERR_NOMEM;
+    if (it.rc != INDEX_OK)
+        return it.rc;
+    *created = it.made != INDEX_MADE_NONE;
     if (!out) {
-        *ref_out = ref;
+        *ref_out = it.ref;
         return INDEX_OK;
     }
-    index_series_t *again = index_acquire_ref(ix, &ref);
+    /* The series cannot vanish before this read lock unless a sweep removes it (only when its
+     * payload says it is empty — a freshly created series has not been appended to yet), so it
+     * is looked up again rather than trusted. */
+    index_series_t *again = index_acquire_ref(ix, &it.ref);
     if (!again)
         return acquire_or_create(ix, ls, hash, id, true, out, ref_out, created);
     *out = again;

@@ -74,6 +74,29 @@ int index_acquire_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint
  * that creation makes still finds one created meanwhile). */
 int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t id, bool look_first, index_ref_t *ref,
                         bool *created);
+/* Finding or creating many series at once (an ingest batch of a thousand new series): the
+ * symbol table, the names table and the name lists are each locked once for the whole batch,
+ * and each shard once, where index_get_or_create takes each once per series; two writers
+ * creating at the same time then meet a handful of times, not thousands. Each item:
+ *   in   labels (sorted, unique), hash = labels_hash(labels), id: the id to create the series
+ *        with, or 0: the id the labels had when they left (index_departed_id), else next_id(ud)
+ *   out  rc: INDEX_OK (ref set), INDEX_ERR_LIMIT or INDEX_ERR_NOMEM; made: INDEX_MADE_NONE (it
+ *        was there: a series created meanwhile, or by an earlier item with the same labels),
+ *        INDEX_MADE_NEW (created with the caller's id or a fresh one) or INDEX_MADE_RETURNED
+ *        (created with its departed id)
+ * The caller looks the series up first (a batch assumes they are missing). Returns 0, or -1 when
+ * its scratch memory cannot be had (nothing done). */
+enum { INDEX_MADE_NONE, INDEX_MADE_NEW, INDEX_MADE_RETURNED };
+typedef uint64_t (*index_next_id_fn)(void *ud);
+typedef struct {
+    const labels_t *labels;
+    uint64_t hash;
+    uint64_t id;
+    index_ref_t ref;
+    int rc;
+    int made;
+} index_create_t;
+int index_create_many(index_t *ix, index_create_t *items, size_t n, index_next_id_fn next_id, void *ud);
 /* Ids outlive their series. A series that leaves the index (index_sweep) leaves its labels hash
  * -> id behind, so that the same labels coming back can be created with the same id; creating a
  * series forgets the entry of its hash (the id lives in the series again). So the ids of series in

@@ -1387,15 +1387,18 @@ static void append_apply(append_t *ap)
         int hrc = batched ? ap->hrc[i] : head_append_ref_aux(s->head, ref, x->t, x->v, &aux);
         if (batched && ap->aux)
             aux = ap->aux[i];
-        if (hrc == HEAD_ERR_NOT_FOUND) {
-            /* Swept as empty between creation and now (expiry removes series with no samples):
-             * bring it back under the same id; its WAL series record is already logged. */
+        /* Swept as empty between creation and now (expiry removes series with no samples):
+         * bring it back under the same id; its WAL series record is already logged. A sweep may
+         * come between that and the append again (expiry passes back to back), hence a few
+         * tries. */
+        for (int tries = 0; hrc == HEAD_ERR_NOT_FOUND && tries < 4; tries++) {
             labels_t ls;
             const char *why;
             bool created;
-            if (normalize(&x->labels, ap->lbuf, &ls, &why) == 0 &&
-                head_get_or_create(s->head, &ls, labels_hash(&ls), ref->id, ref, &created) == HEAD_OK)
-                hrc = head_append_ref_aux(s->head, ref, x->t, x->v, &aux);
+            if (normalize(&x->labels, ap->lbuf, &ls, &why) != 0 ||
+                head_get_or_create(s->head, &ls, labels_hash(&ls), ref->id, ref, &created) != HEAD_OK)
+                break;
+            hrc = head_append_ref_aux(s->head, ref, x->t, x->v, &aux);
         }
         if (hrc != HEAD_OK) {
             /* Lost a race with another appender of this series since the check. */
@@ -1475,12 +1478,9 @@ void storage_append_rollups(storage_t *s, storage_rollup_job_t *job)
     free(job);
 }
 
-static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
-                       storage_append_result_t *res, storage_rollup_job_t **job)
+/* What refuses a request before anything is looked at: clears res, fills it on a refusal. */
+static int append_admit(storage_t *s, size_t n, storage_append_result_t *res)
 {
-    storage_append_result_t local;
-    if (!res)
-        res = &local;
     memset(res, 0, sizeof(*res));
     if (!storage_ready(s)) {
         snprintf(res->msg, sizeof(res->msg), "storage is still recovering");
@@ -1496,6 +1496,116 @@ static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, stor
         res->first_error = STORAGE_ERR_LIMIT;
         return STORAGE_ERR_LIMIT;
     }
+    return STORAGE_OK;
+}
+
+static uint64_t prepare_next_id(void *ud)
+{
+    storage_t *s = ud;
+    return s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
+}
+
+/* storage_prepare_refs under ckpt: the series of refs[i] == 0 looked up, the missing ones created
+ * in one head_create_many and noted for the catalog (one lock round) and the WAL's series record. */
+static int prepare_resolve(append_t *ap, storage_ref_t *refs)
+{
+    storage_t *s = ap->s;
+    const storage_sample_t *smp = ap->smp;
+    size_t n = ap->n, m = 0;
+    index_create_t *items = arena_try_alloc(ap->a, n * sizeof(*items));
+    labels_t *lsv = arena_try_alloc(ap->a, n * sizeof(*lsv));
+    uint32_t *of = arena_try_alloc(ap->a, n * sizeof(*of)); /* item -> sample */
+    if (!items || !lsv || !of)
+        return STORAGE_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (refs[i].id != 0 ||
+            (i > 0 && smp[i].labels.v == smp[i - 1].labels.v && smp[i].labels.n == smp[i - 1].labels.n))
+            continue; /* a label array repeated is the previous sample's series (filled below) */
+        labels_t ls;
+        const char *why;
+        if (normalize(&smp[i].labels, ap->lbuf, &ls, &why) < 0)
+            continue; /* the append refuses it (and counts it) */
+        if (ls.v == ap->lbuf) {
+            label_t *v = arena_try_alloc(ap->a, ls.n * sizeof(*v));
+            if (!v)
+                return STORAGE_ERR_NOMEM;
+            memcpy(v, ls.v, ls.n * sizeof(*v));
+            ls.v = v;
+        }
+        uint64_t hash = labels_hash(&ls);
+        index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
+        if (existing) {
+            refs[i] = index_series_ref(existing);
+            index_release(head_index(s->head), existing);
+            continue;
+        }
+        lsv[m] = ls;
+        items[m] = (index_create_t){.labels = &lsv[m], .hash = hash};
+        of[m++] = (uint32_t)i;
+    }
+    if (!m)
+        goto repeats;
+    if (head_create_many(s->head, items, m, prepare_next_id, s) != HEAD_OK)
+        return STORAGE_ERR_NOMEM;
+    catalog_ref_t *cr = s->cat ? arena_try_alloc(ap->a, m * sizeof(*cr)) : NULL;
+    size_t ncr = 0;
+    if (s->cat && !cr)
+        return STORAGE_ERR_NOMEM;
+    for (size_t j = 0; j < m; j++) {
+        if (items[j].rc != INDEX_OK)
+            continue; /* over --storage.max-series or out of memory: the append meets it again */
+        size_t i = of[j];
+        refs[i] = items[j].ref;
+        if (items[j].made == INDEX_MADE_NONE)
+            continue;
+        /* A series that returns under its departed id has its catalog row already. */
+        if (items[j].made == INDEX_MADE_NEW && cr)
+            cr[ncr++] = (catalog_ref_t){.id = items[j].ref.id, .hint = ref_hint(&items[j].ref), .t = smp[i].t};
+        if (s->wal && append_note_series(ap, items[j].ref.id, &lsv[j]) != STORAGE_OK)
+            return STORAGE_ERR_NOMEM;
+    }
+    if (ncr && catalog_add_series_refs(s->cat, cr, ncr) < 0)
+        return STORAGE_ERR_NOMEM;
+repeats:
+    for (size_t i = 1; i < n; i++)
+        if (refs[i].id == 0 && refs[i - 1].id != 0 && smp[i].labels.v == smp[i - 1].labels.v &&
+            smp[i].labels.n == smp[i - 1].labels.n)
+            refs[i] = refs[i - 1];
+    return STORAGE_OK;
+}
+
+int storage_prepare_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs)
+{
+    storage_append_result_t res;
+    int rc = append_admit(s, n, &res);
+    if (rc != STORAGE_OK)
+        return rc;
+    append_t ap;
+    rc = append_init(&ap, s, smp, n, &res);
+    if (rc == STORAGE_OK) {
+        /* Under ckpt, as an append's resolve and log are: a snapshot's cut sees the series made
+         * here either in the head it writes or in the WAL after the cut. */
+        pthread_rwlock_rdlock(&s->ckpt);
+        rc = append_check_series_limit(&ap);
+        if (rc == STORAGE_OK)
+            rc = prepare_resolve(&ap, refs);
+        if (rc == STORAGE_OK)
+            rc = append_log(&ap); /* the new series' record; no sample */
+        pthread_rwlock_unlock(&s->ckpt);
+    }
+    append_free(&ap);
+    return rc;
+}
+
+static int append_refs(storage_t *s, const storage_sample_t *smp, size_t n, storage_ref_t *refs,
+                       storage_append_result_t *res, storage_rollup_job_t **job)
+{
+    storage_append_result_t local;
+    if (!res)
+        res = &local;
+    int arc = append_admit(s, n, res);
+    if (arc != STORAGE_OK)
+        return arc;
     /* A deferred roll-up step keeps the append's state until it runs: on the heap then. */
     storage_rollup_job_t *jb = job && s->rollup ? malloc(sizeof(*jb)) : NULL;
     append_t aplocal, *ap = jb ? &jb->ap : &aplocal;

@@ -126,6 +126,16 @@ typedef index_ref_t storage_ref_t;
 int storage_append_refs(storage_t *s, const storage_sample_t *samples, size_t n, storage_ref_t *refs,
                         storage_append_result_t *res);
 
+/* The series of an append to come, without its samples: for every sample whose refs[i] is zero,
+ * finds or creates its series (new ones logged to the WAL and the catalog as an append would)
+ * and sets refs[i]; a sample refused on its own (labels, --storage.max-series) keeps a zero ref.
+ * Returns STORAGE_OK; the refusal of the whole request (not ready, samples or series per
+ * request), with nothing created; or STORAGE_ERR_NOMEM / STORAGE_ERR_IO. For a caller that
+ * serializes its appends under a lock of its own (the push path's): creating series is most of
+ * a first push's cost, and done before that lock it runs on every worker at once. A series made
+ * here that never gets a sample (its append is refused after all) is swept as any empty one. */
+int storage_prepare_refs(storage_t *s, const storage_sample_t *samples, size_t n, storage_ref_t *refs);
+
 /* The roll-up step of an append, left for later by storage_append_refs_defer. */
 typedef struct storage_rollup_job storage_rollup_job_t;
 

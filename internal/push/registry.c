@@ -1269,13 +1269,11 @@ static bool push_drops_series(const push_group_t *g, const push_pending_t *p)
     return false;
 }
 
-int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *effect, char *err, size_t errlen)
+/* Types must agree with what other groups hold (this group's own families are replaced). r->mu
+ * held; g is the pushed group (NULL: new). */
+static int settle_check_types(push_registry_t *r, const push_pending_t *p, const push_group_t *g, char *err,
+                              size_t errlen)
 {
-    arena_t *a = p->arena;
-    push_collect_t c = {.a = a, .v = p->samples, .n = p->nsamples, .cap = p->samples_cap};
-    pthread_mutex_lock(&r->mu);
-    push_group_t *g = group_find(r, p->key, p->hash);
-    /* Types must agree with what other groups hold (this group's own families are replaced). */
     for (size_t i = 0; i < p->nfams; i++) {
         const push_family_t *nf = p->fams[i];
         push_type_t *t = type_find(r, nf->name, push_hash_str(nf->name));
@@ -1285,17 +1283,48 @@ int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *e
         if (others > 0) {
             snprintf(err, errlen, "%scollected metric \"%s\" of type %s is not a %s, the type it has in other groups",
                      push_err_prefix, nf->name, push_type_upper(nf->type), push_type_upper(t->type));
-            pthread_mutex_unlock(&r->mu);
             return PUSH_ERR_INVALID;
         }
     }
-    /* Series refs carried over from the families this push replaces with the same shape. */
+    return PUSH_OK;
+}
+
+/* Series refs carried over from the families this push replaces with the same shape. r->mu held. */
+static void settle_carry_refs(push_pending_t *p, const push_group_t *g)
+{
     for (size_t i = 0; g && i < p->nfams; i++) {
         push_family_t *nf = p->fams[i];
         const push_family_t *of = group_family(g, nf->name);
         if (of && of->refs && of->shape == nf->shape && of->nseries == nf->nseries && of->type == nf->type)
             memcpy(nf->refs, of->refs, nf->nseries * sizeof(push_ref_t));
     }
+}
+
+int push_registry_presettle(push_registry_t *r, push_pending_t *p, push_effect_t *own)
+{
+    char err[8];
+    pthread_mutex_lock(&r->mu);
+    const push_group_t *g = group_find(r, p->key, p->hash);
+    int rc = settle_check_types(r, p, g, err, sizeof(err));
+    if (rc == PUSH_OK)
+        settle_carry_refs(p, g);
+    pthread_mutex_unlock(&r->mu);
+    *own = (push_effect_t){.samples = p->samples, .n = p->nsamples, .t_ms = p->now_ms,
+                           .refs = p->nsamples ? p->refs : NULL, .nrefs = p->nsamples};
+    return rc;
+}
+
+int push_registry_settle(push_registry_t *r, push_pending_t *p, push_effect_t *effect, char *err, size_t errlen)
+{
+    arena_t *a = p->arena;
+    push_collect_t c = {.a = a, .v = p->samples, .n = p->nsamples, .cap = p->samples_cap};
+    pthread_mutex_lock(&r->mu);
+    push_group_t *g = group_find(r, p->key, p->hash);
+    if (settle_check_types(r, p, g, err, errlen) != PUSH_OK) {
+        pthread_mutex_unlock(&r->mu);
+        return PUSH_ERR_INVALID;
+    }
+    settle_carry_refs(p, g);
     /* Staleness markers for the series the change drops. */
     if (g && push_drops_series(g, p)) {
         size_t nseries = p->nsamples + 16;

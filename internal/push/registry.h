@@ -127,6 +127,12 @@ int push_registry_prepare(push_registry_t *r, const labels_t *grouping, push_mod
 int push_registry_build(push_registry_t *r, const labels_t *grouping, push_mode_t mode, const expfmt_result_t *body,
                         int64_t now_ms, arena_t *a, push_pending_t **pending, char *err, size_t errlen);
 int push_registry_settle(push_registry_t *r, push_pending_t *pending, push_effect_t *effect, char *err, size_t errlen);
+/* Before the caller's lock, what settle would check and carry now: PUSH_OK when the pushed types
+ * agree with the other groups' (settle checks again under the lock), with the series refs carried
+ * from replaced families of the same shape; *own is the push's own samples and their refs (zero
+ * where unknown: the series a caller may create ahead, storage_prepare_refs). Changes nothing
+ * of the registry. */
+int push_registry_presettle(push_registry_t *r, push_pending_t *pending, push_effect_t *own);
 
 /*
  * Repeated pushes (shape cache, push/shape.h). After a full PUT of a text or OpenMetrics body, the

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -652,6 +654,212 @@ static void test_series_records(void **state)
     arena_destroy(a);
 }
 
+/* "name=value,..." of ls (the spec mk reads), in a. */
+static const char *spec_of(arena_t *a, const labels_t *ls)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < ls->n; i++)
+        len += strlen(ls->v[i].name) + strlen(ls->v[i].value) + 2;
+    char *out = arena_alloc(a, len);
+    out[0] = 0;
+    for (size_t i = 0; i < ls->n; i++)
+        snprintf(out + strlen(out), len - strlen(out), "%s%s=%s", i ? "," : "", ls->v[i].name, ls->v[i].value);
+    return out;
+}
+
+static uint64_t next_id_fn(void *ud)
+{
+    return (*(uint64_t *)ud)++;
+}
+
+static void sweep_all(index_t *ix)
+{
+    for (uint32_t sh = 0; sh < INDEX_SHARDS; sh++) {
+        uint32_t cur = 0;
+        while (!index_sweep(ix, sh, &cur, 1000, drop_all, NULL)) {
+        }
+    }
+}
+
+/* index_create_many, a first push's series made in one batch: every item gets its series (ids
+ * from the caller, from next_id, or the departed id of labels that come back); an item whose
+ * labels are already in the index, or repeat an earlier item's (a different array with the same
+ * labels), gets that series and makes nothing; over the series limit an item is refused alone.
+ * Every reference an item took and did not keep is given back: swept, the index holds what one
+ * that made the same series one at a time holds. */
+static void test_create_many(void **state)
+{
+    (void)state;
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    assert_int_equal(add(ix, a, "__name__=flink_up,host=h1,tm=tm-1,op=src,sub=0", 5), 5);
+    enum { N = 300 };
+    labels_t ls[N + 2];
+    index_create_t it[N + 2];
+    char spec[160];
+    for (int i = 0; i < N; i++) {
+        /* Neighbours share names and most values, as a TaskManager's series do. */
+        snprintf(spec, sizeof(spec), "__name__=flink_m%d,host=h1,tm=tm-1,op=%s,sub=%d", i % 9,
+                 i % 2 ? "src" : "map", i % 17);
+        ls[i] = mk(a, spec);
+    }
+    ls[N] = mk(a, "__name__=flink_up,host=h1,tm=tm-1,op=src,sub=0"); /* already there */
+    ls[N + 1] = mk(a, "__name__=flink_m0,host=h1,tm=tm-1,op=map,sub=0"); /* = ls[0], another array */
+    uint64_t next = 1000;
+    for (int i = 0; i < N + 2; i++)
+        it[i] = (index_create_t){.labels = &ls[i], .hash = labels_hash(&ls[i]), .id = i == 7 ? 77 : 0};
+    assert_int_equal(index_create_many(ix, it, N + 2, next_id_fn, &next), 0);
+    size_t made = 0;
+    for (int i = 0; i < N + 2; i++)
+        made += it[i].rc == INDEX_OK && it[i].made != INDEX_MADE_NONE;
+    /* 9 names x 2 ops x 17 subtasks repeat after lcm(9, 2, 17) = 306 > N: all N distinct */
+    assert_int_equal(made, N);
+    assert_int_equal(index_num_series(ix), N + 1);
+    assert_int_equal(it[7].ref.id, 77);
+    assert_int_equal(it[7].made, INDEX_MADE_NEW);
+    assert_int_equal(it[N].made, INDEX_MADE_NONE);
+    assert_int_equal(it[N].ref.id, 5);
+    assert_int_equal(it[N + 1].made, INDEX_MADE_NONE);
+    assert_memory_equal(&it[N + 1].ref, &it[0].ref, sizeof(index_ref_t));
+    assert_int_equal(next, 1000 + N - 1); /* one fresh id per series made without one */
+    for (int i = 0; i < N; i++) {
+        index_series_t *s = index_acquire_ref(ix, &it[i].ref);
+        assert_non_null(s);
+        label_t out[8];
+        assert_int_equal(index_series_nlabels(s), ls[i].n);
+        index_series_labels(ix, s, out);
+        for (size_t k = 0; k < ls[i].n; k++) {
+            assert_string_equal(out[k].name, ls[i].v[k].name);
+            assert_string_equal(out[k].value, ls[i].v[k].value);
+        }
+        index_release(ix, s);
+        assert_non_null(s = index_acquire(ix, &ls[i], it[i].hash));
+        assert_int_equal(index_series_id(s), it[i].ref.id);
+        index_release(ix, s);
+    }
+    char want[32];
+    snprintf(want, sizeof(want), "%llu", (unsigned long long)it[4].ref.id); /* the one item with these */
+    assert_string_equal(sel(ix, 3, MATCHER_EQ, "__name__", "flink_m4", MATCHER_EQ, "sub", "4", MATCHER_EQ, "op", "map"),
+                        want);
+    /* Swept, it holds what an index that made the same series one by one holds: the references
+     * the two items that made nothing took are all given back. */
+    index_t *one = index_new(sizeof(payload_t), 0);
+    add(one, a, "__name__=flink_up,host=h1,tm=tm-1,op=src,sub=0", 5);
+    for (int i = 0; i < N + 2; i++)
+        add(one, a, spec_of(a, &ls[i]), 1000 + (uint64_t)i);
+    sweep_all(ix);
+    sweep_all(one);
+    assert_int_equal(index_num_series(ix), 0);
+    assert_int_equal(index_memory_bytes(ix), index_memory_bytes(one));
+    index_free(one, NULL, NULL);
+    /* Made again: the departed ids come back. */
+    for (int i = 0; i < N; i++)
+        it[i] = (index_create_t){.labels = &ls[i], .hash = labels_hash(&ls[i])};
+    uint64_t before = next;
+    assert_int_equal(index_create_many(ix, it, N, next_id_fn, &next), 0);
+    assert_int_equal(next, before);
+    assert_int_equal(it[7].ref.id, 77);
+    assert_int_equal(it[7].made, INDEX_MADE_RETURNED);
+    assert_int_equal(it[0].made, INDEX_MADE_RETURNED);
+    sweep_all(ix);
+    const char **v;
+    size_t nv;
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
+    assert_int_equal(nv, 0);
+    index_free(ix, NULL, NULL);
+
+    /* The limit: the first three are made, the rest refused, and give back all they took. */
+    ix = index_new(sizeof(payload_t), 3);
+    for (int i = 0; i < 8; i++)
+        it[i] = (index_create_t){.labels = &ls[i], .hash = labels_hash(&ls[i]), .id = 1 + (uint64_t)i};
+    assert_int_equal(index_create_many(ix, it, 8, NULL, NULL), 0);
+    size_t ok = 0, refused = 0;
+    for (int i = 0; i < 8; i++) {
+        ok += it[i].rc == INDEX_OK;
+        refused += it[i].rc == INDEX_ERR_LIMIT;
+    }
+    assert_int_equal(ok, 3);
+    assert_int_equal(refused, 5);
+    one = index_new(sizeof(payload_t), 3);
+    for (int i = 0; i < 8; i++)
+        if (it[i].rc == INDEX_OK)
+            add(one, a, spec_of(a, &ls[i]), it[i].ref.id);
+    sweep_all(ix);
+    sweep_all(one);
+    assert_int_equal(index_memory_bytes(ix), index_memory_bytes(one));
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
+    assert_int_equal(nv, 0);
+    index_free(one, NULL, NULL);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
+typedef struct {
+    index_t *ix;
+    labels_t *ls;
+    size_t n;
+    index_create_t *it;
+    _Atomic uint64_t *next;
+} racer_t;
+
+static uint64_t next_atomic(void *ud)
+{
+    return atomic_fetch_add((_Atomic uint64_t *)ud, 1);
+}
+
+static void *racer(void *arg)
+{
+    racer_t *r = arg;
+    for (size_t i = 0; i < r->n; i++)
+        r->it[i] = (index_create_t){.labels = &r->ls[i], .hash = labels_hash(&r->ls[i])};
+    /* In slices, so the two threads' batches interleave. */
+    for (size_t i = 0; i < r->n; i += 50)
+        if (index_create_many(r->ix, r->it + i, r->n - i < 50 ? r->n - i : 50, next_atomic, r->next) != 0)
+            return (void *)1;
+    return NULL;
+}
+
+/* Two writers creating the same series in batches at once: each label set ends up as exactly one
+ * series, both writers get its ref, and exactly one of them made it. */
+static void test_create_many_race(void **state)
+{
+    (void)state;
+    arena_t *a = arena_create(0);
+    index_t *ix = index_new(sizeof(payload_t), 0);
+    enum { N = 2000 };
+    labels_t *ls = arena_alloc(a, N * sizeof(*ls));
+    for (int i = 0; i < N; i++) {
+        char spec[96];
+        snprintf(spec, sizeof(spec), "__name__=m%d,job=j,pod=p%d", i % 13, i);
+        ls[i] = mk(a, spec);
+    }
+    _Atomic uint64_t next = 1;
+    index_create_t *it1 = arena_alloc(a, N * sizeof(*it1)), *it2 = arena_alloc(a, N * sizeof(*it2));
+    racer_t r1 = {ix, ls, N, it1, &next}, r2 = {ix, ls, N, it2, &next};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, racer, &r1);
+    pthread_create(&t2, NULL, racer, &r2);
+    void *e1, *e2;
+    pthread_join(t1, &e1);
+    pthread_join(t2, &e2);
+    assert_null(e1);
+    assert_null(e2);
+    assert_int_equal(index_num_series(ix), N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(it1[i].rc, INDEX_OK);
+        assert_int_equal(it2[i].rc, INDEX_OK);
+        assert_memory_equal(&it1[i].ref, &it2[i].ref, sizeof(index_ref_t));
+        assert_int_equal((it1[i].made != INDEX_MADE_NONE) + (it2[i].made != INDEX_MADE_NONE), 1);
+    }
+    sweep_all(ix);
+    const char **v;
+    size_t nv;
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
+    assert_int_equal(nv, 0);
+    index_free(ix, NULL, NULL);
+    arena_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_departed_ids),   cmocka_unit_test(test_limit),
         cmocka_unit_test(test_shared_names),   cmocka_unit_test(test_interned_values),
         cmocka_unit_test(test_postings_widen), cmocka_unit_test(test_series_records),
+        cmocka_unit_test(test_create_many),    cmocka_unit_test(test_create_many_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -843,6 +843,110 @@ static void test_append_refs(void **state)
     storage_close(s);
 }
 
+static uint64_t head_series(storage_t *s)
+{
+    arena_t *a = arena_create(0);
+    storage_tsdb_stats_t st;
+    assert_int_equal(storage_tsdb_stats(s, 10, a, &st), STORAGE_OK);
+    arena_destroy(a);
+    return st.head.series;
+}
+
+/* storage_prepare_refs, the series of an append made ahead of it: refs only where the caller has
+ * none (a repeated label array shares its series), no sample stored, a sample with bad labels
+ * keeps no ref; the refs are the series the append then fills; a request over the per-request
+ * series limit creates nothing; after a crash the WAL replays the series made ahead and the
+ * samples appended to them; a series made ahead and never filled is swept like any empty one. */
+static void test_prepare_refs(void **state)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/prep", dir);
+    storage_t *s = open_store(path, 0);
+    int64_t t0 = fake_now - 600000;
+    label_t la[] = {{"job", "a"}, {"__name__", "rm"}}, lb[] = {{"__name__", "rm"}, {"job", "b"}};
+    label_t bad[] = {{"job", "x"}};
+    storage_sample_t batch[] = {
+        {.labels = {la, 2}, .t = t0, .v = 1},
+        {.labels = {la, 2}, .t = t0 + 1000, .v = 2},
+        {.labels = {bad, 1}, .t = t0, .v = 1},
+        {.labels = {lb, 2}, .t = t0, .v = 10},
+    };
+    storage_ref_t refs[4], again[4];
+    memset(refs, 0, sizeof(refs));
+    assert_int_equal(storage_prepare_refs(s, batch, 4, refs), STORAGE_OK);
+    assert_true(refs[0].id != 0 && refs[3].id != 0 && refs[0].id != refs[3].id);
+    assert_memory_equal(&refs[1], &refs[0], sizeof(refs[0]));
+    assert_int_equal(refs[2].id, 0);
+    assert_int_equal(head_series(s), 2);
+    double sum;
+    assert_int_equal(count_job(s, "rm", "a", &sum), 0);
+    /* refs the caller has are kept; without them the same series are found, none made */
+    memcpy(again, refs, sizeof(refs));
+    assert_int_equal(storage_prepare_refs(s, batch, 4, again), STORAGE_OK);
+    assert_memory_equal(again, refs, sizeof(refs));
+    memset(again, 0, sizeof(again));
+    assert_int_equal(storage_prepare_refs(s, batch, 4, again), STORAGE_OK);
+    assert_memory_equal(again, refs, sizeof(refs));
+    assert_int_equal(head_series(s), 2);
+    storage_append_result_t r;
+    assert_int_equal(storage_append_refs(s, batch, 4, refs, &r), STORAGE_ERR_BAD_LABELS);
+    assert_int_equal(r.accepted, 3);
+    assert_int_equal(count_job(s, "rm", "a", &sum), 2);
+    assert_true(sum == 3);
+    assert_int_equal(count_job(s, "rm", "b", &sum), 1);
+    assert_true(sum == 10);
+
+    /* made ahead, never filled: gone after a sweep (once the catalog has its row) */
+    label_t ld[] = {{"__name__", "rm"}, {"job", "d"}};
+    storage_sample_t d = {.labels = {ld, 2}, .t = t0, .v = 1};
+    storage_ref_t rd = {0};
+    assert_int_equal(storage_prepare_refs(s, &d, 1, &rd), STORAGE_OK);
+    assert_true(rd.id != 0);
+    assert_int_equal(head_series(s), 3);
+    assert_int_equal(storage_flush(s), STORAGE_OK);
+    for (int i = 0; i < 20; i++)
+        storage_housekeep(s);
+    assert_int_equal(head_series(s), 2);
+    storage_close(s);
+
+    /* over the per-request series limit: refused whole, nothing made */
+    storage_options_t o;
+    storage_options_default(&o);
+    o.no_background = true;
+    o.clock_ms = clock_fn;
+    o.max_series_per_request = 1;
+    char err[128];
+    s = storage_open(&o, err, sizeof(err));
+    assert_non_null(s);
+    memset(refs, 0, sizeof(refs));
+    assert_int_equal(storage_prepare_refs(s, batch, 4, refs), STORAGE_ERR_LIMIT);
+    assert_int_equal(refs[0].id, 0);
+    assert_int_equal(refs[3].id, 0);
+    assert_int_equal(head_series(s), 0);
+    storage_close(s);
+
+    /* kill -9 after an append by refs made ahead: the WAL holds the series before the samples */
+    char path2[300];
+    snprintf(path2, sizeof(path2), "%s/prep2", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        storage_t *c = open_store(path2, 0);
+        storage_ref_t rc[4] = {{0}};
+        storage_append_result_t cr;
+        if (storage_prepare_refs(c, batch, 4, rc) != STORAGE_OK || rc[0].id == 0 || rc[3].id == 0)
+            _exit(1);
+        _exit(storage_append_refs(c, batch, 4, rc, &cr) == STORAGE_ERR_BAD_LABELS && cr.accepted == 3 ? 0 : 2);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    s = open_store(path2, 0);
+    assert_int_equal(count_job(s, "rm", "a", &sum), 2);
+    assert_true(sum == 3);
+    assert_int_equal(count_job(s, "rm", "b", &sum), 1);
+    storage_close(s);
+}
+
 /* A push-sized request by refs (storage_append_refs checks and appends its refs in one batch per
  * index shard): valid, stale and missing refs, out-of-order and too-new samples mixed over
  * hundreds of series; the result (first failure in sample order, counts, refs) and what the WAL
@@ -1137,6 +1241,7 @@ int main(void)
         cmocka_unit_test(test_shared_label_arrays),
         cmocka_unit_test(test_append_refs),
         cmocka_unit_test(test_append_refs_batch),
+        cmocka_unit_test(test_prepare_refs),
         cmocka_unit_test(test_series_id_from_catalog_only),
         cmocka_unit_test(test_rollup_hints),
         cmocka_unit_test(test_snapshot_checkpoints_rollups),
