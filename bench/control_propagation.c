@@ -8,7 +8,10 @@
  * POST /api/v1/control/jobs/bench/pause (or /resume, alternating). For every poll the time from
  * t0 to the first byte of its answer is recorded, and the same for the SSE event and for the
  * POST's own answer. One epoll loop, no threads, so the client adds microseconds, not
- * milliseconds. Repeats ROUNDS times and prints p50/p99/max over all answers, and, given the
+ * milliseconds — when it runs: on a loaded 2-core machine the client itself waits for a CPU
+ * (sluice's fan-out wakes it on the sending core), so each poll's answer is also timed by the
+ * kernel's receive timestamp (SO_TIMESTAMPNS: when the answer's first segment reached the poll's
+ * socket, whenever the client reads it). Both are printed. Repeats ROUNDS times and prints p50/p99/max over all answers, and, given the
  * daemon's pid, its RSS growth per parked poll. Connections and parked polls sluice already had
  * (another load running) are counted as a baseline, so it can run against a busy daemon.
  *
@@ -26,6 +29,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +38,34 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static double real_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Reads what fd has; returns the kernel's receive time of it (CLOCK_REALTIME ms, SO_TIMESTAMPNS),
+ * or -1 when the socket gave none. */
+static double read_stamped(int fd, char *buf, size_t len)
+{
+    union {
+        char b[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {buf, len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
+    if (recvmsg(fd, &mh, 0) <= 0)
+        return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+            return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+        }
+    return -1;
 }
 
 static struct sockaddr_in addr;
@@ -131,6 +163,8 @@ int main(int argc, char **argv)
     int pid = argc > 5 ? atoi(argv[5]) : 0;
 
     double *lat = malloc(sizeof(double) * (size_t)npolls * (size_t)rounds);
+    double *arr = malloc(sizeof(double) * (size_t)npolls * (size_t)rounds); /* by receive timestamp */
+    int narr = 0;
     double *sse_lat = malloc(sizeof(double) * (size_t)rounds);
     double *post_lat = malloc(sizeof(double) * (size_t)rounds);
     double *all_lat = malloc(sizeof(double) * (size_t)rounds); /* time until the last poll answered */
@@ -183,6 +217,8 @@ int main(int argc, char **argv)
                  version);
         for (int i = 0; i < npolls; i++) {
             fds[i] = dial();
+            int on = 1;
+            setsockopt(fds[i], SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on));
             send_all(fds[i], req);
             /* one-shot: no epoll_ctl/close in the timed loop, so the client stays cheap */
             struct epoll_event pe = {.events = EPOLLIN | EPOLLONESHOT, .data.fd = fds[i]};
@@ -214,7 +250,7 @@ int main(int argc, char **argv)
             action);
         struct epoll_event pe = {.events = EPOLLIN, .data.fd = post};
         epoll_ctl(ep, EPOLL_CTL_ADD, post, &pe);
-        double t0 = now_ms();
+        double t0 = now_ms(), t0_real = real_ms();
         send_all(post, preq);
         int polls_left = npolls;
         int sse_done = 0, post_done = 0;
@@ -231,8 +267,7 @@ int main(int argc, char **argv)
                 first = t;
             for (int k = 0; k < n; k++) {
                 int fd = evs[k].data.fd;
-                ssize_t got = read(fd, junk, sizeof(junk));
-                (void)got;
+                double rx = read_stamped(fd, junk, sizeof(junk));
                 if (fd == sse) {
                     /* an event may arrive in several reads; the first byte is what counts */
                     if (!sse_done)
@@ -245,6 +280,8 @@ int main(int argc, char **argv)
                     close(fd);
                 } else {
                     lat[nlat++] = t;
+                    if (rx >= 0)
+                        arr[narr++] = rx - t0_real;
                     last = t;
                     polls_left--;
                 }
@@ -272,6 +309,11 @@ int main(int argc, char **argv)
     printf("control change -> %d parked long-polls, %d rounds (%d answers)\n", npolls, rounds, nlat);
     printf("  long-poll answer   p50 %7.2f ms   p99 %7.2f ms   max %7.2f ms\n", pct(lat, nlat, 0.5),
            pct(lat, nlat, 0.99), lat[nlat - 1]);
+    if (narr > 0) {
+        qsort(arr, (size_t)narr, sizeof(double), cmp);
+        printf("  answer arrived     p50 %7.2f ms   p99 %7.2f ms   max %7.2f ms   (kernel receive time, %d answers)\n",
+               pct(arr, narr, 0.5), pct(arr, narr, 0.99), arr[narr - 1], narr);
+    }
     printf("  all %d answered    p50 %7.2f ms   p99 %7.2f ms   (per round)\n", npolls, pct(all_lat, rounds, 0.5),
            pct(all_lat, rounds, 0.99));
     printf("  fan-out (first answer -> all %d answered) p50 %6.2f ms   p99 %6.2f ms\n", npolls,
