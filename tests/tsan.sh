@@ -5,8 +5,8 @@
 #
 # Configures BUILD_DIR with -DSLUICE_TSAN=ON (Debug; ASan off: the two cannot be combined),
 # builds the unit tests of every threaded subsystem and the daemon, and runs:
-#   unit:        storage (concurrency, wal group commit, rollup writer, storage facade,
-#                snapshot), control store, push registry, rules (notifier/actions threads),
+#   unit:        storage (concurrency, index creation races, wal group commit, rollup writer,
+#                storage facade, snapshot), control store, push registry, rules (notifier/actions threads),
 #                api/remote, api/flow and api/sse (server workers), internal/net/httpc and fanout
 #   integration: test_faults_slow_clients (2 HTTP workers, streamed remote read, SSE fan-out,
 #                control thread, remote write and PromQL queries at once) and test_control
@@ -18,7 +18,7 @@ SRC="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-build-tsan}"
 JOBS="${2:-$(nproc 2>/dev/null || echo 2)}"
 case "$BUILD" in /*) ;; *) BUILD="$SRC/$BUILD" ;; esac
-UNIT="${TSAN_UNIT_REGEX:-^unit/(storage/test_(concurrency|wal|rollup|storage|snapshot)|internal/control/test_store|internal/push/test_registry|internal/rules/test_(rules|actions)|internal/net/test_(httpc|fanout)|api/test_(remote|flow|sse))\$}"
+UNIT="${TSAN_UNIT_REGEX:-^unit/(storage/test_(concurrency|index|wal|rollup|storage|snapshot)|internal/control/test_store|internal/push/test_registry|internal/rules/test_(rules|actions)|internal/net/test_(httpc|fanout)|api/test_(remote|flow|sse))\$}"
 INTEG="${TSAN_INTEGRATION_REGEX:-^integration/(test_faults_slow_clients|test_control)\$}"
 
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TSAN=ON -DSLUICE_SANITIZE=OFF \
