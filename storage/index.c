@@ -22,7 +22,8 @@
  * an array of atomic page pointers, so resolving an id to its string takes no lock: an id a
  * reader holds comes from a series it holds, which keeps the symbol alive (every series holds
  * one reference per value, its name list one per name). Interning and releasing take the table's
- * write lock.
+ * write lock; creation takes it once for a whole batch of series (index_create_many), as it does
+ * the names table's and the name lists' locks.
  * When the last reference goes, the string is freed and the id put on a free list for reuse
  * — memory follows the live series, not the history of every label value ever seen.
  *
@@ -1144,7 +1145,9 @@ static bool namelist_key_eq(uint64_t v, const void *ctx)
     return true;
 }
 
-/* As namelist_acquire, nl_lock held. */
+/* The shared list for the names at syms[0], syms[2], ... (a reference taken), or NULL on OOM;
+ * nl_lock held. *existed: the list was there already, so the caller's references on the name
+ * symbols are surplus (a new list takes them over). */
 static namelist_t *namelist_acquire_locked(index_t *ix, const uint32_t *syms, size_t n, bool *existed)
 {
     uint32_t stack[64] = {0}, *ids = n <= 64 ? stack : malloc(4 * n);
@@ -1180,8 +1183,8 @@ static namelist_t *namelist_acquire_locked(index_t *ix, const uint32_t *syms, si
     return nl;
 }
 
-/* Puts item k's series into its shard (write lock held), its symbols, pairs and name list in
- * hand. INDEX_OK (created, ref set), or an error with the shard as it was. */
+/* Puts the series of `it` into its shard sh (write lock held), with the symbols, pairs and name
+ * list c took. INDEX_OK (created; it->ref and it->made set), or an error with the shard as it was. */
 static int create_in_shard(index_t *ix, shard_t *sh, uint32_t shard, index_create_t *it, const create_t *c,
                            index_next_id_fn next_id, void *ud)
 {
@@ -1245,9 +1248,10 @@ static int create_in_shard(index_t *ix, shard_t *sh, uint32_t shard, index_creat
     uint32_t *vals = series_vals(ix, s);
     for (size_t i = 0; i < ls->n; i++)
         vals[i] = c->syms[2 * i + 1];
-    /* The id: the caller's, else the one these labels had when they left, else a fresh one. */
+    /* The id: the caller's (also a 0 without next_id, as given), else the one these labels had
+     * when they left, else a fresh one. */
     const uint64_t *dep = hashmap_count(&sh->departed) ? hashmap_get(&sh->departed, it->hash) : NULL;
-    if (it->id) {
+    if (it->id || !next_id) {
         s->id = it->id;
         it->made = INDEX_MADE_NEW;
     } else if (dep) {
@@ -1270,11 +1274,14 @@ int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_f
 {
     if (!n)
         return 0;
+    /* At the series limit nothing is interned only to be given back: a client sending new series
+     * to a full index (cardinality abuse) costs a lookup per series, not a symbol's life. The
+     * shards check again for a limit reached during the batch. */
+    bool full = ix->max_series && atomic_load(&ix->nseries) >= ix->max_series;
     size_t nsyms = 0;
     for (size_t k = 0; k < n; k++) {
-        assert(it[k].id || next_id);
         it[k].made = INDEX_MADE_NONE;
-        it[k].rc = it[k].labels->n > UINT16_MAX ? INDEX_ERR_NOMEM : INDEX_OK;
+        it[k].rc = full ? INDEX_ERR_LIMIT : it[k].labels->n > UINT16_MAX ? INDEX_ERR_NOMEM : INDEX_OK;
         if (it[k].rc == INDEX_OK)
             nsyms += 2 * it[k].labels->n;
     }
@@ -1284,14 +1291,10 @@ int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_f
     create_t *c = n == 1 ? cstack : malloc(n * sizeof(*c));
     uint32_t *syms = nsyms <= 64 ? sstack : malloc(nsyms * sizeof(uint32_t));
     uint32_t *order = n == 1 ? ostack : malloc(n * sizeof(uint32_t));
+    int rc = 0;
     if (!c || !syms || !order) {
-        if (c != cstack)
-            free(c);
-        if (syms != sstack)
-            free(syms);
-        if (order != ostack)
-            free(order);
-        return -1;
+        rc = -1;
+        goto out;
     }
     for (size_t k = 0, at = 0; k < n; k++) {
         c[k] = (create_t){.syms = syms + at};
@@ -1355,13 +1358,15 @@ int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_f
         pthread_rwlock_wrlock(&sh->lock);
         for (size_t j = start[h]; j < start[h + 1]; j++) {
             uint32_t k = order[j];
-            if (it[k].rc != INDEX_OK) {
-                c[k].undo = true;
-                continue;
-            }
-            index_series_t *s = shard_find(ix, sh, it[k].labels, it[k].hash);
-            if (s) { /* someone else made it meanwhile, or an earlier item */
+            /* Someone else made it meanwhile, or an earlier item did (also when the index is
+             * full: a series that exists is found, not refused). */
+            bool look = it[k].rc == INDEX_OK || it[k].rc == INDEX_ERR_LIMIT;
+            index_series_t *s = look ? shard_find(ix, sh, it[k].labels, it[k].hash) : NULL;
+            if (s) {
                 it[k].ref = index_series_ref(s);
+                it[k].rc = INDEX_OK;
+            }
+            if (s || it[k].rc != INDEX_OK) {
                 c[k].undo = true;
                 continue;
             }
@@ -1405,13 +1410,14 @@ int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_f
     for (size_t k = 0; k < n; k++)
         if (c[k].undo && c[k].nl)
             namelist_release(ix, c[k].nl);
+out:
     if (c != cstack)
         free(c);
     if (syms != sstack)
         free(syms);
     if (order != ostack)
         free(order);
-    return 0;
+    return rc;
 }
 
 /* index_acquire_or_create and index_get_or_create: look_first does the read-locked lookup

@@ -80,6 +80,7 @@ int index_get_or_create(index_t *ix, const labels_t *ls, uint64_t hash, uint64_t
  * creating at the same time then meet a handful of times, not thousands. Each item:
  *   in   labels (sorted, unique), hash = labels_hash(labels), id: the id to create the series
  *        with, or 0: the id the labels had when they left (index_departed_id), else next_id(ud)
+ *        (next_id NULL: 0 is taken as given, as index_get_or_create takes any id)
  *   out  rc: INDEX_OK (ref set), INDEX_ERR_LIMIT or INDEX_ERR_NOMEM; made: INDEX_MADE_NONE (it
  *        was there: a series created meanwhile, or by an earlier item with the same labels),
  *        INDEX_MADE_NEW (created with the caller's id or a fresh one) or INDEX_MADE_RETURNED

@@ -1515,7 +1515,8 @@ static int prepare_resolve(append_t *ap, storage_ref_t *refs)
     index_create_t *items = arena_try_alloc(ap->a, n * sizeof(*items));
     labels_t *lsv = arena_try_alloc(ap->a, n * sizeof(*lsv));
     uint32_t *of = arena_try_alloc(ap->a, n * sizeof(*of)); /* item -> sample */
-    if (!items || !lsv || !of)
+    catalog_ref_t *cr = s->cat ? arena_try_alloc(ap->a, n * sizeof(*cr)) : NULL;
+    if (!items || !lsv || !of || (s->cat && !cr))
         return STORAGE_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         if (refs[i].id != 0 ||
@@ -1547,10 +1548,7 @@ static int prepare_resolve(append_t *ap, storage_ref_t *refs)
         goto repeats;
     if (head_create_many(s->head, items, m, prepare_next_id, s) != HEAD_OK)
         return STORAGE_ERR_NOMEM;
-    catalog_ref_t *cr = s->cat ? arena_try_alloc(ap->a, m * sizeof(*cr)) : NULL;
     size_t ncr = 0;
-    if (s->cat && !cr)
-        return STORAGE_ERR_NOMEM;
     for (size_t j = 0; j < m; j++) {
         if (items[j].rc != INDEX_OK)
             continue; /* over --storage.max-series or out of memory: the append meets it again */

@@ -667,6 +667,14 @@ static const char *spec_of(arena_t *a, const labels_t *ls)
     return out;
 }
 
+static void assert_no_label_names(index_t *ix, arena_t *a)
+{
+    const char **v;
+    size_t nv;
+    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
+    assert_int_equal(nv, 0);
+}
+
 static uint64_t next_id_fn(void *ud)
 {
     return (*(uint64_t *)ud)++;
@@ -762,10 +770,7 @@ static void test_create_many(void **state)
     assert_int_equal(it[7].made, INDEX_MADE_RETURNED);
     assert_int_equal(it[0].made, INDEX_MADE_RETURNED);
     sweep_all(ix);
-    const char **v;
-    size_t nv;
-    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
-    assert_int_equal(nv, 0);
+    assert_no_label_names(ix, a);
     index_free(ix, NULL, NULL);
 
     /* The limit: the first three are made, the rest refused, and give back all they took. */
@@ -780,6 +785,24 @@ static void test_create_many(void **state)
     }
     assert_int_equal(ok, 3);
     assert_int_equal(refused, 5);
+    /* Full: a series that exists is still found; a new one is refused without being interned. */
+    int had = 0, refused_one = 0;
+    for (int i = 0; i < 8; i++) {
+        if (it[i].rc == INDEX_OK)
+            had = i;
+        else
+            refused_one = i;
+    }
+    index_ref_t had_ref = it[had].ref;
+    uint64_t full_bytes = index_memory_bytes(ix);
+    index_create_t again[2] = {{.labels = &ls[had], .hash = labels_hash(&ls[had]), .id = 100},
+                               {.labels = &ls[refused_one], .hash = labels_hash(&ls[refused_one]), .id = 101}};
+    assert_int_equal(index_create_many(ix, again, 2, NULL, NULL), 0);
+    assert_int_equal(again[0].rc, INDEX_OK);
+    assert_int_equal(again[0].made, INDEX_MADE_NONE);
+    assert_memory_equal(&again[0].ref, &had_ref, sizeof(had_ref));
+    assert_int_equal(again[1].rc, INDEX_ERR_LIMIT);
+    assert_int_equal(index_memory_bytes(ix), full_bytes);
     one = index_new(sizeof(payload_t), 3);
     for (int i = 0; i < 8; i++)
         if (it[i].rc == INDEX_OK)
@@ -787,8 +810,7 @@ static void test_create_many(void **state)
     sweep_all(ix);
     sweep_all(one);
     assert_int_equal(index_memory_bytes(ix), index_memory_bytes(one));
-    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
-    assert_int_equal(nv, 0);
+    assert_no_label_names(ix, a);
     index_free(one, NULL, NULL);
     index_free(ix, NULL, NULL);
     arena_destroy(a);
@@ -852,10 +874,7 @@ static void test_create_many_race(void **state)
         assert_int_equal((it1[i].made != INDEX_MADE_NONE) + (it2[i].made != INDEX_MADE_NONE), 1);
     }
     sweep_all(ix);
-    const char **v;
-    size_t nv;
-    assert_int_equal(index_label_names(ix, NULL, 0, a, &v, &nv), INDEX_OK);
-    assert_int_equal(nv, 0);
+    assert_no_label_names(ix, a);
     index_free(ix, NULL, NULL);
     arena_destroy(a);
 }
