@@ -254,7 +254,7 @@ int main(int argc, char **argv)
         send_all(post, preq);
         int polls_left = npolls;
         int sse_done = 0, post_done = 0;
-        double last = 0, first = -1;
+        double last = 0, first = -1, rx_first = -1, rx_last = -1;
         struct epoll_event evs[256];
         while (polls_left > 0 || !sse_done || !post_done) {
             int n = epoll_wait(ep, evs, 256, 30000);
@@ -280,8 +280,13 @@ int main(int argc, char **argv)
                     close(fd);
                 } else {
                     lat[nlat++] = t;
-                    if (rx >= 0)
+                    if (rx >= 0) {
                         arr[narr++] = rx - t0_real;
+                        if (rx_first < 0 || rx - t0_real < rx_first)
+                            rx_first = rx - t0_real;
+                        if (rx - t0_real > rx_last)
+                            rx_last = rx - t0_real;
+                    }
                     last = t;
                     polls_left--;
                 }
@@ -297,6 +302,9 @@ int main(int argc, char **argv)
             ;
         all_lat[r] = last;
         spread[r] = last - first;
+        if (getenv("CP_ROUNDS"))
+            printf("  round %2d: first answer arrived %6.2f ms, last %6.2f ms, last read %6.2f ms, POST answered %6.2f ms\n",
+                   r, rx_first, rx_last, last, post_lat[r]);
         st = get("/api/v1/control/jobs/bench");
         vp = strstr(st, "\"version\":");
         version = vp ? atol(vp + 10) : version + 1;

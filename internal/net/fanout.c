@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,13 @@ struct fanout {
     int pending;
     bool stop;
     fanout_job_t job;
+    /* Where the helpers may run: the CPUs the process had at fanout_new, less the one the caller
+     * ran on at the last split (placed_cpu; -1 before the first, or when there is nothing to
+     * choose from). Without this the scheduler wakes a helper on the caller's CPU, where it
+     * waits for the caller's whole submission before sending anything: the lanes then run one
+     * after the other, not side by side. */
+    cpu_set_t allowed;
+    int placed_cpu;
 };
 
 static void fanout_send_each(const int *fds, size_t n, const void *buf, size_t len, ssize_t *res)
@@ -162,6 +170,9 @@ fanout_t *fanout_new(int lanes, bool use_ring)
         free(fo);
         return NULL;
     }
+    fo->placed_cpu = -1;
+    if (sched_getaffinity(0, sizeof(fo->allowed), &fo->allowed) != 0)
+        CPU_ZERO(&fo->allowed);
     pthread_mutex_init(&fo->mu, NULL);
     pthread_cond_init(&fo->cv, NULL);
     pthread_cond_init(&fo->done_cv, NULL);
@@ -210,6 +221,24 @@ bool fanout_batched(const fanout_t *fo)
     return fo && fo->lanes[0].ring_ok;
 }
 
+/* Keeps the helpers off the CPU the caller is on (see allowed): one affinity call per helper,
+ * only when the caller has moved since the last split. */
+static void fanout_place_helpers(fanout_t *fo)
+{
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == fo->placed_cpu || cpu >= CPU_SETSIZE || CPU_COUNT(&fo->allowed) < 2)
+        return;
+    cpu_set_t set = fo->allowed;
+    CPU_CLR(cpu, &set);
+    if (CPU_COUNT(&set) == 0)
+        return; /* the caller runs outside the set it started with: leave the helpers be */
+    int failed = 0;
+    for (int k = 1; k < fo->nlanes; k++)
+        failed |= pthread_setaffinity_np(fo->helpers[k - 1], sizeof(set), &set);
+    /* a set that no longer fits (the cgroup's CPUs changed) is tried again next time, harmlessly */
+    fo->placed_cpu = failed ? -1 : cpu;
+}
+
 void fanout_send(fanout_t *fo, const int *fds, size_t n, const void *buf, size_t len, ssize_t *res)
 {
     for (size_t i = 0; i < n; i++)
@@ -217,6 +246,7 @@ void fanout_send(fanout_t *fo, const int *fds, size_t n, const void *buf, size_t
     int parts = n >= FANOUT_SPLIT ? fo->nlanes : 1;
     fo->job = (fanout_job_t){.fds = fds, .n = n, .buf = buf, .len = len, .res = res, .parts = parts};
     if (parts > 1) {
+        fanout_place_helpers(fo);
         pthread_mutex_lock(&fo->mu);
         fo->pending = fo->nlanes - 1;
         fo->gen++;

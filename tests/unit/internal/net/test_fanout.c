@@ -2,7 +2,8 @@
  * io_uring and through the send() fallback: every entry gets the whole buffer (a socket listed
  * several times gets it as often), a full socket reports -EAGAIN and gets nothing, a closed peer
  * reports -EPIPE without SIGPIPE, a bad descriptor -EBADF, an answer larger than the room left is
- * written in part, and more sockets than one submission holds. */
+ * written in part, and more sockets than one submission holds; and a split job's helper is kept
+ * off the caller's CPU (where it would wait for the caller's whole submission). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,8 +11,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -142,12 +146,79 @@ static void test_ring_used_where_available(void **state)
     fanout_free(fo);
 }
 
+/* The CPUs thread "fanout-1" of this process may run on, from /proc (the helper is private). */
+static bool helper_cpus(cpu_set_t *set)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        char path[300], name[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(name, sizeof(name), f) && strcmp(name, "fanout-1\n") == 0)
+            found = sched_getaffinity(atoi(e->d_name), sizeof(*set), set) == 0;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+static void test_helper_kept_off_callers_cpu(void **state)
+{
+    (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    if (CPU_COUNT(&mine) < 2)
+        skip(); /* one CPU: nothing to choose from */
+    int sv[PAIRS][2];
+    for (int i = 0; i < PAIRS; i++)
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv[i]), 0);
+    size_t n = 200; /* enough to split */
+    int fds[200];
+    ssize_t res[200];
+    for (size_t i = 0; i < n; i++)
+        fds[i] = sv[i % PAIRS][0];
+    fanout_t *fo = fanout_new(2, true);
+    assert_non_null(fo);
+    /* the caller on each of two CPUs in turn: the helper follows to wherever the caller is not */
+    for (int round = 0; round < 2; round++) {
+        int cpu = -1, seen = 0;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &mine) && seen++ == round)
+                cpu = c;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+        fanout_send(fo, fds, n, msg, sizeof(msg) - 1, res);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(res[i], (ssize_t)(sizeof(msg) - 1));
+        for (int i = 0; i < PAIRS; i++)
+            assert_int_equal(drain_checked(sv[i][1]), (n / PAIRS) * (sizeof(msg) - 1));
+        cpu_set_t helper;
+        assert_true(helper_cpus(&helper));
+        assert_false(CPU_ISSET(cpu, &helper));
+        assert_int_equal(CPU_COUNT(&helper), CPU_COUNT(&mine) - 1);
+    }
+    assert_int_equal(sched_setaffinity(0, sizeof(mine), &mine), 0);
+    fanout_free(fo);
+    for (int i = 0; i < PAIRS; i++) {
+        close(sv[i][0]);
+        close(sv[i][1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_entry_gets_the_buffer),
         cmocka_unit_test(test_full_closed_bad_and_partial),
         cmocka_unit_test(test_ring_used_where_available),
+        cmocka_unit_test(test_helper_kept_off_callers_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
