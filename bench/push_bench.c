@@ -39,8 +39,9 @@
  *          start of round --disk-from-round on; see proc_write_bytes. With --interval, a late
  *          round and minutes of rounds after it, the disk traffic of the steady state)
  * --latency-log FILE writes one line per push: round, TaskManager, start and end (seconds after
- * the clock started), latency (ms), HTTP status; and the clock's CLOCK_MONOTONIC origin on a
- * first "# t0_monotonic=" line, to line pushes up with a server profile (perf -k CLOCK_MONOTONIC).
+ * the clock started), latency (ms), HTTP status, connection index; and the clock's
+ * CLOCK_MONOTONIC origin on a first "# t0_monotonic=" line, to line pushes up with a server
+ * profile (perf -k CLOCK_MONOTONIC).
  * RSS / HWM are the server's VmRSS / VmHWM (/proc/<pid>/status) after the last push.
  *
  * Not part of the CMake build (bench/ is not globbed); bench/push_bench.sh compiles it with
@@ -454,7 +455,7 @@ int main(int argc, char **argv)
     double t0 = now_s(), tend = t0;
     bool stop_issuing = false;
     if (llog)
-        fprintf(llog, "# t0_monotonic=%.6f\n# round tm start_s end_s latency_ms status\n", t0);
+        fprintf(llog, "# t0_monotonic=%.6f\n# round tm start_s end_s latency_ms status conn\n", t0);
 
     for (;;) {
         double t = now_s();
@@ -591,8 +592,8 @@ int main(int argc, char **argv)
             else
                 lat_first[nfirst++] = l;
             if (llog)
-                fprintf(llog, "%d %d %.6f %.6f %.3f %d\n", c->req->round + 1, (int)((size_t)(c->req - reqs) % (size_t)o.tms),
-                        c->t0 - t0, tend - t0, l * 1e3, c->status);
+                fprintf(llog, "%d %d %.6f %.6f %.3f %d %d\n", c->req->round + 1, (int)((size_t)(c->req - reqs) % (size_t)o.tms),
+                        c->t0 - t0, tend - t0, l * 1e3, c->status, (int)(c - cs));
             if (c->status >= 200 && c->status < 300) {
                 ok++;
                 ok_samples += c->req->series;
