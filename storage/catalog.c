@@ -101,6 +101,7 @@ typedef struct pq_block {
     uint64_t last_id;        /* encoder state: the previous entry's id and t */
     int64_t last_t;
     uint32_t used;
+    uint32_t n, nadd; /* entries, PENDING_ADD entries (pq_take_front splits at blocks) */
     uint8_t data[PQ_BLOCK_BYTES];
 } pq_block_t;
 
@@ -301,6 +302,7 @@ static int pq_push(pqueue_t *q, const pending_t *p)
         nb->last_id = 0;
         nb->last_t = 0;
         nb->used = 0;
+        nb->n = nb->nadd = 0;
         if (b)
             b->next = nb;
         else
@@ -336,6 +338,8 @@ static int pq_push(pqueue_t *q, const pending_t *p)
         if (p->id > b->max_id)
             b->max_id = p->id;
     }
+    b->n++;
+    b->nadd += p->kind == PENDING_ADD;
     q->n++;
     q->nadd += p->kind == PENDING_ADD;
     return 0;
@@ -399,6 +403,39 @@ static pqueue_t pq_take(pqueue_t *q)
     pqueue_t t = *q;
     *q = (pqueue_t){0};
     return t;
+}
+
+/* Takes q's first whole blocks holding at least max entries (all of q when max is 0 or q holds
+ * no more), leaving the rest in q. */
+static pqueue_t pq_take_front(pqueue_t *q, size_t max)
+{
+    if (max == 0 || q->n <= max)
+        return pq_take(q);
+    pq_block_t *b = q->head;
+    size_t n = b->n, nadd = b->nadd;
+    while (n < max && b->next) {
+        b = b->next;
+        n += b->n;
+        nadd += b->nadd;
+    }
+    if (!b->next)
+        return pq_take(q);
+    pqueue_t t = {.head = q->head, .tail = b, .n = n, .nadd = nadd};
+    q->head = b->next; /* q->tail stays: it is after b */
+    b->next = NULL;
+    q->n -= n;
+    q->nadd -= nadd;
+    return t;
+}
+
+/* A lower bound of the ids of q's ADD and REF entries (UINT64_MAX: none). */
+static uint64_t pq_min_id(const pqueue_t *q)
+{
+    uint64_t min = UINT64_MAX;
+    for (const pq_block_t *b = q->head; b; b = b->next)
+        if (b->min_id < min)
+            min = b->min_id;
+    return min;
 }
 
 /* Puts the entries of `front` (an earlier take) back before those of q. */
@@ -618,6 +655,14 @@ int catalog_add_series_refs(catalog_t *cat, const catalog_ref_t *refs, size_t n)
         atomic_store(&cat->pending_min, min);
     pthread_mutex_unlock(&cat->pending_mu);
     return rc;
+}
+
+size_t catalog__pending_count(catalog_t *cat)
+{
+    pthread_mutex_lock(&cat->pending_mu);
+    size_t n = cat->pending.n;
+    pthread_mutex_unlock(&cat->pending_mu);
+    return n;
 }
 
 bool catalog_is_written(const catalog_t *cat, uint64_t id)
@@ -917,13 +962,20 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pqueue_
     return ret;
 }
 
-int catalog__write_pending(catalog_t *cat)
+int catalog__write_pending(catalog_t *cat, size_t max)
 {
     pthread_mutex_lock(&cat->pending_mu);
     assert(cat->inflight.n == 0 && !cat->inflight.head); /* settled after the previous transaction */
-    atomic_store(&cat->inflight_min, atomic_load(&cat->pending_min));
-    atomic_store(&cat->pending_min, UINT64_MAX);
-    cat->inflight = pq_take(&cat->pending);
+    cat->inflight = pq_take_front(&cat->pending, max);
+    if (cat->pending.n == 0) {
+        atomic_store(&cat->inflight_min, atomic_load(&cat->pending_min));
+        atomic_store(&cat->pending_min, UINT64_MAX);
+    } else {
+        /* Both lower bounds (the blocks' smallest ids), never above the exact minimum they
+         * replace, set in the order catalog_is_written reads them. */
+        atomic_store(&cat->inflight_min, pq_min_id(&cat->inflight));
+        atomic_store(&cat->pending_min, pq_min_id(&cat->pending));
+    }
     pthread_mutex_unlock(&cat->pending_mu);
     const pqueue_t *batch = &cat->inflight;
     if (batch->n == 0)
@@ -983,7 +1035,7 @@ int catalog_flush(catalog_t *cat)
     catalog__write_lock(cat);
     int rc = exec_sql(cat->wdb, "BEGIN IMMEDIATE", NULL, 0);
     if (rc == 0)
-        rc = catalog__write_pending(cat);
+        rc = catalog__write_pending(cat, 0);
     if (rc == 0)
         rc = exec_sql(cat->wdb, "COMMIT", NULL, 0);
     else

@@ -2190,7 +2190,8 @@ static void shard_take_in(shard_t *sh, closed_t *take, size_t n)
     pthread_mutex_unlock(&sh->mu);
 }
 
-int rollup_flush(rollup_t *r, bool checkpoint)
+/* rollup_flush, writing at most about catalog_max of the catalog's pending rows (0: all). */
+static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
 {
     pthread_mutex_lock(&r->cycle_mu);
     bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
@@ -2209,7 +2210,7 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     wst_t w = {0};
     int rc = exec_sql(db, "BEGIN IMMEDIATE");
     if (rc == 0)
-        rc = catalog__write_pending(cat);
+        rc = catalog__write_pending(cat, catalog_max);
     if (rc == 0)
         rc = wst_prepare(db, &w);
 
@@ -2308,6 +2309,11 @@ int rollup_flush(rollup_t *r, bool checkpoint)
     atomic_fetch_add(&r->st_flushes, 1);
     pthread_mutex_unlock(&r->cycle_mu);
     return rc;
+}
+
+int rollup_flush(rollup_t *r, bool checkpoint)
+{
+    return rollup_flush_some(r, checkpoint, 0);
 }
 
 /* ---- retention -------------------------------------------------------------------------- */
@@ -3118,6 +3124,14 @@ static int load_states(rollup_t *r, sqlite3 *db)
  * ran that much slower. At nice 10 it gets ~10 % of a busy core and all of an idle one; a push
  * waiting for one of its shard locks sleeps, which lets it run and release the lock. */
 #define ROLLUP_WRITER_NICE 10
+/* A cycle of the writer thread writes at most this many catalog rows (~16-24 us each), and
+ * while more wait, the next cycle starts after ROLLUP_BACKLOG_WAIT_MS instead of the flush
+ * interval. A burst of new series (round 1 of a Flink fleet: 256k) used to be one cycle of
+ * seconds of CPU, which at nice 10 on a busy machine took 10-30 s, and whatever needs cycle_mu
+ * (a head snapshot's flush, the flush at shutdown) waited for all of it. Now it waits for one
+ * slice; its own flush, at the caller's priority, writes the rest. */
+#define ROLLUP_CATALOG_PER_CYCLE 8192
+#define ROLLUP_BACKLOG_WAIT_MS 5
 
 static void *writer_main(void *arg)
 {
@@ -3126,16 +3140,19 @@ static void *writer_main(void *arg)
     if (setpriority(PRIO_PROCESS, (id_t)gettid(), ROLLUP_WRITER_NICE) != 0)
         log_debug("rollup", "cannot lower the writer's priority; it runs at normal priority");
     pthread_mutex_lock(&r->stop_mu);
+    bool backlog = false;
     while (!r->stop) {
-        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, r->flush_ms);
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, backlog ? ROLLUP_BACKLOG_WAIT_MS : r->flush_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
         if (r->stop)
             break;
         pthread_mutex_unlock(&r->stop_mu);
         int64_t now = clock_wall_ms();
         bool ckpt = now - r->last_ckpt_wall >= r->ckpt_ms;
-        if (rollup_flush(r, ckpt) == 0 && ckpt)
+        int rc = rollup_flush_some(r, ckpt, ROLLUP_CATALOG_PER_CYCLE);
+        if (rc == 0 && ckpt)
             r->last_ckpt_wall = now;
+        backlog = rc == 0 && catalog__pending_count(r->cat) > 0;
         /* Retention: a pass every hour, one bounded slice per wake-up so a delete never holds
          * the write lock for long. */
         if (!r->ret_active && now - r->last_retention_wall >= RETENTION_PASS_MS) {

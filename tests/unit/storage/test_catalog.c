@@ -299,7 +299,7 @@ static void test_rollback_keeps_rows(void **state)
     sqlite3 *db = catalog__write_db(cat);
     catalog__write_lock(cat);
     assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(catalog__write_pending(cat), 0);
+    assert_int_equal(catalog__write_pending(cat, 0), 0);
     /* In flight: not committed, so neither written nor missing. */
     assert_false(catalog_is_written(cat, ref));
     arena_t *a = arena_create(0);
@@ -578,13 +578,75 @@ static void test_queue_many_entries(void **state)
     remove_dir(dir);
 }
 
+/* One transaction of the writer thread takes a slice of the pending queue (whole blocks, at least
+ * the asked count), not all of it: the rest stays pending, unwritten but found, and the next
+ * writes take it. A slice that rolls back goes back in front. */
+static void slice_write(catalog_t *cat, size_t max, bool commit)
+{
+    sqlite3 *db = catalog__write_db(cat);
+    catalog__write_lock(cat);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(catalog__write_pending(cat, max), 0);
+    assert_int_equal(sqlite3_exec(db, commit ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    catalog__settle_pending(cat, commit);
+    catalog__write_unlock(cat);
+}
+
+static void test_write_in_slices(void **state)
+{
+    char *dir = make_dir();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/sluice.db", dir);
+    catalog_t *cat = open_cat(dir);
+    many_source_t src = {0};
+    catalog_set_label_source(cat, many_labels, &src);
+    enum { N = 30000, SLICE = 5000 };
+    static uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = catalog_next_id(cat);
+        assert_int_equal(catalog_add_series_ref(cat, ids[i], hint_of(ids[i]), 1000), 0);
+    }
+    assert_int_equal(catalog__pending_count(cat), N);
+
+    slice_write(cat, SLICE, false); /* rolled back: everything is pending again */
+    assert_int_equal(catalog__pending_count(cat), N);
+    assert_false(catalog_is_written(cat, ids[0]));
+
+    slice_write(cat, SLICE, true);
+    size_t left = catalog__pending_count(cat);
+    assert_true(left > 0 && left <= N - SLICE);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM series"), N - (int64_t)left);
+    assert_true(catalog_is_written(cat, ids[0]));
+    assert_false(catalog_is_written(cat, ids[N - 1]));
+    arena_t *a = arena_create(0);
+    labels_t back;
+    for (int k = 0; k < 2; k++) { /* a written row, and a pending one through the source */
+        uint64_t id = k ? ids[N - 1] : ids[0];
+        arena_reset(a);
+        int calls = src.calls;
+        assert_int_equal(catalog_get_labels(cat, id, a, &back), 0);
+        assert_int_equal(strtoull(back.v[1].value, NULL, 10), id);
+        assert_int_equal(src.calls - calls, k);
+    }
+    /* The next slice takes more; a flush (no limit) takes all that is left. */
+    slice_write(cat, SLICE, true);
+    assert_true(catalog__pending_count(cat) < left);
+    assert_int_equal(catalog_flush(cat), 0);
+    assert_int_equal(catalog__pending_count(cat), 0);
+    assert_int_equal(sql_int(path, "SELECT count(*) FROM series"), N);
+    assert_true(catalog_is_written(cat, ids[N - 1]));
+    arena_destroy(a);
+    catalog_close(cat);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_and_lookups),    cmocka_unit_test(test_reopen),
         cmocka_unit_test(test_add_by_reference),   cmocka_unit_test(test_pairs_across_chunks),
         cmocka_unit_test(test_converts_version_1), cmocka_unit_test(test_queue_many_entries),
-        cmocka_unit_test(test_rollback_keeps_rows),
+        cmocka_unit_test(test_rollback_keeps_rows), cmocka_unit_test(test_write_in_slices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
