@@ -2190,8 +2190,7 @@ static void shard_take_in(shard_t *sh, closed_t *take, size_t n)
     pthread_mutex_unlock(&sh->mu);
 }
 
-/* rollup_flush, writing at most about catalog_max of the catalog's pending rows (0: all). */
-static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
+int rollup__flush_some(rollup_t *r, bool checkpoint, size_t catalog_max, bool *rows_only)
 {
     pthread_mutex_lock(&r->cycle_mu);
     bool all = r->force_checkpoint; /* after a failed cycle, whose snapshots were lost */
@@ -2211,7 +2210,9 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
     int rc = exec_sql(db, "BEGIN IMMEDIATE");
     if (rc == 0)
         rc = catalog__write_pending(cat, catalog_max);
-    if (rc == 0)
+    bool slice = rc == 0 && catalog_max && catalog__pending_count(cat) > 0;
+    *rows_only = slice;
+    if (rc == 0 && !slice)
         rc = wst_prepare(db, &w);
 
     /* 2. Per shard, under its lock only: the closed list is copied (the take) and the states
@@ -2222,7 +2223,7 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
      *    shard's take are still made in one hold of the shard lock, so a checkpointed open
      *    bucket is never also on disk. A failed transaction takes nothing: what is closed waits
      *    in the closed lists for the next cycle. */
-    for (size_t k = 0; k < SHARDS && rc == 0; k++) {
+    for (size_t k = 0; k < SHARDS && rc == 0 && !slice; k++) {
         shard_t *sh = &r->shards[k];
         pthread_mutex_lock(&sh->mu);
         if (hw != INT64_MIN && r->sweep_every_state)
@@ -2269,7 +2270,7 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
         rc = write_snaps(r, db, &w, all);
     }
     /* 3. Every shard's inflight buckets, in key order. */
-    if (rc == 0) {
+    if (rc == 0 && !slice) {
         buf_t enc = BUF_INIT;
         rc = write_inflight(r, &w, &enc);
         if (rc != 0)
@@ -2281,7 +2282,9 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
     pthread_rwlock_wrlock(&r->view_rw);
     if (rc == 0)
         rc = exec_sql(db, "COMMIT");
-    if (rc == 0) {
+    if (rc == 0 && slice) {
+        /* rows only: inflight (a failed cycle's buckets) stays for the cycle that writes it */
+    } else if (rc == 0) {
         atomic_fetch_add(&r->st_written, inflight_count(r));
         for (size_t k = 0; k < SHARDS; k++)
             closed_clear(&r->shards[k].inflight, KEEP_CAP_BYTES / SHARDS);
@@ -2304,7 +2307,7 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
     catalog__write_unlock(cat);
     snaps_clear(r);
     /* 5. A slice of copying a pre-blob database's old 1h rows into blobs, if any are left. */
-    if (rc == 0)
+    if (rc == 0 && !slice)
         migrate_step(r, MIGRATE_BUDGET);
     atomic_fetch_add(&r->st_flushes, 1);
     pthread_mutex_unlock(&r->cycle_mu);
@@ -2313,7 +2316,8 @@ static int rollup_flush_some(rollup_t *r, bool checkpoint, size_t catalog_max)
 
 int rollup_flush(rollup_t *r, bool checkpoint)
 {
-    return rollup_flush_some(r, checkpoint, 0);
+    bool rows_only;
+    return rollup__flush_some(r, checkpoint, 0, &rows_only);
 }
 
 /* ---- retention -------------------------------------------------------------------------- */
@@ -3129,9 +3133,13 @@ static int load_states(rollup_t *r, sqlite3 *db)
  * interval. A burst of new series (round 1 of a Flink fleet: 256k) used to be one cycle of
  * seconds of CPU, which at nice 10 on a busy machine took 10-30 s, and whatever needs cycle_mu
  * (a head snapshot's flush, the flush at shutdown) waited for all of it. Now it waits for one
- * slice; its own flush, at the caller's priority, writes the rest. */
+ * slice; its own flush, at the caller's priority, writes the rest (rollup__flush_some). */
 #define ROLLUP_CATALOG_PER_CYCLE 8192
 #define ROLLUP_BACKLOG_WAIT_MS 5
+/* Buckets wait while the rows are written in slices (rollup__flush_some); after this many slices
+ * in a row, a cycle writes the whole backlog with its buckets, so a steady stream of new series
+ * cannot hold roll-ups in memory for ever. */
+#define ROLLUP_MAX_SLICES 64
 
 static void *writer_main(void *arg)
 {
@@ -3141,6 +3149,7 @@ static void *writer_main(void *arg)
         log_debug("rollup", "cannot lower the writer's priority; it runs at normal priority");
     pthread_mutex_lock(&r->stop_mu);
     bool backlog = false;
+    int slices = 0; /* cycles in a row that wrote only catalog rows */
     while (!r->stop) {
         struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, backlog ? ROLLUP_BACKLOG_WAIT_MS : r->flush_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
@@ -3149,9 +3158,11 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&r->stop_mu);
         int64_t now = clock_wall_ms();
         bool ckpt = now - r->last_ckpt_wall >= r->ckpt_ms;
-        int rc = rollup_flush_some(r, ckpt, ROLLUP_CATALOG_PER_CYCLE);
-        if (rc == 0 && ckpt)
+        bool rows_only;
+        int rc = rollup__flush_some(r, ckpt, slices < ROLLUP_MAX_SLICES ? ROLLUP_CATALOG_PER_CYCLE : 0, &rows_only);
+        if (rc == 0 && ckpt && !rows_only)
             r->last_ckpt_wall = now;
+        slices = rows_only ? slices + 1 : 0;
         backlog = rc == 0 && catalog__pending_count(r->cat) > 0;
         /* Retention: a pass every hour, one bounded slice per wake-up so a delete never holds
          * the write lock for long. */

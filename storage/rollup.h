@@ -101,6 +101,11 @@ void rollup_add_samples_hinted(rollup_t *r, const rollup_sample_t *s, size_t n, 
 /* Synchronously runs one writer cycle: catalog pending rows, closed buckets, and (if
  * checkpoint) every open bucket. Returns 0 or -1. */
 int rollup_flush(rollup_t *r, bool checkpoint);
+/* The writer thread's cycle (and tests'): rollup_flush writing at most about catalog_max of the
+ * catalog's pending rows (0: all). A cycle that leaves rows pending writes only rows
+ * (*rows_only): buckets and states wait for the cycle that writes the last of them, so a series'
+ * row is never later than its first roll-up. */
+int rollup__flush_some(rollup_t *r, bool checkpoint, size_t catalog_max, bool *rows_only);
 
 /* Closes, in memory, every open bucket that ends at or before `before_ms` (the writer does this
  * by itself for buckets more than one resolution behind the newest sample seen, so series that

@@ -967,6 +967,56 @@ static void test_writer_retention_clock(void **state)
     remove_dir(f.dir);
 }
 
+static int64_t buckets_on_disk(const char *dir)
+{
+    return rows_on_disk(dir, "rollup_plain") + rows_on_disk(dir, "rollup_blob") + rows_on_disk(dir, "rollup_recent");
+}
+
+/* A catalog backlog written in slices (the writer thread's cycles): a slice that leaves rows
+ * pending writes rows only, no bucket and no state, so a series' row is never later than its
+ * first roll-up; the cycle that writes the last rows writes the buckets with them. */
+static void test_catalog_backlog_in_slices(void **state)
+{
+    fx_t f = {.dir = make_dir(), .res = "1m:1d"};
+    fx_open(&f);
+    enum { N = 20000 };
+    uint64_t first = 0;
+    for (int i = 0; i < N; i++) {
+        uint64_t id = catalog_next_id(f.cat);
+        char num[16];
+        snprintf(num, sizeof(num), "%d", i);
+        label_t l[] = {{"__name__", "s"}, {"i", num}};
+        labels_t ls = {l, 2};
+        assert_int_equal(catalog_add_series(f.cat, id, &ls, T0), 0);
+        if (i == 0)
+            first = id;
+    }
+    for (int64_t t = T0; t <= T0 + 3 * 60000; t += 10000) /* closes the first minutes' buckets */
+        add(f.r, first, t, 1);
+    bool rows_only = false;
+    assert_int_equal(rollup__flush_some(f.r, true, 1000, &rows_only), 0);
+    assert_true(rows_only);
+    int64_t rows = rows_on_disk(f.dir, "series");
+    assert_true(rows > 0 && rows < N);
+    assert_int_equal(buckets_on_disk(f.dir), 0);
+    assert_int_equal(rows_on_disk(f.dir, "rollup_state"), 0);
+    int cycles = 1;
+    while (rows_only) {
+        assert_true(++cycles < 100);
+        assert_int_equal(rollup__flush_some(f.r, true, 1000, &rows_only), 0);
+    }
+    assert_true(cycles > 2);
+    assert_int_equal(rows_on_disk(f.dir, "series"), N);
+    assert_true(buckets_on_disk(f.dir) > 0);
+    assert_true(rows_on_disk(f.dir, "rollup_state") > 0);
+    rollup_buckets_t got = {0};
+    read1(f.r, first, 0, &got);
+    assert_true(got.n >= 3);
+    rollup_buckets_free(&got);
+    fx_close(&f);
+    remove_dir(f.dir);
+}
+
 /* ---- 1h blobs and databases from before them -------------------------------------------------- */
 
 static sqlite3 *db_open_rw(const char *dir)
@@ -2168,6 +2218,7 @@ int main(void)
         cmocka_unit_test(test_threaded),
         cmocka_unit_test(test_same_second_replace),
         cmocka_unit_test(test_writer_retention_clock),
+        cmocka_unit_test(test_catalog_backlog_in_slices),
         cmocka_unit_test(test_hour_blobs),
         cmocka_unit_test(test_old_layout),
         cmocka_unit_test(test_reader_one_transaction),
