@@ -18,6 +18,10 @@
  *                                             readers (view lock held exclusively)
  *                                          5. a database from before 1h blobs: copy a few
  *                                             series' old 1h rows into blobs (migrate_step)
+ *                                          A backlog of catalog rows (a burst of new series) is
+ *                                          written 8,192 rows per cycle, 5 ms apart, and those
+ *                                          cycles stop after step 1: buckets never reach disk
+ *                                          before their series' rows (rollup__flush_some).
  *
  * A reader (rollup_read) holds the view lock shared while it reads the disk and, under one hold
  * of the shard lock, the shard's inflight and closed lists and the open bucket, so every bucket
