@@ -483,6 +483,15 @@ static int many_labels(void *ud, uint64_t id, uint64_t hint, arena_t *a, labels_
     return 0;
 }
 
+/* A catalog in dir with src as its label source; path gets the database file's name. */
+static catalog_t *open_many(const char *dir, char *path, size_t pathlen, many_source_t *src)
+{
+    snprintf(path, pathlen, "%s/sluice.db", dir);
+    catalog_t *cat = open_cat(dir);
+    catalog_set_label_source(cat, many_labels, src);
+    return cat;
+}
+
 /* The pending queue over many blocks: references queued out of id order with times that repeat,
  * jump and go negative, copies and touches among them. Every entry comes back as queued (labels
  * of pending ids, rows and first/last seen after the flush); a write that fails puts the whole
@@ -491,10 +500,8 @@ static void test_queue_many_entries(void **state)
 {
     char *dir = make_dir();
     char path[512];
-    snprintf(path, sizeof(path), "%s/sluice.db", dir);
-    catalog_t *cat = open_cat(dir);
     many_source_t src = {0};
-    catalog_set_label_source(cat, many_labels, &src);
+    catalog_t *cat = open_many(dir, path, sizeof(path), &src);
     enum { N = 30000 };
     static uint64_t ids[N];
     static int64_t ts[N];
@@ -596,10 +603,8 @@ static void test_write_in_slices(void **state)
 {
     char *dir = make_dir();
     char path[512];
-    snprintf(path, sizeof(path), "%s/sluice.db", dir);
-    catalog_t *cat = open_cat(dir);
     many_source_t src = {0};
-    catalog_set_label_source(cat, many_labels, &src);
+    catalog_t *cat = open_many(dir, path, sizeof(path), &src);
     enum { N = 30000, SLICE = 5000 };
     static uint64_t ids[N];
     for (int i = 0; i < N; i++) {
