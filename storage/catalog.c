@@ -962,11 +962,13 @@ static int write_chunks(catalog_t *cat, const catalog_stmts_t *st, const pqueue_
     return ret;
 }
 
-int catalog__write_pending(catalog_t *cat, size_t max)
+int catalog__write_pending(catalog_t *cat, size_t max, size_t *left)
 {
     pthread_mutex_lock(&cat->pending_mu);
     assert(cat->inflight.n == 0 && !cat->inflight.head); /* settled after the previous transaction */
     cat->inflight = pq_take_front(&cat->pending, max);
+    if (left)
+        *left = cat->pending.n;
     if (cat->pending.n == 0) {
         atomic_store(&cat->inflight_min, atomic_load(&cat->pending_min));
         atomic_store(&cat->pending_min, UINT64_MAX);
@@ -1035,7 +1037,7 @@ int catalog_flush(catalog_t *cat)
     catalog__write_lock(cat);
     int rc = exec_sql(cat->wdb, "BEGIN IMMEDIATE", NULL, 0);
     if (rc == 0)
-        rc = catalog__write_pending(cat, 0);
+        rc = catalog__write_pending(cat, 0, NULL);
     if (rc == 0)
         rc = exec_sql(cat->wdb, "COMMIT", NULL, 0);
     else

@@ -125,9 +125,9 @@ void catalog__write_lock(catalog_t *cat);
 void catalog__write_unlock(catalog_t *cat);
 /* Writes the pending list with the write connection inside the caller's open transaction (lock
  * held): all of it when max is 0, else its oldest entries, whole queue blocks of a few thousand
- * entries, until at least max are taken (the rest waits for the next call). The entries stay in
- * flight until catalog__settle_pending. Returns 0 or -1. */
-int catalog__write_pending(catalog_t *cat, size_t max);
+ * entries, until at least max are taken (the rest waits for the next call; *left, if not NULL,
+ * gets how many). The entries stay in flight until catalog__settle_pending. Returns 0 or -1. */
+int catalog__write_pending(catalog_t *cat, size_t max, size_t *left);
 /* Entries waiting for catalog__write_pending. */
 size_t catalog__pending_count(catalog_t *cat);
 /* After the caller's COMMIT or ROLLBACK (lock still held): committed, the written entries are

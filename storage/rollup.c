@@ -2212,9 +2212,10 @@ int rollup__flush_some(rollup_t *r, bool checkpoint, size_t catalog_max, bool *r
     size_t old_inflight = inflight_count(r);
     wst_t w = {0};
     int rc = exec_sql(db, "BEGIN IMMEDIATE");
+    size_t left = 0; /* rows queued before this cycle that it leaves for the next */
     if (rc == 0)
-        rc = catalog__write_pending(cat, catalog_max);
-    bool slice = rc == 0 && catalog_max && catalog__pending_count(cat) > 0;
+        rc = catalog__write_pending(cat, catalog_max, &left);
+    bool slice = rc == 0 && left > 0;
     *rows_only = slice;
     if (rc == 0 && !slice)
         rc = wst_prepare(db, &w);
@@ -3167,7 +3168,7 @@ static void *writer_main(void *arg)
         if (rc == 0 && ckpt && !rows_only)
             r->last_ckpt_wall = now;
         slices = rows_only ? slices + 1 : 0;
-        backlog = rc == 0 && catalog__pending_count(r->cat) > 0;
+        backlog = rc == 0 && rows_only;
         /* Retention: a pass every hour, one bounded slice per wake-up so a delete never holds
          * the write lock for long. */
         if (!r->ret_active && now - r->last_retention_wall >= RETENTION_PASS_MS) {
