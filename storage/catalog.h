@@ -128,7 +128,7 @@ void catalog__write_unlock(catalog_t *cat);
  * entries, until at least max are taken (the rest waits for the next call; *left, if not NULL,
  * gets how many). The entries stay in flight until catalog__settle_pending. Returns 0 or -1. */
 int catalog__write_pending(catalog_t *cat, size_t max, size_t *left);
-/* Entries waiting for catalog__write_pending. */
+/* Entries waiting for catalog__write_pending (tests check the queue with it). */
 size_t catalog__pending_count(catalog_t *cat);
 /* After the caller's COMMIT or ROLLBACK (lock still held): committed, the written entries are
  * done; otherwise they go back to the pending list for the next attempt. Call it after every

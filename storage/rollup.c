@@ -3153,10 +3153,9 @@ static void *writer_main(void *arg)
     if (setpriority(PRIO_PROCESS, (id_t)gettid(), ROLLUP_WRITER_NICE) != 0)
         log_debug("rollup", "cannot lower the writer's priority; it runs at normal priority");
     pthread_mutex_lock(&r->stop_mu);
-    bool backlog = false;
-    int slices = 0; /* cycles in a row that wrote only catalog rows */
+    int slices = 0; /* cycles in a row that wrote only catalog rows: rows from before them wait */
     while (!r->stop) {
-        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, backlog ? ROLLUP_BACKLOG_WAIT_MS : r->flush_ms);
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, slices ? ROLLUP_BACKLOG_WAIT_MS : r->flush_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
         if (r->stop)
             break;
@@ -3167,8 +3166,7 @@ static void *writer_main(void *arg)
         int rc = rollup__flush_some(r, ckpt, slices < ROLLUP_MAX_SLICES ? ROLLUP_CATALOG_PER_CYCLE : 0, &rows_only);
         if (rc == 0 && ckpt && !rows_only)
             r->last_ckpt_wall = now;
-        slices = rows_only ? slices + 1 : 0;
-        backlog = rc == 0 && rows_only;
+        slices = rc == 0 && rows_only ? slices + 1 : 0;
         /* Retention: a pass every hour, one bounded slice per wake-up so a delete never holds
          * the write lock for long. */
         if (!r->ret_active && now - r->last_retention_wall >= RETENTION_PASS_MS) {
