@@ -1006,22 +1006,23 @@ static void rstream_free(rstream_t *st)
 }
 
 /* Appends one Chunk message to cs: the chunk's bytes, or its samples inside [mint, maxt]
- * re-encoded when it sticks out of the range. Returns 0, or -1 on OOM / undecodable bytes. */
+ * re-encoded as XOR when it sticks out of the range or is not an XOR chunk (the head's integer
+ * chunks stay inside sluice). Returns 0, or -1 on OOM / undecodable bytes. */
 static int rstream_add_chunk(rstream_t *st, const querier_chunk_t *c, int64_t mint, int64_t maxt)
 {
     const uint8_t *bytes = c->bytes;
     size_t len = c->len;
     int64_t cmin = c->mint, cmax = c->maxt;
     chunk_xor_appender_t app;
-    bool trimmed = c->mint < mint || c->maxt > maxt;
+    bool trimmed = c->mint < mint || c->maxt > maxt || c->enc != CHUNK_ENC_XOR;
     if (trimmed) {
         if (chunk_xor_appender_init(&app) < 0)
             return -1;
-        chunk_xor_iter_t it;
-        chunk_xor_iter_init(&it, c->bytes, c->len);
+        chunk_iter_t it;
+        chunk_iter_init(&it, c->enc, c->bytes, c->len);
         int64_t t;
         double v;
-        while (chunk_xor_iter_next(&it, &t, &v)) {
+        while (chunk_iter_next(&it, &t, &v)) {
             if (t < mint)
                 continue;
             if (t > maxt)
@@ -1034,7 +1035,7 @@ static int rstream_add_chunk(rstream_t *st, const querier_chunk_t *c, int64_t mi
                 return -1;
             }
         }
-        if (it.err) {
+        if (chunk_iter_err(&it)) {
             chunk_xor_appender_free(&app);
             return -1;
         }
@@ -1308,7 +1309,8 @@ static void remote_metrics(void *ud, buf_t *b)
         {"sluice_remote_read_rejected_requests_total", "Remote read requests answered with an error.",
          offsetof(api_remote_t, r_rejected)},
         {"sluice_remote_read_frames_total", "ChunkedReadResponse frames sent.", offsetof(api_remote_t, r_frames)},
-        {"sluice_remote_read_chunks_reencoded_total", "Chunks re-encoded because they stuck out of the query range.",
+        {"sluice_remote_read_chunks_reencoded_total",
+         "Chunks re-encoded as XOR because they stuck out of the query range or were the head's integer chunks.",
          offsetof(api_remote_t, r_chunks_reencoded)},
     };
     for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {

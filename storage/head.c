@@ -64,7 +64,7 @@
 #include <sys/mman.h>
 
 #include "internal/util/varint.h"
-#include "storage/chunk_xor.h"
+#include "storage/chunk.h"
 
 #define NSTRIPES 4096
 /* Slab pages are mmap'd (not malloc'd): dropping a block returns its memory to the system at
@@ -82,9 +82,16 @@
 /* A new open chunk's buffer: all of malloc's 48-byte chunk, where the first sample takes 16
  * bytes and a steady one 1-4. */
 #define OPEN_INIT_BYTES 40
-/* Cut before the open chunk could outgrow a record's 16-bit length. */
-#define OPEN_MAX_BYTES (UINT16_MAX - 64)
+/* A record's 16-bit length field: the chunk's length, and in the top bit its encoding. */
+#define REC_LEN_MASK 0x7fff
+#define REC_INT 0x8000
+/* Cut before the open chunk could outgrow a record's length (at 240 samples of at most 19 bytes
+ * each it never comes near). */
+#define OPEN_MAX_BYTES (REC_LEN_MASK - 64)
 #define REC_HDR 14
+/* A closed chunk is kept as chunk_int only when that is smaller than its XOR bytes; this bounds
+ * the stack buffer it is encoded into (a 240-sample XOR chunk of integers rarely passes 2 KB). */
+#define INT_MAX_BYTES 2048
 
 enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4 };
 
@@ -255,7 +262,14 @@ static uint16_t rec_len(const uint8_t *r)
 {
     uint16_t v;
     memcpy(&v, r + 12, sizeof(v));
-    return v;
+    return v & REC_LEN_MASK;
+}
+
+static uint8_t rec_enc(const uint8_t *r)
+{
+    uint16_t v;
+    memcpy(&v, r + 12, sizeof(v));
+    return (v & REC_INT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
 }
 
 static const uint8_t *rec_bytes(const uint8_t *r)
@@ -389,9 +403,9 @@ int64_t head_min_valid_time(const head_t *h)
 
 /* Copies a closed chunk into block bn's slab as a record with next = NULL. NULL if the block is
  * outside the retained window (the chunk is simply dropped) or on OOM. */
-static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len, uint32_t span)
+static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len, uint8_t enc, uint32_t span)
 {
-    assert(len <= UINT16_MAX);
+    assert(len <= REC_LEN_MASK);
     size_t need = REC_HDR + len;
     pthread_mutex_lock(&h->blocks_lock);
     uint8_t *res = NULL;
@@ -432,7 +446,7 @@ static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len,
     }
     res = p->data + p->used;
     p->used += (uint32_t)need;
-    uint16_t len16 = (uint16_t)len;
+    uint16_t len16 = (uint16_t)(len | (enc == CHUNK_ENC_INT ? REC_INT : 0));
     rec_set_next(res, NULL);
     memcpy(res + 8, &span, sizeof(span));
     memcpy(res + 12, &len16, sizeof(len16));
@@ -475,6 +489,33 @@ static void link_record(head_t *h, hseries_t *s, uint8_t *r)
     atomic_fetch_add(&h->closed_bytes, rec_len(r));
 }
 
+/* The closed chunk xb[0..len) re-encoded as a chunk_int chunk into out (INT_MAX_BYTES), if all
+ * its values are integers and that is smaller: its length, else 0 (keep the XOR bytes). */
+static size_t recode_int(const uint8_t *xb, size_t len, uint8_t *out)
+{
+    if (len < CHUNK_XOR_HEADER_BYTES)
+        return 0;
+    size_t num = (size_t)xb[0] << 8 | xb[1];
+    if (num == 0 || num > CUT_SAMPLES)
+        return 0;
+    int64_t t[CUT_SAMPLES];
+    double v[CUT_SAMPLES];
+    chunk_xor_iter_t it;
+    chunk_xor_iter_init(&it, xb, len);
+    size_t n = 0;
+    while (n < num && chunk_xor_iter_next(&it, &t[n], &v[n])) {
+        if (!chunk_int_holds(v[n]))
+            return 0;
+        n++;
+    }
+    if (n != num || it.err)
+        return 0;
+    size_t size = chunk_int_size(t, v, n);
+    if (size == 0 || size >= len || size > INT_MAX_BYTES)
+        return 0;
+    return chunk_int_encode(t, v, n, out, INT_MAX_BYTES);
+}
+
 /* Closes the open chunk: copies it into its block's slab and links it. keep_buf: the caller opens
  * the next chunk at once and reuses obuf for it (still counted in open_cap_bytes). Every series
  * of a push group cuts at the same block boundary; freeing all their buffers there and growing
@@ -485,8 +526,15 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
     size_t len = open_len(s);
     int64_t mint = open_mint(s);
     uint8_t *r = NULL;
-    if (len <= UINT16_MAX && (uint64_t)(s->ot - mint) <= UINT32_MAX)
-        r = slab_copy(h, floordiv(mint, h->block_ms), s->obuf, len, (uint32_t)(s->ot - mint));
+    if (len <= REC_LEN_MASK && (uint64_t)(s->ot - mint) <= UINT32_MAX) {
+        uint8_t ibuf[INT_MAX_BYTES];
+        size_t ilen = recode_int(s->obuf, len, ibuf);
+        int64_t bn = floordiv(mint, h->block_ms);
+        if (ilen)
+            r = slab_copy(h, bn, ibuf, ilen, CHUNK_ENC_INT, (uint32_t)(s->ot - mint));
+        else
+            r = slab_copy(h, bn, s->obuf, len, CHUNK_ENC_XOR, (uint32_t)(s->ot - mint));
+    }
     if (r)
         link_record(h, s, r);
     else
@@ -950,7 +998,7 @@ typedef struct {
     size_t n, capch;
 } copybuf_t;
 
-static int cb_add(copybuf_t *b, int64_t mint, int64_t maxt, const uint8_t *bytes, size_t len)
+static int cb_add(copybuf_t *b, int64_t mint, int64_t maxt, const uint8_t *bytes, size_t len, uint8_t enc)
 {
     if (b->len + len > b->cap) {
         size_t nc = b->cap ? b->cap : 1024;
@@ -972,8 +1020,8 @@ static int cb_add(copybuf_t *b, int64_t mint, int64_t maxt, const uint8_t *bytes
     }
     memcpy(b->buf + b->len, bytes, len);
     /* Offset for now; turned into a pointer once the buffer stops moving (cb_fix). */
-    b->ch[b->n++] =
-        (querier_chunk_t){.mint = mint, .maxt = maxt, .bytes = (const uint8_t *)(uintptr_t)b->len, .len = len};
+    b->ch[b->n++] = (querier_chunk_t){
+        .mint = mint, .maxt = maxt, .bytes = (const uint8_t *)(uintptr_t)b->len, .len = len, .enc = enc};
     b->len += len;
     return 0;
 }
@@ -1014,7 +1062,7 @@ static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, co
         int64_t cmin = rec_mint(r), cmax = cmin + rec_span(r);
         if (cmin > maxt || cmax < mint)
             continue;
-        if (cb_add(b, cmin, cmax, rec_bytes(r), rec_len(r)) < 0)
+        if (cb_add(b, cmin, cmax, rec_bytes(r), rec_len(r), rec_enc(r)) < 0)
             return -1;
     }
     if (s->flags & (F_OPEN | F_PENDING)) {
@@ -1026,7 +1074,7 @@ static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, co
                 return -1;
             size_t len;
             const uint8_t *bytes = chunk_xor_bytes(&tmp, &len);
-            int rc = cb_add(b, omint, tmp.t, bytes, len);
+            int rc = cb_add(b, omint, tmp.t, bytes, len, CHUNK_ENC_XOR);
             chunk_xor_appender_free(&tmp);
             if (rc < 0)
                 return -1;
@@ -1249,8 +1297,8 @@ static int foreach_one(void *ud, index_series_t *is)
     nch = 0;
     for (const uint8_t *r = s->first; r; r = rec_next(r), nch++) {
         int64_t mint = rec_mint(r);
-        c->cbuf[nch] =
-            (querier_chunk_t){.mint = mint, .maxt = mint + rec_span(r), .bytes = rec_bytes(r), .len = rec_len(r)};
+        c->cbuf[nch] = (querier_chunk_t){
+            .mint = mint, .maxt = mint + rec_span(r), .bytes = rec_bytes(r), .len = rec_len(r), .enc = rec_enc(r)};
     }
     head_series_state_t st = {.id = id,
                               .labels = {c->lbuf, nl},
@@ -1299,20 +1347,21 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
         goto out;
     for (size_t i = 0; i < st->nchunks; i++) {
         const querier_chunk_t *qc = &st->chunks[i];
-        if (qc->mint < mv || qc->len > UINT16_MAX || qc->len <= CHUNK_XOR_HEADER_BYTES || qc->maxt < qc->mint ||
+        if (qc->mint < mv || qc->len > REC_LEN_MASK || qc->len <= CHUNK_XOR_HEADER_BYTES || qc->maxt < qc->mint ||
             (uint64_t)(qc->maxt - qc->mint) > UINT32_MAX || chunk_first_t(qc->bytes, qc->len) != qc->mint)
             continue;
-        chunk_xor_iter_t it;
+        chunk_iter_t it;
         int64_t t;
         double v;
-        chunk_xor_iter_init(&it, qc->bytes, qc->len);
-        while (chunk_xor_iter_next(&it, &t, &v))
+        chunk_iter_init(&it, qc->enc, qc->bytes, qc->len);
+        while (chunk_iter_next(&it, &t, &v))
             ;
-        if (it.err) {
+        if (chunk_iter_err(&it)) {
             rc = HEAD_ERR_OUT_OF_ORDER;
             continue;
         }
-        uint8_t *r = slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len, (uint32_t)(qc->maxt - qc->mint));
+        uint8_t *r =
+            slab_copy(h, floordiv(qc->mint, h->block_ms), qc->bytes, qc->len, qc->enc, (uint32_t)(qc->maxt - qc->mint));
         if (r) {
             link_record(h, s, r);
             atomic_fetch_add(&h->n_chunks, 1);

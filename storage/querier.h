@@ -5,9 +5,10 @@
  *
  * A querier is a struct whose first member is a pointer to a const table of functions
  * (querier_ops_t); implementations embed `querier_t` first and fill the table. Selecting gives a
- * series set; each series is its labels plus its data as XOR chunks (storage/chunk_xor.h, the
- * Prometheus encoding), so
- *   - remote read STREAMED_XOR_CHUNKS ships querier_chunk_t bytes as they are;
+ * series set; each series is its labels plus its data as chunks (storage/chunk.h): Prometheus' XOR
+ * chunks, or, for the head's closed chunks of integer values, sluice's smaller integer encoding, so
+ *   - remote read STREAMED_XOR_CHUNKS ships XOR chunk bytes as they are (and transcodes the
+ *     others);
  *   - everyone else iterates samples with querier_iter_t, clipped to [mint, maxt].
  * Roll-up data is presented the same way: one synthetic sample per bucket (at the bucket's last
  * millisecond) whose value is the aggregate the hinted function needs (storage/querier_tiered.h
@@ -32,7 +33,7 @@
 #include "internal/labels/labels.h"
 #include "internal/labels/matcher.h"
 #include "internal/util/arena.h"
-#include "storage/chunk_xor.h"
+#include "storage/chunk.h"
 
 /* What the caller will do with the data; lets the store pick a tier. All fields optional (0 /
  * NULL = unknown): a plain select returns raw samples where they exist. */
@@ -48,8 +49,9 @@ typedef struct {
 
 typedef struct {
     int64_t mint, maxt;   /* first and last sample timestamp in the chunk (inclusive) */
-    const uint8_t *bytes; /* XOR chunk, CHUNK_XOR_HEADER_BYTES header included */
+    const uint8_t *bytes; /* the chunk, header included, in encoding enc */
     size_t len;
+    uint8_t enc; /* CHUNK_ENC_XOR (0, what every store but the head hands out) or CHUNK_ENC_INT */
 } querier_chunk_t;
 
 typedef struct {
@@ -169,7 +171,7 @@ typedef struct {
     const querier_series_t *s;
     size_t ci;
     bool open;
-    chunk_xor_iter_t it;
+    chunk_iter_t it;
     int64_t mint, maxt;
 } querier_iter_t;
 
@@ -191,10 +193,11 @@ static inline bool querier_iter_next(querier_iter_t *it, int64_t *t, double *v)
                 it->ci++;
             if (it->ci >= it->s->nchunks || it->s->chunks[it->ci].mint > it->maxt)
                 return false;
-            chunk_xor_iter_init(&it->it, it->s->chunks[it->ci].bytes, it->s->chunks[it->ci].len);
+            const querier_chunk_t *c = &it->s->chunks[it->ci];
+            chunk_iter_init(&it->it, c->enc, c->bytes, c->len);
             it->open = true;
         }
-        while (chunk_xor_iter_next(&it->it, t, v)) {
+        while (chunk_iter_next(&it->it, t, v)) {
             if (*t < it->mint)
                 continue;
             if (*t > it->maxt)

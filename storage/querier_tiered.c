@@ -514,12 +514,12 @@ static int build(tset_t *s, const querier_series_t *h, const labels_t *ls, bool 
                 first_pass = i;
                 break;
             }
-            chunk_xor_iter_t it;
-            chunk_xor_iter_init(&it, c->bytes, c->len);
+            chunk_iter_t it;
+            chunk_iter_init(&it, c->enc, c->bytes, c->len);
             int64_t t;
             double v;
             bool first = true;
-            while (chunk_xor_iter_next(&it, &t, &v)) {
+            while (chunk_iter_next(&it, &t, &v)) {
                 if (t < B)
                     continue;
                 if (enc_append(s, first, t, v) < 0)

@@ -18,7 +18,8 @@
  *   25      2           number of labels L
  *   27      ...         L times: u16 name length, name bytes, u16 value length, value bytes
  *   ...     4           number of closed chunks C
- *   ...     ...         C times: i64 mint, i64 maxt, u32 length, XOR chunk bytes
+ *   ...     ...         C times: i64 mint, i64 maxt, u32 length, chunk bytes; the length's top
+ *                       bit set means a chunk_int chunk (the head's integer encoding), clear XOR
  *   ...     4           open chunk length O (0 = none), then O bytes
  *
  * Snapshot record type 2, the first piece of a state client's checkpoint (its full state), and
@@ -76,6 +77,8 @@
 #define SNAP_REC_SERIES 1
 #define SNAP_REC_STATE 2
 #define SNAP_REC_STATE_DELTA 3
+#define SNAP_CHUNK_INT 0x80000000u
+#define SNAP_CHUNK_LEN_MASK 0x7fffffffu
 #define MAX_LABELS_PER_SERIES 256
 #define EXPIRE_BUDGET 4096
 
@@ -324,7 +327,9 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
     for (size_t i = 0; i < nc && !r.bad; i++) {
         ch[i].mint = (int64_t)rd_u(&r, 8);
         ch[i].maxt = (int64_t)rd_u(&r, 8);
-        ch[i].len = (size_t)rd_u(&r, 4);
+        uint64_t lw = rd_u(&r, 4);
+        ch[i].len = (size_t)(lw & SNAP_CHUNK_LEN_MASK);
+        ch[i].enc = (lw & SNAP_CHUNK_INT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
         ch[i].bytes = rd_bytes(&r, ch[i].len);
     }
     st.chunks = ch;
@@ -824,7 +829,8 @@ static int snap_series(void *ud, const head_series_state_t *st)
     for (size_t i = 0; i < st->nchunks; i++) {
         put_u(b, (uint64_t)st->chunks[i].mint, 8);
         put_u(b, (uint64_t)st->chunks[i].maxt, 8);
-        put_u(b, st->chunks[i].len, 4);
+        assert(st->chunks[i].len <= SNAP_CHUNK_LEN_MASK);
+        put_u(b, st->chunks[i].len | (st->chunks[i].enc == CHUNK_ENC_INT ? SNAP_CHUNK_INT : 0), 4);
         buf_append(b, st->chunks[i].bytes, st->chunks[i].len);
     }
     put_u(b, st->open ? st->open_len : 0, 4);

@@ -605,11 +605,12 @@ size_t pq_sseries_bound(const pq_sseries_t *ss)
         const querier_chunk_t *ch = &ss->chunks[k];
         if (ch->len < CHUNK_XOR_HEADER_BYTES)
             continue;
-        /* the header's count, but a sample after the first takes at least 2 bits: a chunk from a
-         * remote store cannot make this allocate more than its bytes justify */
+        /* the header's count, but an XOR sample after the first takes at least 2 bits: a chunk
+         * from a remote store cannot make this allocate more than its bytes justify (the head's
+         * integer chunks, which can hold samples in no bits, never come from outside) */
         size_t num = ((size_t)ch->bytes[0] << 8) | ch->bytes[1];
         size_t most = 1 + (ch->len - CHUNK_XOR_HEADER_BYTES) * 4;
-        n += num < most ? num : most;
+        n += num < most || ch->enc == CHUNK_ENC_INT ? num : most;
     }
     return n;
 }

@@ -1,8 +1,9 @@
 """POST /api/v1/read against the built sluice with a hand-written client (promproto.py):
 response-type negotiation, SAMPLES shape and sample limit, STREAMED_XOR_CHUNKS frames (CRC,
 one series per frame, frame budget, series order, query_index, chunks trimmed to the range and
-decoded by build/tests/tools/xor_roundtrip to exactly the stored samples), bad requests, and a
-slow reader of a large streamed answer not growing sluice's memory by the answer's size."""
+decoded by build/tests/tools/xor_roundtrip to exactly the stored samples, the head's integer
+chunks among them), bad requests, and a slow reader of a large streamed answer not growing
+sluice's memory by the answer's size."""
 import os
 import random
 import socket
@@ -135,9 +136,14 @@ def test_streamed_frames_chunks_and_trimming(start_sluice):
     expected = {}
     series = []
     for i in range(40):
-        # series 0..4 are long (1 s resolution, 3000 samples: many chunks, several frames each)
+        # series 0..4 are long (1 s resolution, 3000 samples: many chunks, several frames each);
+        # 0..2 hold integers, which the head keeps in its own encoding once a chunk is closed and
+        # which must still leave as XOR chunks
         n, step = (3000, 1000) if i < 5 else (50, 15000)
-        pts = [(t0 + k * step + (i % 7), float((k * 37 + i) % 1000) / 8.0) for k in range(n)]
+        if i < 3:
+            pts = [(t0 + k * step + (i % 7), float(k * 1000 + (k * k + i) % 97)) for k in range(n)]
+        else:
+            pts = [(t0 + k * step + (i % 7), float((k * 37 + i) % 1000) / 8.0) for k in range(n)]
         labels = lbl("rr_stream", job="j%d" % (i % 3), i="%02d" % i)
         series.append((labels, pts))
         expected[tuple(sorted(labels))] = [(t, pp.f2bits(v)) for t, v in pts]

@@ -43,6 +43,7 @@ typedef struct {
     size_t n;
     size_t nseries;
     size_t nchunks;
+    size_t nint, int_bytes; /* chunks in the integer encoding, their bytes */
 } dump_t;
 
 /* Reads every sample of every series matching __name__=name in [mint, maxt]. */
@@ -59,6 +60,8 @@ static void dump(head_t *h, const char *name, int64_t mint, int64_t maxt, dump_t
         d->nseries++;
         d->nchunks += s->nchunks;
         for (size_t i = 0; i < s->nchunks; i++) {
+            d->nint += s->chunks[i].enc == CHUNK_ENC_INT;
+            d->int_bytes += s->chunks[i].enc == CHUNK_ENC_INT ? s->chunks[i].len : 0;
             assert_true(s->chunks[i].mint <= s->chunks[i].maxt);
             if (i)
                 assert_true(s->chunks[i - 1].maxt < s->chunks[i].mint);
@@ -407,13 +410,26 @@ static void test_state_round_trip(void **state)
         assert_int_equal(head_append(h, &a, 1000LL * i, i * 0.5), HEAD_OK);
     labels_t b = lbl(v, "m", "b");
     assert_int_equal(head_append(h, &b, 5000, stale()), HEAD_OK);
+    labels_t ic = lbl(v, "n", "c"); /* integers: its first 240 samples close as an integer chunk */
+    for (int i = 0; i < 300; i++)
+        assert_int_equal(head_append(h, &ic, 1000LL * i, 1000.0 * i + i % 7), HEAD_OK);
     copy_ctx_t c = {h2, 0};
     assert_int_equal(head_foreach_series(h, copy_one, &c), 0);
-    assert_int_equal(c.n, 2);
+    assert_int_equal(c.n, 3);
     dump_t *d1 = malloc(sizeof(dump_t)), *d2 = malloc(sizeof(dump_t));
     dump(h, "m", INT64_MIN, INT64_MAX, d1);
     dump(h2, "m", INT64_MIN, INT64_MAX, d2);
     assert_int_equal(d1->n, 301);
+    assert_int_equal(d1->n, d2->n);
+    for (size_t i = 0; i < d1->n; i++) {
+        assert_int_equal(d1->t[i], d2->t[i]);
+        assert_true(bits(d1->v[i]) == bits(d2->v[i]));
+    }
+    dump(h, "n", INT64_MIN, INT64_MAX, d1);
+    dump(h2, "n", INT64_MIN, INT64_MAX, d2);
+    assert_int_equal(d1->n, 300);
+    assert_int_equal(d1->nint, 1);
+    assert_int_equal(d2->nint, 1);
     assert_int_equal(d1->n, d2->n);
     for (size_t i = 0; i < d1->n; i++) {
         assert_int_equal(d1->t[i], d2->t[i]);
@@ -432,6 +448,91 @@ static void test_state_round_trip(void **state)
     free(d2);
     head_free(h);
     head_free(h2);
+}
+
+/* A closed chunk whose values are all integers is kept in the integer encoding, smaller and with
+ * every sample exact; one fraction, a -0.0 or a stale marker keeps a chunk XOR, bit for bit. */
+static void test_integer_chunks(void **state)
+{
+    (void)state;
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 900 * 1000};
+    head_t *h = head_new(&o), *hx = head_new(&o);
+    const int64_t base = 1700000100000LL; /* a block start */
+    label_t lv[2];
+    enum { S = 5, N = 200 }; /* 90 + 90 closed at the block boundaries, 20 open */
+    uint64_t x = 99;
+    double val[3] = {1e6, 0, -5e12};
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < S; k++) {
+            char job[8];
+            snprintf(job, sizeof(job), "j%d", k);
+            labels_t ls = lbl(lv, "ints", job);
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            double v;
+            switch (k) {
+            case 0: v = val[0] += 900 + (double)(x % 200); break; /* a counter */
+            case 1:
+                v = (x % 10 == 0) ? (double)(x % 100) : val[1]; /* a gauge */
+                val[1] = v;
+                break;
+            case 2: v = val[2] -= 3; break;                                  /* negative, steady */
+            case 3: v = (i == 20) ? -0.0 : (double)i; break;                 /* -0.0 in the first chunk */
+            default: v = (i == 100) ? stale() : (i == 150 ? 2.5 : 1); break; /* stale, fraction */
+            }
+            int64_t t = base + i * 10000LL + (k == 0 ? (int64_t)(x % 30) : 0); /* jitter on 0 */
+            assert_int_equal(head_append(h, &ls, t, v), HEAD_OK);
+            if (k == 0)
+                assert_int_equal(head_append(hx, &ls, t, v), HEAD_OK);
+        }
+    }
+    dump_t *d = malloc(sizeof(dump_t));
+    /* j0-j2 keep both closed chunks as integers; j3's first (the -0.0) and j4's second (the
+     * stale marker and 2.5) stay XOR */
+    size_t want_int[S] = {2, 2, 2, 1, 1};
+    for (int k = 0; k < S; k++) {
+        char err[64], job[8];
+        snprintf(job, sizeof(job), "j%d", k);
+        matcher_t *m = matcher_new(MATCHER_EQ, "job", job, err, sizeof(err));
+        querier_t *q = head_querier(h);
+        querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
+        const querier_series_t *s = querier_set_next(set);
+        assert_non_null(s);
+        assert_int_equal(s->nchunks, 3);
+        size_t nint = 0;
+        for (size_t i = 0; i < s->nchunks; i++)
+            nint += s->chunks[i].enc == CHUNK_ENC_INT;
+        assert_int_equal(nint, want_int[k]);
+        assert_int_equal(s->chunks[2].enc, CHUNK_ENC_XOR); /* the open chunk */
+        querier_iter_t it;
+        querier_iter_init(&it, s, INT64_MIN, INT64_MAX);
+        int64_t t;
+        double v;
+        int n = 0;
+        while (querier_iter_next(&it, &t, &v)) {
+            if (k == 3 && n == 20)
+                assert_true(v == 0 && signbit(v));
+            if (k == 4 && n == 100)
+                assert_true(bits(v) == bits(stale()));
+            n++;
+        }
+        assert_int_equal(n, N);
+        querier_set_free(set);
+        querier_close(q);
+        matcher_free(m);
+    }
+    /* the jittered counter alone: ~19 bits per closed sample (11 of timestamp, 8 of value)
+     * where XOR takes ~37, so its two closed chunks stay under 500 bytes (XOR: ~870) */
+    dump_t *dx = malloc(sizeof(dump_t));
+    dump(hx, "ints", INT64_MIN, INT64_MAX, dx);
+    assert_int_equal(dx->n, N);
+    assert_int_equal(dx->nint, 2);
+    assert_true(dx->int_bytes < 500);
+    dump(h, "ints", INT64_MIN, INT64_MAX, d);
+    assert_int_equal(d->n, S * N);
+    free(dx);
+    free(d);
+    head_free(h);
+    head_free(hx);
 }
 
 /* Worst-case encodings (random value bits, every dod class, 64-bit jumps) grow the open chunk in
@@ -650,6 +751,7 @@ static void test_open_chunk_sized_to_samples(void **state)
             snprintf(job, sizeof(job), "j%d", k);
             labels_t ls = lbl(v, "c", job);
             val[k] += 1 + (k * 7919 + i * 31) % 50;
+            val[k] += (i == 89) ? 0.5 : 0; /* a fraction at the end: the closed chunk stays XOR */
             assert_int_equal(head_append(h, &ls, base + i * 10000LL, val[k]), HEAD_OK);
         }
         if (i == 5) {
@@ -698,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_aux_slot),
         cmocka_unit_test(test_querier_select),
         cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_integer_chunks),
         cmocka_unit_test(test_hard_samples_round_trip),
         cmocka_unit_test(test_many_series_chains),
         cmocka_unit_test(test_batch_check_append),

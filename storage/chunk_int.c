@@ -1,0 +1,429 @@
+/*
+ * chunk_int — the head's encoding for closed chunks of integer values (contract in chunk_int.h).
+ *
+ * Why: in Prometheus' XOR encoding a counter that grows by a varying amount costs ~2.7 bytes per
+ * sample (the XOR of two nearby doubles differs in ~11 mantissa bits and the window keeps
+ * moving), although the amount itself carries ~1 byte of information. A closed chunk is written
+ * once and its samples are all known, so the encoder can measure each layout below and keep the
+ * smallest; the head keeps the XOR bytes instead when they are not larger.
+ *
+ * Format
+ * ======
+ *   offset  size  field
+ *   0       2     sample count n, big-endian uint16, >= 1
+ *   2       var   t0: Go's zigzag varint, byte-aligned right after the count as in an XOR chunk
+ *                 (so both encodings give their first timestamp the same way)
+ *           var   v0: the first value as a zigzag varint (an integer, |v0| <= 2^53)
+ *   only when n >= 2:
+ *           var   d1 = t1 - t0, unsigned varint (> 0)
+ *           1     modes: bits 0..1 tmode, bits 2..3 vmode, other bits 0
+ *           ...   vmode's header (below)
+ *           bits  from the next byte on, MSB first, the last byte zero-padded: for each sample
+ *                 i = 1..n-1 its timestamp bits, then its value bits
+ *
+ *   Timestamps (d_i = t_i - t_(i-1)):
+ *     tmode 0   every d_i equals d1: no bits
+ *     tmode 1   for i >= 2: varbit(d_i - d_(i-1)); sample 1 has no timestamp bits
+ *   Values (D_i = v_i - v_(i-1), as int64):
+ *     vmode 0   packed deltas. Header: zigzag varint base, 1 byte width w (0..64). Each sample
+ *               i >= 1: w bits, the unsigned number D_i - base. (A steady counter's or a constant
+ *               gauge's chunk has w = 0: its values cost no bits.)
+ *     vmode 1   each sample i >= 1: varbit(D_i). (Gauges that mostly stand still.)
+ *     vmode 2   header: zigzag varint D_1. Each sample i >= 2: varbit(D_i - D_(i-1)).
+ *               (Counters with a steady rate.)
+ *
+ *   varbit(x), x a signed integer:
+ *     prefix   payload   x in
+ *     0        -         0
+ *     10       4 bits    -8 .. 7
+ *     110      8 bits    -128 .. 127
+ *     1110     12 bits   -2048 .. 2047
+ *     11110    20 bits   -2^19 .. 2^19-1
+ *     111110   32 bits   -2^31 .. 2^31-1
+ *     111111   64 bits   anything else
+ *   The payload is x's two's complement, low bits, sign-extended on reading.
+ *
+ * Worked example (asserted byte for byte in tests/unit/storage/test_chunk_int.c): samples
+ * (1000, 5), (2000, 7), (3000, 9)
+ *   00 03       count 3
+ *   d0 0f       t0 = 1000 (zigzag 2000)
+ *   0a          v0 = 5 (zigzag 10)
+ *   e8 07       d1 = 1000
+ *   00          tmode 0, vmode 0
+ *   04 00       base 2 (zigzag 4), width 0: both deltas are exactly 2, no bits follow
+ *
+ * The iterator checks every read against the slice's length; values are summed in uint64 (they
+ * wrap, as Go's would, instead of overflowing) so no input can make it misbehave.
+ */
+#include "storage/chunk_int.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "internal/util/varint.h"
+
+#define MAX_ABS 9007199254740992.0 /* 2^53: every integer up to it is a double exactly */
+
+static const uint8_t VB_PAYLOAD[7] = {0, 4, 8, 12, 20, 32, 64};
+
+bool chunk_int_holds(double v)
+{
+    if (!(v >= -MAX_ABS && v <= MAX_ABS)) /* NaN fails both */
+        return false;
+    if (v != (double)(int64_t)v)
+        return false;
+    return v != 0 || !signbit(v);
+}
+
+/* The varbit bucket of x (index into VB_PAYLOAD). */
+static unsigned vb_bucket(int64_t x)
+{
+    if (x == 0)
+        return 0;
+    for (unsigned k = 1; k < 6; k++) {
+        int64_t lim = (int64_t)1 << (VB_PAYLOAD[k] - 1);
+        if (x >= -lim && x < lim)
+            return k;
+    }
+    return 6;
+}
+
+static unsigned vb_prefix_bits(unsigned k)
+{
+    return k < 6 ? k + 1 : 6;
+}
+
+static uint64_t vb_bits(int64_t x)
+{
+    unsigned k = vb_bucket(x);
+    return vb_prefix_bits(k) + VB_PAYLOAD[k];
+}
+
+static unsigned bit_len(uint64_t x)
+{
+    return x ? 64u - (unsigned)__builtin_clzll(x) : 0;
+}
+
+/* The layout the encoder chose, and what it costs. */
+typedef struct {
+    unsigned tmode, vmode, width;
+    int64_t base;  /* vmode 0: the smallest delta; vmode 2: D_1 */
+    size_t hdr;    /* bytes from the count up to the bit stream */
+    uint64_t bits; /* bits in the stream */
+} plan_t;
+
+static int64_t ival(double v)
+{
+    return (int64_t)v;
+}
+
+/* Measures every layout; false if the samples cannot be encoded. */
+static bool plan_make(const int64_t *t, const double *v, size_t n, plan_t *p)
+{
+    if (n == 0 || n > UINT16_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!chunk_int_holds(v[i]))
+            return false;
+        if (i && (t[i] <= t[i - 1] || (uint64_t)t[i] - (uint64_t)t[i - 1] > INT32_MAX))
+            return false;
+    }
+    *p = (plan_t){0};
+    p->hdr = CHUNK_INT_HEADER_BYTES + varint_len(varint_zigzag(t[0])) + varint_len(varint_zigzag(ival(v[0])));
+    if (n == 1)
+        return true;
+    int64_t d1 = t[1] - t[0];
+    p->hdr += varint_len((uint64_t)d1) + 1;
+
+    bool regular = true;
+    for (size_t i = 2; i < n && regular; i++)
+        regular = t[i] - t[i - 1] == d1;
+    uint64_t tbits = 0;
+    for (size_t i = 2; i < n && !regular; i++)
+        tbits += vb_bits((t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]));
+    p->tmode = regular ? 0 : 1;
+
+    int64_t dmin = INT64_MAX, dmax = INT64_MIN;
+    uint64_t b1 = 0, b2 = 0;
+    int64_t dprev = 0;
+    for (size_t i = 1; i < n; i++) {
+        int64_t d = ival(v[i]) - ival(v[i - 1]);
+        dmin = d < dmin ? d : dmin;
+        dmax = d > dmax ? d : dmax;
+        b1 += vb_bits(d);
+        if (i >= 2)
+            b2 += vb_bits(d - dprev);
+        dprev = d;
+    }
+    unsigned w = bit_len((uint64_t)dmax - (uint64_t)dmin);
+    uint64_t b0 = (uint64_t)w * (n - 1);
+    size_t h0 = varint_len(varint_zigzag(dmin)) + 1;
+    int64_t D1 = ival(v[1]) - ival(v[0]);
+    size_t h2 = varint_len(varint_zigzag(D1));
+    /* Whole bytes decide: compare header bytes plus stream bytes. */
+    size_t c0 = h0 + (size_t)((tbits + b0 + 7) / 8), c1 = (size_t)((tbits + b1 + 7) / 8),
+           c2 = h2 + (size_t)((tbits + b2 + 7) / 8);
+    if (c0 <= c1 && c0 <= c2) {
+        p->vmode = 0, p->width = w, p->base = dmin, p->hdr += h0, p->bits = tbits + b0;
+    } else if (c1 <= c2) {
+        p->vmode = 1, p->bits = tbits + b1;
+    } else {
+        p->vmode = 2, p->base = D1, p->hdr += h2, p->bits = tbits + b2;
+    }
+    return true;
+}
+
+size_t chunk_int_size(const int64_t *t, const double *v, size_t n)
+{
+    plan_t p;
+    if (!plan_make(t, v, n, &p))
+        return 0;
+    return p.hdr + (size_t)((p.bits + 7) / 8);
+}
+
+/* ---- bit writer ---------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p, *end;
+    uint64_t acc; /* the low nacc bits are pending, MSB first */
+    unsigned nacc;
+    bool over;
+} bw_t;
+
+static void bw_put(bw_t *w, uint64_t x, unsigned n)
+{
+    if (n > 32) {
+        bw_put(w, x >> 32, n - 32);
+        n = 32;
+    }
+    if (n == 0)
+        return;
+    x &= ((uint64_t)1 << n) - 1;
+    w->acc = (w->acc << n) | x; /* nacc < 8 here, so the pending bits still fit */
+    w->nacc += n;
+    while (w->nacc >= 8) {
+        w->nacc -= 8;
+        if (w->p == w->end)
+            w->over = true;
+        else
+            *w->p++ = (uint8_t)(w->acc >> w->nacc);
+    }
+}
+
+static void bw_flush(bw_t *w)
+{
+    if (w->nacc)
+        bw_put(w, 0, 8 - w->nacc);
+}
+
+static void bw_varbit(bw_t *w, int64_t x)
+{
+    unsigned k = vb_bucket(x);
+    unsigned pb = vb_prefix_bits(k);
+    /* k ones, then a zero unless k is the last bucket */
+    uint64_t prefix = k < 6 ? (((uint64_t)1 << k) - 1) << 1 : 0x3f;
+    bw_put(w, prefix, pb);
+    bw_put(w, (uint64_t)x, VB_PAYLOAD[k]);
+}
+
+static uint8_t *put_varint(uint8_t *p, uint8_t *end, uint64_t x, bool *over)
+{
+    if ((size_t)(end - p) < varint_len(x)) {
+        *over = true;
+        return p;
+    }
+    return p + varint_encode(p, x);
+}
+
+size_t chunk_int_encode(const int64_t *t, const double *v, size_t n, uint8_t *out, size_t cap)
+{
+    plan_t pl;
+    if (!plan_make(t, v, n, &pl))
+        return 0;
+    size_t len = pl.hdr + (size_t)((pl.bits + 7) / 8);
+    if (len > cap)
+        return 0;
+    uint8_t *p = out, *end = out + cap;
+    bool over = false;
+    p[0] = (uint8_t)(n >> 8);
+    p[1] = (uint8_t)n;
+    p += 2;
+    p = put_varint(p, end, varint_zigzag(t[0]), &over);
+    p = put_varint(p, end, varint_zigzag(ival(v[0])), &over);
+    if (n >= 2) {
+        p = put_varint(p, end, (uint64_t)(t[1] - t[0]), &over);
+        if (p < end)
+            *p++ = (uint8_t)(pl.tmode | pl.vmode << 2);
+        if (pl.vmode == 0) {
+            p = put_varint(p, end, varint_zigzag(pl.base), &over);
+            if (p < end)
+                *p++ = (uint8_t)pl.width;
+        } else if (pl.vmode == 2) {
+            p = put_varint(p, end, varint_zigzag(pl.base), &over);
+        }
+        bw_t w = {.p = p, .end = end};
+        for (size_t i = 1; i < n; i++) {
+            if (pl.tmode == 1 && i >= 2)
+                bw_varbit(&w, (t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]));
+            int64_t d = ival(v[i]) - ival(v[i - 1]);
+            if (pl.vmode == 0)
+                bw_put(&w, (uint64_t)d - (uint64_t)pl.base, pl.width);
+            else if (pl.vmode == 1)
+                bw_varbit(&w, d);
+            else if (i >= 2)
+                bw_varbit(&w, d - (ival(v[i - 1]) - ival(v[i - 2])));
+        }
+        bw_flush(&w);
+        over |= w.over;
+        p = w.p;
+    }
+    if (over || (size_t)(p - out) != len)
+        return 0;
+    return len;
+}
+
+/* ---- iterator ------------------------------------------------------------------------------ */
+
+void chunk_int_iter_init(chunk_int_iter_t *it, const uint8_t *bytes, size_t len)
+{
+    memset(it, 0, sizeof(*it));
+    it->bytes = bytes;
+    it->len = len;
+    if (len < CHUNK_INT_HEADER_BYTES) {
+        it->err = len ? -1 : 0;
+        return;
+    }
+    it->num = (uint16_t)(bytes[0] << 8 | bytes[1]);
+}
+
+/* The next n bits (n <= 56), zero-filled past the end; does not advance. */
+static uint64_t br_peek(const chunk_int_iter_t *it, unsigned n)
+{
+    size_t byte = (size_t)(it->bitpos >> 3);
+    unsigned off = (unsigned)(it->bitpos & 7);
+    uint64_t w = 0;
+    if (byte + 8 <= it->len) {
+        for (int i = 0; i < 8; i++)
+            w = w << 8 | it->bytes[byte + (size_t)i];
+    } else {
+        for (size_t i = 0; i < 8; i++)
+            w = w << 8 | (byte + i < it->len ? it->bytes[byte + i] : 0);
+    }
+    return n ? (w << off) >> (64 - n) : 0;
+}
+
+static bool br_get(chunk_int_iter_t *it, unsigned n, uint64_t *out)
+{
+    if (it->bitpos + n > (uint64_t)it->len * 8)
+        return false;
+    if (n > 56) {
+        uint64_t hi = br_peek(it, n - 32);
+        it->bitpos += n - 32;
+        *out = hi << 32 | br_peek(it, 32);
+        it->bitpos += 32;
+        return true;
+    }
+    *out = br_peek(it, n);
+    it->bitpos += n;
+    return true;
+}
+
+static bool br_varbit(chunk_int_iter_t *it, int64_t *x)
+{
+    uint64_t pre = br_peek(it, 6);
+    unsigned k = (unsigned)__builtin_clzll(~(pre << 58)); /* leading ones, at most 6 */
+    if (k > 6)
+        k = 6;
+    unsigned pb = vb_prefix_bits(k), b = VB_PAYLOAD[k];
+    if (it->bitpos + pb > (uint64_t)it->len * 8)
+        return false;
+    it->bitpos += pb;
+    uint64_t u;
+    if (!br_get(it, b, &u))
+        return false;
+    if (b && b < 64 && (u >> (b - 1)))
+        u -= (uint64_t)1 << b;
+    *x = (int64_t)u;
+    return true;
+}
+
+static bool iter_fail(chunk_int_iter_t *it)
+{
+    it->err = -1;
+    return false;
+}
+
+static bool iter_header(chunk_int_iter_t *it)
+{
+    const uint8_t *p = it->bytes + CHUNK_INT_HEADER_BYTES, *end = it->bytes + it->len;
+    uint64_t u;
+    if (varint_get(&p, end, &u) != VARINT_OK)
+        return false;
+    it->t = varint_unzigzag(u);
+    if (varint_get(&p, end, &u) != VARINT_OK)
+        return false;
+    it->v = varint_unzigzag(u);
+    if (it->num >= 2) {
+        if (varint_get(&p, end, &u) != VARINT_OK || p >= end)
+            return false;
+        it->td = (int64_t)u;
+        uint8_t m = *p++;
+        it->tmode = m & 3;
+        it->vmode = (m >> 2) & 3;
+        if (it->tmode > 1 || it->vmode > 2 || (m >> 4))
+            return false;
+        if (it->vmode == 0) {
+            if (varint_get(&p, end, &u) != VARINT_OK || p >= end)
+                return false;
+            it->base = varint_unzigzag(u);
+            it->width = *p++;
+            if (it->width > 64)
+                return false;
+        } else if (it->vmode == 2) {
+            if (varint_get(&p, end, &u) != VARINT_OK)
+                return false;
+            it->vd = varint_unzigzag(u);
+        }
+    }
+    it->bitpos = (uint64_t)(p - it->bytes) * 8;
+    return true;
+}
+
+bool chunk_int_iter_next(chunk_int_iter_t *it, int64_t *t, double *v)
+{
+    if (it->err || it->read >= it->num)
+        return false;
+    if (it->read == 0) {
+        if (!iter_header(it))
+            return iter_fail(it);
+    } else {
+        if (it->read >= 2 && it->tmode == 1) {
+            int64_t dod;
+            if (!br_varbit(it, &dod))
+                return iter_fail(it);
+            it->td = (int64_t)((uint64_t)it->td + (uint64_t)dod);
+        }
+        it->t = (int64_t)((uint64_t)it->t + (uint64_t)it->td);
+        int64_t d;
+        if (it->vmode == 0) {
+            uint64_t u;
+            if (!br_get(it, it->width, &u))
+                return iter_fail(it);
+            d = (int64_t)((uint64_t)it->base + u);
+        } else if (it->vmode == 1) {
+            if (!br_varbit(it, &d))
+                return iter_fail(it);
+        } else {
+            int64_t dd = 0;
+            if (it->read >= 2 && !br_varbit(it, &dd))
+                return iter_fail(it);
+            it->vd = (int64_t)((uint64_t)it->vd + (uint64_t)dd);
+            d = it->vd;
+        }
+        it->v = (int64_t)((uint64_t)it->v + (uint64_t)d);
+    }
+    it->read++;
+    *t = it->t;
+    *v = (double)it->v;
+    return true;
+}
