@@ -75,17 +75,19 @@ bool chunk_int_holds(double v)
     return v != 0 || !signbit(v);
 }
 
-/* The varbit bucket of x (index into VB_PAYLOAD). */
+static unsigned bit_len(uint64_t x)
+{
+    return x ? 64u - (unsigned)__builtin_clzll(x) : 0;
+}
+
+/* The varbit bucket of x (index into VB_PAYLOAD): a b-bit payload holds x exactly when x's
+ * zigzag form is below 2^b, so the bucket follows from that form's bit length. */
 static unsigned vb_bucket(int64_t x)
 {
-    if (x == 0)
-        return 0;
-    for (unsigned k = 1; k < 6; k++) {
-        int64_t lim = (int64_t)1 << (VB_PAYLOAD[k] - 1);
-        if (x >= -lim && x < lim)
-            return k;
-    }
-    return 6;
+    static const uint8_t by_len[65] = {0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5,
+                                       5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
+                                       6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6};
+    return by_len[bit_len(varint_zigzag(x))];
 }
 
 static unsigned vb_prefix_bits(unsigned k)
@@ -95,13 +97,8 @@ static unsigned vb_prefix_bits(unsigned k)
 
 static uint64_t vb_bits(int64_t x)
 {
-    unsigned k = vb_bucket(x);
-    return vb_prefix_bits(k) + VB_PAYLOAD[k];
-}
-
-static unsigned bit_len(uint64_t x)
-{
-    return x ? 64u - (unsigned)__builtin_clzll(x) : 0;
+    static const uint8_t cost[7] = {1, 2 + 4, 3 + 8, 4 + 12, 5 + 20, 6 + 32, 6 + 64};
+    return cost[vb_bucket(x)];
 }
 
 /* The layout the encoder chose, and what it costs. */
@@ -303,8 +300,10 @@ static uint64_t br_peek(const chunk_int_iter_t *it, unsigned n)
     unsigned off = (unsigned)(it->bitpos & 7);
     uint64_t w = 0;
     if (byte + 8 <= it->len) {
-        for (int i = 0; i < 8; i++)
-            w = w << 8 | it->bytes[byte + (size_t)i];
+        memcpy(&w, it->bytes + byte, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        w = __builtin_bswap64(w); /* the stream is MSB first */
+#endif
     } else {
         for (size_t i = 0; i < 8; i++)
             w = w << 8 | (byte + i < it->len ? it->bytes[byte + i] : 0);
