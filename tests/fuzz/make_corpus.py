@@ -8,7 +8,8 @@ surface's grammar: text bodies as the unit tests and Flink's reporter write them
 their protobuf equivalents, remote write/read requests built with tests/integration/promproto.py
 (snappy compressed, as Prometheus sends them), PromQL from tests/promql and Prometheus' 2.42
 test scripts, the rule files in deploy/rules/, control bodies from docs, Pushgateway paths, and
-XOR chunks encoded here (bit for bit the format at the top of storage/chunk_xor.c). The output is
+XOR chunks and integer chunks encoded here (bit for bit the formats at the top of
+storage/chunk_xor.c and storage/chunk_int.c). The output is
 checked in; rerun after adding fixtures. Files are named by the SHA-1 of their content.
 """
 import argparse
@@ -346,6 +347,65 @@ def xor_seeds():
             xor_chunk([(base + i * 1000 + (i * i * 997) % 600000, (i * 7919) % 13 * 1.5) for i in range(40)])]
 
 
+# ---- integer chunks (storage/chunk_int.c's format, written here independently) ---------------------
+VB = [(0b0, 1, 0), (0b10, 2, 4), (0b110, 3, 8), (0b1110, 4, 12), (0b11110, 5, 20), (0b111110, 6, 32),
+      (0b111111, 6, 64)]
+
+
+def varbit(w, x):
+    for pre, pbits, payload in VB:
+        if payload == 0:
+            fits = x == 0
+        else:
+            fits = payload == 64 or -(1 << (payload - 1)) <= x < (1 << (payload - 1))
+        if fits:
+            w.put(pre, pbits)
+            w.put(x & ((1 << payload) - 1), payload)
+            return
+
+
+def zz(x):
+    return ((x << 1) ^ (x >> 63)) & (2**64 - 1)
+
+
+def int_chunk(samples, tmode, vmode):
+    """samples: (t, integer v); the layout is the caller's (the encoder in C picks the smallest)."""
+    out = struct.pack(">H", len(samples)) + uvarint(zz(samples[0][0])) + uvarint(zz(samples[0][1]))
+    if len(samples) == 1:
+        return out
+    t = [s[0] for s in samples]
+    v = [s[1] for s in samples]
+    d = [v[i] - v[i - 1] for i in range(1, len(v))]
+    out += uvarint(t[1] - t[0]) + bytes([tmode | vmode << 2])
+    base = min(d)
+    width = max(x - base for x in d).bit_length()
+    if vmode == 0:
+        out += uvarint(zz(base)) + bytes([width])
+    elif vmode == 2:
+        out += uvarint(zz(d[0]))
+    w = Bits()
+    for i in range(1, len(samples)):
+        if tmode == 1 and i >= 2:
+            varbit(w, (t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]))
+        if vmode == 0:
+            w.put(d[i - 1] - base, width)
+        elif vmode == 1:
+            varbit(w, d[i - 1])
+        elif i >= 2:
+            varbit(w, d[i - 1] - d[i - 2])
+    return out + w.bytes()
+
+
+def int_seeds():
+    base = 1700000000000
+    counter = [(base + i * 10000, 123456 + i * 1000 + (i * 7919) % 200) for i in range(90)]
+    gauge = [(base + i * 10000 + (i * 13) % 29, (i // 10) * 7) for i in range(90)]
+    wild = [(-5 + i * 2147483647, (-1) ** i * 2**53) for i in range(12)]
+    return [int_chunk([(1000, 5), (2000, 7), (3000, 9)], 0, 0), int_chunk([(1000, -3)], 0, 0),
+            int_chunk(counter, 0, 0), int_chunk(counter, 0, 2), int_chunk(gauge, 1, 1),
+            int_chunk(gauge, 1, 2), int_chunk(wild, 0, 1), int_chunk(wild, 0, 0)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flink-gen", default=os.path.join(ROOT, "build", "tests", "tools", "flink_gen"))
@@ -387,6 +447,8 @@ def main():
         put("fuzz_push_path", p)
     for c in xor_seeds():
         put("fuzz_chunk_xor", c)
+    for c in int_seeds():
+        put("fuzz_chunk_int", c)
     for t in sorted(os.listdir(os.path.join(HERE, "corpus"))):
         print(f"{t}: {len(os.listdir(os.path.join(HERE, 'corpus', t)))} seeds")
 
