@@ -108,19 +108,24 @@ static int xor_reserve(chunk_xor_appender_t *a, size_t extra)
 static void xor_write_bits(chunk_xor_appender_t *a, uint64_t v, unsigned n)
 {
     assert(n <= 64);
-    while (n > 0) {
-        size_t at = CHUNK_XOR_HEADER_BYTES + (size_t)(a->nbits / 8);
-        unsigned used = (unsigned)(a->nbits % 8);
-        unsigned room = 8 - used;
-        unsigned take = n < room ? n : room;
-        assert(at < a->cap);
-        uint8_t part = (uint8_t)((v >> (n - take)) & ((1u << take) - 1));
-        if (used == 0)
-            a->bytes[at] = 0;
-        a->bytes[at] |= (uint8_t)(part << (room - take));
-        a->nbits += take;
-        n -= take;
+    if (n > 32) {
+        xor_write_bits(a, v >> 32, n - 32);
+        n = 32;
     }
+    if (n == 0)
+        return;
+    /* The current byte's used bits and the n new ones, MSB first, in one word (at most 7 + 32
+     * bits), stored byte by byte: the bits after them in the last byte are zero padding. */
+    v &= ((uint64_t)1 << n) - 1;
+    size_t at = CHUNK_XOR_HEADER_BYTES + (size_t)(a->nbits / 8);
+    unsigned used = (unsigned)(a->nbits % 8);
+    unsigned nbytes = (used + n + 7) / 8;
+    assert(at + nbytes <= a->cap);
+    uint64_t w = used ? (uint64_t)(a->bytes[at] >> (8 - used)) << (64 - used) : 0;
+    w |= v << (64 - used - n);
+    for (unsigned i = 0; i < nbytes; i++)
+        a->bytes[at + i] = (uint8_t)(w >> (56 - 8 * i));
+    a->nbits += n;
 }
 
 static void xor_write_uvarint(chunk_xor_appender_t *a, uint64_t x)
