@@ -159,23 +159,32 @@ static void xor_write_value(chunk_xor_appender_t *a, uint64_t vbits)
         xor_write_bits(a, 0, 1);
         return;
     }
-    xor_write_bits(a, 1, 1);
     unsigned lead = (unsigned)__builtin_clzll(delta);
     unsigned trail = (unsigned)__builtin_ctzll(delta);
     if (lead >= 32)
         lead = 31; /* 5 bits of room */
+    /* Fields are joined into as few writes as fit in 64 bits. */
     if (a->leading != XOR_NO_WINDOW && lead >= a->leading && trail >= a->trailing) {
-        xor_write_bits(a, 0, 1);
-        xor_write_bits(a, delta >> a->trailing, 64u - a->leading - a->trailing);
+        unsigned n = 64u - a->leading - a->trailing;
+        if (n <= 62) {
+            xor_write_bits(a, (uint64_t)0x2 << n | delta >> a->trailing, n + 2); /* 10 <bits> */
+        } else {
+            xor_write_bits(a, 0x2, 2);
+            xor_write_bits(a, delta >> a->trailing, n);
+        }
         return;
     }
     a->leading = (uint8_t)lead;
     a->trailing = (uint8_t)trail;
     unsigned sig = 64 - lead - trail;
-    xor_write_bits(a, 1, 1);
-    xor_write_bits(a, lead, 5);
-    xor_write_bits(a, sig & 63u, 6); /* 64 does not fit in 6 bits; no XOR has 0 sig bits */
-    xor_write_bits(a, delta >> trail, sig);
+    /* 11 <5 bits lead> <6 bits sig>: 64 does not fit in 6 bits; no XOR has 0 sig bits */
+    uint64_t head = (uint64_t)0x3 << 11 | (uint64_t)lead << 6 | (sig & 63u);
+    if (sig <= 51) {
+        xor_write_bits(a, head << sig | delta >> trail, 13 + sig);
+    } else {
+        xor_write_bits(a, head, 13);
+        xor_write_bits(a, delta >> trail, sig);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -289,14 +298,11 @@ int chunk_xor_append(chunk_xor_appender_t *a, int64_t t, double v)
         if (dod == 0) {
             xor_write_bits(a, 0, 1);
         } else if (xor_bit_range(dod, 14)) {
-            xor_write_bits(a, 0x2, 2);
-            xor_write_bits(a, (uint64_t)dod, 14);
+            xor_write_bits(a, (uint64_t)0x2 << 14 | ((uint64_t)dod & 0x3fff), 2 + 14);
         } else if (xor_bit_range(dod, 17)) {
-            xor_write_bits(a, 0x6, 3);
-            xor_write_bits(a, (uint64_t)dod, 17);
+            xor_write_bits(a, (uint64_t)0x6 << 17 | ((uint64_t)dod & 0x1ffff), 3 + 17);
         } else if (xor_bit_range(dod, 20)) {
-            xor_write_bits(a, 0xe, 4);
-            xor_write_bits(a, (uint64_t)dod, 20);
+            xor_write_bits(a, (uint64_t)0xe << 20 | ((uint64_t)dod & 0xfffff), 4 + 20);
         } else {
             xor_write_bits(a, 0xf, 4);
             xor_write_bits(a, (uint64_t)dod, 64);
