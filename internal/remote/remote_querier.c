@@ -85,7 +85,7 @@ static int rq_encode(rq_set_t *s, const remote_read_sample_t *v, size_t n)
         if (i % CHUNK_XOR_MAX_SAMPLES == 0) {
             if (chunk_xor_appender_init(&s->enc[s->nenc]) < 0)
                 return -1;
-            s->ch[s->nenc].mint = v[i].t;
+            s->ch[s->nenc] = (querier_chunk_t){.mint = v[i].t, .enc = CHUNK_ENC_XOR};
             s->nenc++;
         }
         if (chunk_xor_append(&s->enc[s->nenc - 1], v[i].t, v[i].v) < 0)
