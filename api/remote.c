@@ -1016,7 +1016,14 @@ static int rstream_add_chunk(rstream_t *st, const querier_chunk_t *c, int64_t mi
     chunk_xor_appender_t app;
     bool trimmed = c->mint < mint || c->maxt > maxt || c->enc != CHUNK_ENC_XOR;
     if (trimmed) {
-        if (chunk_xor_appender_init(&app) < 0)
+        /* An integer chunk is re-encoded whole: room for every sample's worst case up front, so
+         * the appender never grows (a trimmed XOR chunk starts small, as it usually shrinks). */
+        size_t num = c->len >= 2 ? (size_t)c->bytes[0] << 8 | c->bytes[1] : 0;
+        size_t cap = c->enc == CHUNK_ENC_INT ? CHUNK_XOR_HEADER_BYTES + CHUNK_XOR_MAX_RECORD_BYTES * num : 0;
+        uint8_t *buf = cap ? malloc(cap) : NULL;
+        if (buf)
+            chunk_xor_appender_init_buf(&app, buf, cap);
+        else if (chunk_xor_appender_init(&app) < 0)
             return -1;
         chunk_iter_t it;
         chunk_iter_init(&it, c->enc, c->bytes, c->len);

@@ -73,10 +73,6 @@
 #include <string.h>
 
 #define XOR_NO_WINDOW 0xff
-/* Worst case of one record: 4 + 64 dod bits + 1 + 1 + 5 + 6 + 64 value bits = 145 bits, or
- * 10 varint bytes + 64 bits = 144 bits for sample 0. Reserved before each append so the bit
- * writer never has to fail half-way through a record. */
-#define XOR_MAX_RECORD_BYTES 19
 
 /* ------------------------------------------------------------------------------------------ */
 /* Bit writer                                                                                 */
@@ -276,7 +272,7 @@ int chunk_xor_append(chunk_xor_appender_t *a, int64_t t, double v)
     /* Room for the worst case is the usual state; only a chunk near its end asks what this
      * record takes, so a caller that sizes the buffer itself (head.c) need not keep 19 bytes
      * spare. */
-    if (xor_used_bytes(a->nbits) + XOR_MAX_RECORD_BYTES > a->cap) {
+    if (xor_used_bytes(a->nbits) + CHUNK_XOR_MAX_RECORD_BYTES > a->cap) {
         size_t need = xor_used_bytes(a->nbits + chunk_xor_record_bits(a, t, v));
         if (need > a->cap && xor_reserve(a, need - xor_used_bytes(a->nbits)) != 0)
             return -1;

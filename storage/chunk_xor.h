@@ -17,6 +17,11 @@
 
 #define CHUNK_XOR_MAX_SAMPLES 120
 #define CHUNK_XOR_HEADER_BYTES 2
+/* Worst case of one record: 4 + 64 dod bits + 1 + 1 + 5 + 6 + 64 value bits = 145 bits, or
+ * 10 varint bytes + 64 bits = 144 bits for sample 0. The appender reserves it before each
+ * append so the bit writer never has to fail half-way through a record; a caller that sizes a
+ * buffer for n samples up front needs HEADER + n times this. */
+#define CHUNK_XOR_MAX_RECORD_BYTES 19
 
 typedef struct {
     uint8_t *bytes; /* owned; bytes[0..1] = big-endian sample count */

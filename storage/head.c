@@ -81,7 +81,7 @@
 #define CUT_SAMPLES 240
 /* Worst case bytes of one encoded sample (chunk_xor.c: 145 bits): while this much room is free,
  * an append needs no size check (open_reserve). */
-#define OPEN_RESERVE 19
+#define OPEN_RESERVE CHUNK_XOR_MAX_RECORD_BYTES
 /* A new open chunk's buffer: all of malloc's 48-byte chunk, where the first sample takes 16
  * bytes and a steady one 1-4. */
 #define OPEN_INIT_BYTES 40
@@ -542,7 +542,7 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
         link_record(h, s, r);
     else
         atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
-    s->flags &= (uint8_t)~(F_OPEN | F_FRACTION);
+    s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION);
     if (keep_buf)
         return;
     atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
@@ -912,7 +912,7 @@ static bool sweep_series(void *ud, index_series_t *is)
         s->obuf = NULL;
         s->ocap = 0;
         atomic_fetch_sub(&h->n_chunks, 1);
-        s->flags &= (uint8_t)~(F_OPEN | F_FRACTION);
+        s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION);
     }
     if ((s->flags & F_PENDING) && s->pend_t < mv)
         s->flags &= (uint8_t)~F_PENDING;
