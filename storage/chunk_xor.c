@@ -100,7 +100,7 @@ static int xor_reserve(chunk_xor_appender_t *a, size_t extra)
 }
 
 /* Writes the low n bits of v (n <= 64), most significant first. Capacity is reserved by the
- * caller. A byte is zeroed when the first bit lands in it, which keeps the padding zero. */
+ * caller. The last byte written is zero after the new bits, which keeps the padding zero. */
 static void xor_write_bits(chunk_xor_appender_t *a, uint64_t v, unsigned n)
 {
     assert(n <= 64);

@@ -495,7 +495,8 @@ static void link_record(head_t *h, hseries_t *s, uint8_t *r)
 }
 
 /* The closed chunk xb[0..len) re-encoded as a chunk_int chunk into out (INT_MAX_BYTES), if all
- * its values are integers and that is smaller: its length, else 0 (keep the XOR bytes). */
+ * its values are integers (chunk_int_encode checks; F_FRACTION usually spared the decoding) and
+ * that is smaller: its length, else 0 (keep the XOR bytes). */
 static size_t recode_int(const uint8_t *xb, size_t len, uint8_t *out)
 {
     if (len < CHUNK_XOR_HEADER_BYTES)
@@ -508,11 +509,8 @@ static size_t recode_int(const uint8_t *xb, size_t len, uint8_t *out)
     chunk_xor_iter_t it;
     chunk_xor_iter_init(&it, xb, len);
     size_t n = 0;
-    while (n < num && chunk_xor_iter_next(&it, &t[n], &v[n])) {
-        if (!chunk_int_holds(v[n]))
-            return 0;
+    while (n < num && chunk_xor_iter_next(&it, &t[n], &v[n]))
         n++;
-    }
     if (n != num || it.err)
         return 0;
     /* only if smaller than the XOR bytes: the capacity says so */

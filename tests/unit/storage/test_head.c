@@ -44,28 +44,31 @@ typedef struct {
     size_t nseries;
     size_t nchunks;
     size_t nint, int_bytes; /* chunks in the integer encoding, their bytes */
+    uint8_t enc[64];        /* the first 64 chunks' encodings, in order */
 } dump_t;
 
-/* Reads every sample of every series matching __name__=name in [mint, maxt]. */
-static void dump(head_t *h, const char *name, int64_t mint, int64_t maxt, dump_t *d)
+/* Reads every sample of every series whose label lname is lvalue, in [mint, maxt]. */
+static void dump_match(head_t *h, const char *lname, const char *lvalue, int64_t mint, int64_t maxt, dump_t *d)
 {
     memset(d, 0, sizeof(*d));
     char err[64];
-    matcher_t *m = matcher_new(MATCHER_EQ, "__name__", name, err, sizeof(err));
+    matcher_t *m = matcher_new(MATCHER_EQ, lname, lvalue, err, sizeof(err));
     querier_t *q = head_querier(h);
     querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, mint, maxt, NULL);
     assert_non_null(set);
     const querier_series_t *s;
     while ((s = querier_set_next(set))) {
         d->nseries++;
-        d->nchunks += s->nchunks;
         for (size_t i = 0; i < s->nchunks; i++) {
+            if (d->nchunks + i < 64)
+                d->enc[d->nchunks + i] = s->chunks[i].enc;
             d->nint += s->chunks[i].enc == CHUNK_ENC_INT;
             d->int_bytes += s->chunks[i].enc == CHUNK_ENC_INT ? s->chunks[i].len : 0;
             assert_true(s->chunks[i].mint <= s->chunks[i].maxt);
             if (i)
                 assert_true(s->chunks[i - 1].maxt < s->chunks[i].mint);
         }
+        d->nchunks += s->nchunks;
         querier_iter_t it;
         querier_iter_init(&it, s, mint, maxt);
         int64_t t;
@@ -79,6 +82,12 @@ static void dump(head_t *h, const char *name, int64_t mint, int64_t maxt, dump_t
     querier_set_free(set);
     querier_close(q);
     matcher_free(m);
+}
+
+/* Every series named name, in [mint, maxt]. */
+static void dump(head_t *h, const char *name, int64_t mint, int64_t maxt, dump_t *d)
+{
+    dump_match(h, "__name__", name, mint, maxt, d);
 }
 
 static void test_same_second_and_ooo(void **state)
@@ -490,35 +499,18 @@ static void test_integer_chunks(void **state)
      * stale marker and 2.5) stay XOR */
     size_t want_int[S] = {2, 2, 2, 1, 1};
     for (int k = 0; k < S; k++) {
-        char err[64], job[8];
+        char job[8];
         snprintf(job, sizeof(job), "j%d", k);
-        matcher_t *m = matcher_new(MATCHER_EQ, "job", job, err, sizeof(err));
-        querier_t *q = head_querier(h);
-        querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
-        const querier_series_t *s = querier_set_next(set);
-        assert_non_null(s);
-        assert_int_equal(s->nchunks, 3);
-        size_t nint = 0;
-        for (size_t i = 0; i < s->nchunks; i++)
-            nint += s->chunks[i].enc == CHUNK_ENC_INT;
-        assert_int_equal(nint, want_int[k]);
-        assert_int_equal(s->chunks[2].enc, CHUNK_ENC_XOR); /* the open chunk */
-        querier_iter_t it;
-        querier_iter_init(&it, s, INT64_MIN, INT64_MAX);
-        int64_t t;
-        double v;
-        int n = 0;
-        while (querier_iter_next(&it, &t, &v)) {
-            if (k == 3 && n == 20)
-                assert_true(v == 0 && signbit(v));
-            if (k == 4 && n == 100)
-                assert_true(bits(v) == bits(stale()));
-            n++;
-        }
-        assert_int_equal(n, N);
-        querier_set_free(set);
-        querier_close(q);
-        matcher_free(m);
+        dump_match(h, "job", job, INT64_MIN, INT64_MAX, d);
+        assert_int_equal(d->nseries, 1);
+        assert_int_equal(d->nchunks, 3);
+        assert_int_equal(d->nint, want_int[k]);
+        assert_int_equal(d->enc[2], CHUNK_ENC_XOR); /* the open chunk */
+        assert_int_equal(d->n, N);
+        if (k == 3)
+            assert_true(d->v[20] == 0 && signbit(d->v[20]));
+        if (k == 4)
+            assert_true(bits(d->v[100]) == bits(stale()));
     }
     /* the jittered counter alone: ~19 bits per closed sample (11 of timestamp, 8 of value)
      * where XOR takes ~37, so its two closed chunks stay under 500 bytes (XOR: ~870) */
@@ -626,31 +618,18 @@ static void test_many_series_chains(void **state)
     head_get_stats(h, &st);
     assert_int_equal(st.series, 20);
     assert_true(st.slab_bytes >= 4 * 64 * 1024); /* one mmap'd page per block at least */
+    dump_t *d = malloc(sizeof(dump_t));
     for (int k = 0; k < 20; k++) {
         snprintf(job, sizeof(job), "j%d", k);
-        dump_t *d = malloc(sizeof(dump_t));
-        char err[64];
-        matcher_t *m = matcher_new(MATCHER_EQ, "job", job, err, sizeof(err));
-        querier_t *q = head_querier(h);
-        querier_set_t *set = querier_select(q, (const matcher_t *const *)&m, 1, INT64_MIN, INT64_MAX, NULL);
-        const querier_series_t *s = querier_set_next(set);
-        assert_non_null(s);
-        querier_iter_t it;
-        querier_iter_init(&it, s, INT64_MIN, INT64_MAX);
-        int64_t t;
-        double v;
-        int n = 0;
-        while (querier_iter_next(&it, &t, &v)) {
-            assert_int_equal(t, 1000LL * n);
-            assert_true(v == k * 1e6 + n);
-            n++;
+        dump_match(h, "job", job, INT64_MIN, INT64_MAX, d);
+        assert_int_equal(d->nseries, 1);
+        assert_int_equal(d->n, 1200);
+        for (int n = 0; n < 1200; n++) {
+            assert_int_equal(d->t[n], 1000LL * n);
+            assert_true(d->v[n] == k * 1e6 + n);
         }
-        assert_int_equal(n, 1200);
-        querier_set_free(set);
-        querier_close(q);
-        matcher_free(m);
-        free(d);
     }
+    free(d);
     head_free(h);
 }
 
