@@ -1,11 +1,13 @@
 /*
- * chunk_int — the head's encoding for closed chunks of integer values (contract in chunk_int.h).
+ * chunk_int — the head's encoding for chunks of integer values (contract in chunk_int.h).
  *
  * Why: in Prometheus' XOR encoding a counter that grows by a varying amount costs ~2.7 bytes per
  * sample (the XOR of two nearby doubles differs in ~11 mantissa bits and the window keeps
  * moving), although the amount itself carries ~1 byte of information. A closed chunk is written
- * once and its samples are all known, so the encoder can measure each layout below and keep the
- * smallest; the head keeps the XOR bytes instead when they are not larger.
+ * once and its samples are all known, so the encoder can measure layouts 0-2 below and keep the
+ * smallest; the head keeps the XOR bytes instead when they are not larger. An open chunk cannot
+ * know its samples ahead, so it uses layout 3, whose code adapts as samples arrive (~10 bits per
+ * sample of such a counter, 1 per sample of a gauge standing still).
  *
  * Format
  * ======
@@ -16,7 +18,8 @@
  *           var   v0: the first value as a zigzag varint (an integer, |v0| <= 2^53)
  *   only when n >= 2:
  *           var   d1 = t1 - t0, unsigned varint (> 0)
- *           1     modes: bits 0..1 tmode, bits 2..3 vmode, other bits 0
+ *           1     modes: bits 0..1 tmode, bits 2..3 vmode, bit 4 vmode 3's predictor, other
+ *                 bits 0
  *           ...   vmode's header (below)
  *           bits  from the next byte on, MSB first, the last byte zero-padded: for each sample
  *                 i = 1..n-1 its timestamp bits, then its value bits
@@ -31,6 +34,19 @@
  *     vmode 1   each sample i >= 1: varbit(D_i). (Gauges that mostly stand still.)
  *     vmode 2   header: zigzag varint D_1. Each sample i >= 2: varbit(D_i - D_(i-1)).
  *               (Counters with a steady rate.)
+ *     vmode 3   appendable; modes bit 4 is its predictor p, Rice parameter k starts at 0.
+ *               p = 0: each sample i >= 1: one bit, 0 if D_i = 0, else 1 and then
+ *                      rice(zigzag(D_i) - 1). (Gauges that mostly stand still.)
+ *               p = 1: header: D_1 as 4 bytes, little-endian int32. Each sample i >= 2:
+ *                      rice(zigzag(D_i - D_1)). (Counters.)
+ *               rice(u): q = u >> k; if q < 16: q one bits, a zero bit, then u's low k bits;
+ *               else 16 one bits, then L = u's bit length in 7 bits, then u's L bits. After it,
+ *               with m = bit length of u minus 1 (0 for u <= 1): k += (m - k + 1) / 2 if m > k,
+ *               else k -= 1 if m < k.
+ *               An appender writes what the samples so far decide: tmode 1 iff some d_i differs
+ *               from d1, p = 1 iff n >= 4, D_1, D_2 and D_3 are non-zero and D_1 fits an int32.
+ *               When that changes,
+ *               or the count reaches 2 (the header grows) or 4, it re-encodes the chunk.
  *
  *   varbit(x), x a signed integer:
  *     prefix   payload   x in
@@ -52,6 +68,13 @@
  *   00          tmode 0, vmode 0
  *   04 00       base 2 (zigzag 4), width 0: both deltas are exactly 2, no bits follow
  *
+ * The same as they arrive one at a time, with (4000, 12), (5000, 14) after them (vmode 3):
+ *   00 05 d0 0f 0a e8 07   count 5, t0, v0, d1 as above
+ *   1c                     tmode 0, vmode 3, predictor 1 (D_1, D_2, D_3 = 2, 2, 3)
+ *   02 00 00 00            D_1 = 2
+ *   60                     0 | 110 | 0 0: rice(0) at k 0; rice(zigzag(1) = 2) at k 0, k becomes 1;
+ *                          rice(0) at k 1 (its low bit), k back to 0; zero padding
+ *
  * The iterator checks every read against the slice's length; values are summed in uint64 (they
  * wrap, as Go's would, instead of overflowing) so no input can make it misbehave.
  */
@@ -65,6 +88,8 @@
 #define MAX_ABS 9007199254740992.0 /* 2^53: every integer up to it is a double exactly */
 
 static const uint8_t VB_PAYLOAD[7] = {0, 4, 8, 12, 20, 32, 64};
+/* rice(u): quotients from this on escape to u's bit length and bits */
+#define RICE_ESC 16
 
 bool chunk_int_holds(double v)
 {
@@ -99,6 +124,16 @@ static uint64_t vb_bits(int64_t x)
 {
     static const uint8_t cost[7] = {1, 2 + 4, 3 + 8, 4 + 12, 5 + 20, 6 + 32, 6 + 64};
     return cost[vb_bucket(x)];
+}
+
+/* vmode 3's Rice parameter after coding u (both sides run this). */
+static void rice_adapt(uint8_t *k, uint64_t u)
+{
+    unsigned m = u > 1 ? bit_len(u) - 1 : 0;
+    if (m > *k)
+        *k = (uint8_t)(*k + (m - *k + 1) / 2);
+    else if (m < *k)
+        (*k)--;
 }
 
 /* The layout the encoder chose, and what it costs. */
@@ -279,6 +314,198 @@ size_t chunk_int_encode(const int64_t *t, const double *v, size_t n, uint8_t *ou
     return len;
 }
 
+/* ---- appender (vmode 3) -------------------------------------------------------------------- */
+
+/* Writes x's low n (<= 64) bits at bit *nb of buf, MSB first; buf NULL only counts. A byte the
+ * stream enters is overwritten, not or'ed into, so what lies past the chunk's end never shows. */
+static void ab_put(uint8_t *buf, uint64_t *nb, uint64_t x, unsigned n)
+{
+    if (!buf) {
+        *nb += n;
+        return;
+    }
+    while (n) {
+        unsigned off = (unsigned)(*nb & 7), room = 8 - off, take = n < room ? n : room;
+        uint8_t bits = (uint8_t)(((x >> (n - take)) & ((1u << take) - 1)) << (room - take));
+        uint8_t *p = buf + (*nb >> 3);
+        *p = off ? (uint8_t)(*p | bits) : bits;
+        *nb += take;
+        n -= take;
+    }
+}
+
+static void ab_varbit(uint8_t *buf, uint64_t *nb, int64_t x)
+{
+    unsigned k = vb_bucket(x);
+    ab_put(buf, nb, k < 6 ? (((uint64_t)1 << k) - 1) << 1 : 0x3f, vb_prefix_bits(k));
+    ab_put(buf, nb, (uint64_t)x, VB_PAYLOAD[k]);
+}
+
+static void ab_rice(uint8_t *buf, uint64_t *nb, uint8_t *k, uint64_t u)
+{
+    uint64_t q = u >> *k;
+    if (q < RICE_ESC) {
+        ab_put(buf, nb, (((uint64_t)1 << q) - 1) << 1, (unsigned)q + 1);
+        ab_put(buf, nb, u, *k);
+    } else {
+        unsigned l = bit_len(u);
+        ab_put(buf, nb, ((uint64_t)1 << RICE_ESC) - 1, RICE_ESC);
+        ab_put(buf, nb, l, 7);
+        ab_put(buf, nb, u, l);
+    }
+    rice_adapt(k, u);
+}
+
+static void ab_count(const chunk_int_appender_t *a)
+{
+    a->bytes[0] = (uint8_t)(a->num >> 8);
+    a->bytes[1] = (uint8_t)a->num;
+}
+
+/* The stream bits of sample number a->num (>= 1) into buf (NULL: only counts); a moves past it. */
+static void app_sample(chunk_int_appender_t *a, uint8_t *buf, int64_t t, int64_t v)
+{
+    int64_t td = t - a->t;
+    if (a->tmode == 1 && a->num >= 2)
+        ab_varbit(buf, &a->nbits, td - a->td);
+    int64_t d = (int64_t)((uint64_t)v - (uint64_t)a->v);
+    if (a->pred) {
+        if (a->num >= 2)
+            ab_rice(buf, &a->nbits, &a->k, varint_zigzag((int64_t)((uint64_t)d - (uint64_t)(int64_t)a->d1v)));
+    } else {
+        ab_put(buf, &a->nbits, d != 0, 1);
+        if (d)
+            ab_rice(buf, &a->nbits, &a->k, varint_zigzag(d) - 1);
+    }
+    a->t = t;
+    a->td = td;
+    a->v = v;
+    a->num++;
+}
+
+/* Encodes n >= 1 samples whole into buf (NULL: only measures), in the layout they decide; a
+ * ends as the appender after them (bytes and cap untouched). */
+static void app_encode(chunk_int_appender_t *a, uint8_t *buf, const int64_t *t, const int64_t *v, size_t n)
+{
+    a->k = 0;
+    a->tmode = 0;
+    a->pred = 0;
+    a->d1v = 0;
+    for (size_t i = 2; i < n; i++)
+        if (t[i] - t[i - 1] != t[1] - t[0])
+            a->tmode = 1;
+    if (n >= 4) {
+        int64_t d1 = v[1] - v[0];
+        a->pred = d1 != 0 && v[2] != v[1] && v[3] != v[2] && d1 >= INT32_MIN && d1 <= INT32_MAX;
+        a->d1v = a->pred ? (int32_t)d1 : 0;
+    }
+    uint8_t tmp[2 + 3 * 10 + 1 + 4];
+    uint8_t *p = tmp + 2;
+    p += varint_encode(p, varint_zigzag(t[0]));
+    p += varint_encode(p, varint_zigzag(v[0]));
+    if (n >= 2) {
+        p += varint_encode(p, (uint64_t)(t[1] - t[0]));
+        *p++ = (uint8_t)(a->tmode | 3 << 2 | a->pred << 4);
+        if (a->pred) {
+            uint32_t u = (uint32_t)a->d1v;
+            for (int i = 0; i < 4; i++)
+                *p++ = (uint8_t)(u >> (8 * i));
+        }
+    }
+    a->hdr = (uint8_t)(p - tmp);
+    if (buf)
+        memcpy(buf + 2, tmp + 2, a->hdr - 2u);
+    a->nbits = (uint64_t)a->hdr * 8;
+    a->num = 1;
+    a->t = t[0];
+    a->td = 0;
+    a->v = v[0];
+    for (size_t i = 1; i < n; i++)
+        app_sample(a, buf, t[i], v[i]);
+}
+
+void chunk_int_appender_init(chunk_int_appender_t *a, uint8_t *buf, size_t cap)
+{
+    *a = (chunk_int_appender_t){.bytes = buf, .cap = cap};
+}
+
+size_t chunk_int_appender_len(const chunk_int_appender_t *a)
+{
+    return a->num ? (size_t)((a->nbits + 7) / 8) : 0;
+}
+
+bool chunk_int_append_rewrites(const chunk_int_appender_t *a, int64_t t)
+{
+    return a->num <= 1 || a->num == 3 || (a->tmode == 0 && t - a->t != a->td);
+}
+
+static bool app_accepts(const chunk_int_appender_t *a, int64_t t, int64_t v)
+{
+    if (a->num >= CHUNK_INT_APPEND_MAX_SAMPLES || v < -(INT64_C(1) << 53) || v > (INT64_C(1) << 53))
+        return false;
+    return a->num == 0 || (t > a->t && (uint64_t)t - (uint64_t)a->t <= INT32_MAX);
+}
+
+/* The samples so far plus (t, v), decoded into ts/vs; their count, 0 if the bytes do not decode. */
+static size_t app_samples(const chunk_int_appender_t *a, int64_t t, int64_t v, int64_t *ts, int64_t *vs)
+{
+    chunk_int_iter_t it;
+    chunk_int_iter_init(&it, a->bytes, chunk_int_appender_len(a));
+    size_t n = 0;
+    double d;
+    while (n < a->num && chunk_int_iter_next(&it, &ts[n], &d))
+        vs[n++] = (int64_t)d;
+    if (n != a->num)
+        return 0;
+    ts[n] = t;
+    vs[n] = v;
+    return n + 1;
+}
+
+size_t chunk_int_append_size(const chunk_int_appender_t *a, int64_t t, int64_t v)
+{
+    if (!app_accepts(a, t, v))
+        return 0;
+    chunk_int_appender_t b = *a;
+    if (chunk_int_append_rewrites(a, t)) {
+        int64_t ts[CHUNK_INT_APPEND_MAX_SAMPLES], vs[CHUNK_INT_APPEND_MAX_SAMPLES];
+        size_t n = app_samples(a, t, v, ts, vs);
+        if (!n)
+            return 0;
+        app_encode(&b, NULL, ts, vs, n);
+    } else {
+        app_sample(&b, NULL, t, v);
+    }
+    return (size_t)((b.nbits + 7) / 8);
+}
+
+int chunk_int_append(chunk_int_appender_t *a, int64_t t, int64_t v)
+{
+    if (!app_accepts(a, t, v))
+        return -1;
+    if (chunk_int_append_rewrites(a, t)) {
+        int64_t ts[CHUNK_INT_APPEND_MAX_SAMPLES], vs[CHUNK_INT_APPEND_MAX_SAMPLES];
+        size_t n = app_samples(a, t, v, ts, vs);
+        chunk_int_appender_t b = *a;
+        if (!n)
+            return -1;
+        app_encode(&b, NULL, ts, vs, n);
+        if ((b.nbits + 7) / 8 > a->cap)
+            return -1;
+        app_encode(a, a->bytes, ts, vs, n);
+    } else {
+        if (chunk_int_appender_len(a) + CHUNK_INT_APPEND_MAX_BYTES > a->cap) {
+            chunk_int_appender_t b = *a;
+            app_sample(&b, NULL, t, v);
+            if ((b.nbits + 7) / 8 > a->cap)
+                return -1;
+        }
+        app_sample(a, a->bytes, t, v);
+    }
+    ab_count(a);
+    return 0;
+}
+
 /* ---- iterator ------------------------------------------------------------------------------ */
 
 void chunk_int_iter_init(chunk_int_iter_t *it, const uint8_t *bytes, size_t len)
@@ -346,6 +573,32 @@ static bool br_varbit(chunk_int_iter_t *it, int64_t *x)
     return true;
 }
 
+static bool br_rice(chunk_int_iter_t *it, uint64_t *u)
+{
+    uint64_t pre = br_peek(it, RICE_ESC + 1);
+    unsigned q = (unsigned)__builtin_clzll(~(pre << (63 - RICE_ESC))); /* leading ones */
+    if (q > RICE_ESC)
+        q = RICE_ESC;
+    if (q < RICE_ESC) {
+        uint64_t low;
+        if (it->bitpos + q + 1 > (uint64_t)it->len * 8)
+            return false;
+        it->bitpos += q + 1;
+        if (!br_get(it, it->k, &low))
+            return false;
+        *u = (uint64_t)q << it->k | low;
+    } else {
+        uint64_t l;
+        if (it->bitpos + RICE_ESC > (uint64_t)it->len * 8)
+            return false;
+        it->bitpos += RICE_ESC;
+        if (!br_get(it, 7, &l) || l > 64 || !br_get(it, (unsigned)l, u))
+            return false;
+    }
+    rice_adapt(&it->k, *u);
+    return true;
+}
+
 static bool iter_fail(chunk_int_iter_t *it)
 {
     it->err = -1;
@@ -369,7 +622,8 @@ static bool iter_header(chunk_int_iter_t *it)
         uint8_t m = *p++;
         it->tmode = m & 3;
         it->vmode = (m >> 2) & 3;
-        if (it->tmode > 1 || it->vmode > 2 || (m >> 4))
+        it->pred = (m >> 4) & 1;
+        if (it->tmode > 1 || (m >> 5) || (it->pred && it->vmode != 3))
             return false;
         if (it->vmode == 0) {
             if (varint_get(&p, end, &u) != VARINT_OK || p >= end)
@@ -382,6 +636,11 @@ static bool iter_header(chunk_int_iter_t *it)
             if (varint_get(&p, end, &u) != VARINT_OK)
                 return false;
             it->vd = varint_unzigzag(u);
+        } else if (it->pred) {
+            if (end - p < 4)
+                return false;
+            it->vd = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+            p += 4;
         }
     }
     it->bitpos = (uint64_t)(p - it->bytes) * 8;
@@ -412,12 +671,22 @@ bool chunk_int_iter_next(chunk_int_iter_t *it, int64_t *t, double *v)
         } else if (it->vmode == 1) {
             if (!br_varbit(it, &d))
                 return iter_fail(it);
-        } else {
+        } else if (it->vmode == 2) {
             int64_t dd = 0;
             if (it->read >= 2 && !br_varbit(it, &dd))
                 return iter_fail(it);
             it->vd = (int64_t)((uint64_t)it->vd + (uint64_t)dd);
             d = it->vd;
+        } else if (it->pred) {
+            uint64_t u = 0;
+            if (it->read >= 2 && !br_rice(it, &u))
+                return iter_fail(it);
+            d = (int64_t)((uint64_t)it->vd + (uint64_t)varint_unzigzag(u));
+        } else {
+            uint64_t flag, u = 0;
+            if (!br_get(it, 1, &flag) || (flag && !br_rice(it, &u)))
+                return iter_fail(it);
+            d = flag ? varint_unzigzag(u + 1) : 0;
         }
         it->v = (int64_t)((uint64_t)it->v + (uint64_t)d);
     }

@@ -96,9 +96,10 @@
  * the stack buffer it is encoded into (a 240-sample XOR chunk of integers rarely passes 2 KB). */
 #define INT_MAX_BYTES 2048
 
-/* F_FRACTION: the open chunk holds a value chunk_int cannot (a fraction, NaN, -0.0...), so it
- * stays XOR when cut, without decoding it to find out. */
-enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4, F_FRACTION = 8 };
+/* F_OINT: the open chunk is a chunk_int chunk (its appendable layout) and the encoder fields mean
+ * what open_iview says. F_FRACTION: the (XOR) open chunk holds a value chunk_int cannot (a
+ * fraction, NaN, -0.0...), so it stays XOR when cut, without decoding it to find out. */
+enum { F_PENDING = 1, F_OPEN = 2, F_MARK = 4, F_FRACTION = 8, F_OINT = 16 };
 
 typedef struct {
     uint8_t *first;
@@ -340,6 +341,62 @@ static void open_store(hseries_t *s, const chunk_xor_appender_t *a)
     s->otrail = a->trailing;
 }
 
+/* The integer open chunk's appender over obuf (store it back with open_istore). The XOR
+ * encoder's fields hold its state: ot, otdelta, ovbits = last timestamp, timestamp delta and
+ * value; onbits = bits after the count; olead = the Rice parameter; otrail = header bytes (low 6
+ * bits), tmode (bit 6), predictor (bit 7). The predictor's D_1 is the header's last 4 bytes. */
+static void open_iview(const hseries_t *s, chunk_int_appender_t *a)
+{
+    uint8_t hdr = s->otrail & 0x3f;
+    *a = (chunk_int_appender_t){.bytes = s->obuf,
+                                .cap = s->ocap,
+                                .nbits = (uint64_t)s->onbits + 16,
+                                .num = open_num(s),
+                                .k = s->olead,
+                                .tmode = (s->otrail >> 6) & 1,
+                                .pred = s->otrail >> 7,
+                                .hdr = hdr,
+                                .t = s->ot,
+                                .td = s->otdelta,
+                                .v = (int64_t)s->ovbits};
+    if (a->pred) {
+        const uint8_t *p = s->obuf + hdr - 4;
+        a->d1v = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+    }
+}
+
+static void open_istore(hseries_t *s, const chunk_int_appender_t *a)
+{
+    assert(a->bytes == s->obuf && a->num >= 1 && a->hdr < 64 && a->nbits >= 16 && a->td <= INT32_MAX);
+    s->onbits = (uint32_t)(a->nbits - 16);
+    s->ot = a->t;
+    s->otdelta = (int32_t)a->td;
+    s->ovbits = (uint64_t)a->v;
+    s->olead = a->k;
+    s->otrail = (uint8_t)(a->hdr | a->tmode << 6 | a->pred << 7);
+}
+
+/* The integer chunk bytes[0, len) as XOR (a new chunk in x, exactly sized). 0, or -1 on OOM or if
+ * the bytes do not decode. */
+static int int_to_xor(const uint8_t *bytes, size_t len, chunk_xor_appender_t *x)
+{
+    if (chunk_xor_appender_init(x) < 0)
+        return -1;
+    chunk_int_iter_t it;
+    chunk_int_iter_init(&it, bytes, len);
+    int64_t t;
+    double v;
+    while (chunk_int_iter_next(&it, &t, &v))
+        if (chunk_xor_append(x, t, v) < 0)
+            break;
+    if (it.err || chunk_xor_num(x) != it.num) {
+        chunk_xor_appender_free(x);
+        return -1;
+    }
+    chunk_xor_appender_compact(x);
+    return 0;
+}
+
 static void series_release(head_t *h, hseries_t *s)
 {
     if (s->flags & F_OPEN) {
@@ -494,24 +551,24 @@ static void link_record(head_t *h, hseries_t *s, uint8_t *r)
     atomic_fetch_add(&h->closed_bytes, rec_len(r));
 }
 
-/* The closed chunk xb[0..len) re-encoded as a chunk_int chunk into out (INT_MAX_BYTES), if all
- * its values are integers (chunk_int_encode checks; F_FRACTION usually spared the decoding) and
- * that is smaller: its length, else 0 (keep the XOR bytes). */
-static size_t recode_int(const uint8_t *xb, size_t len, uint8_t *out)
+/* The closed chunk b[0..len) (encoding enc) re-encoded in chunk_int's closed layouts into out
+ * (INT_MAX_BYTES), if all its values are integers (chunk_int_encode checks; F_FRACTION usually
+ * spared the decoding) and that is smaller: its length, else 0 (keep the bytes as they are). */
+static size_t recode_int(uint8_t enc, const uint8_t *b, size_t len, uint8_t *out)
 {
     if (len < CHUNK_XOR_HEADER_BYTES)
         return 0;
-    size_t num = (size_t)xb[0] << 8 | xb[1];
+    size_t num = (size_t)b[0] << 8 | b[1];
     if (num == 0 || num > CUT_SAMPLES)
         return 0;
     int64_t t[CUT_SAMPLES];
     double v[CUT_SAMPLES];
-    chunk_xor_iter_t it;
-    chunk_xor_iter_init(&it, xb, len);
+    chunk_iter_t it;
+    chunk_iter_init(&it, enc, b, len);
     size_t n = 0;
-    while (n < num && chunk_xor_iter_next(&it, &t[n], &v[n]))
+    while (n < num && chunk_iter_next(&it, &t[n], &v[n]))
         n++;
-    if (n != num || it.err)
+    if (n != num || chunk_iter_err(&it))
         return 0;
     /* only if smaller than the XOR bytes: the capacity says so */
     return chunk_int_encode(t, v, n, out, len - 1 < INT_MAX_BYTES ? len - 1 : INT_MAX_BYTES);
@@ -529,18 +586,19 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
     uint8_t *r = NULL;
     if (len <= REC_LEN_MASK && (uint64_t)(s->ot - mint) <= UINT32_MAX) {
         uint8_t ibuf[INT_MAX_BYTES];
-        size_t ilen = (s->flags & F_FRACTION) ? 0 : recode_int(s->obuf, len, ibuf);
+        uint8_t enc = (s->flags & F_OINT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
+        size_t ilen = (s->flags & F_FRACTION) ? 0 : recode_int(enc, s->obuf, len, ibuf);
         int64_t bn = floordiv(mint, h->block_ms);
         if (ilen)
             r = slab_copy(h, bn, ibuf, ilen, CHUNK_ENC_INT, (uint32_t)(s->ot - mint));
         else
-            r = slab_copy(h, bn, s->obuf, len, CHUNK_ENC_XOR, (uint32_t)(s->ot - mint));
+            r = slab_copy(h, bn, s->obuf, len, enc, (uint32_t)(s->ot - mint));
     }
     if (r)
         link_record(h, s, r);
     else
         atomic_fetch_sub(&h->n_chunks, 1); /* expired block or OOM: the chunk is dropped */
-    s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION);
+    s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION | F_OINT);
     if (keep_buf)
         return;
     atomic_fetch_sub_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
@@ -555,6 +613,8 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
  * While OPEN_RESERVE bytes are free nothing is computed; near the end of the buffer the record's
  * exact size decides, so the buffer does not keep a worst-case record (19 bytes, where a steady
  * series' sample takes 1-4) spare: with a quarter of a million series that spare room was ~5 MB. */
+static int open_grow(head_t *h, hseries_t *s, size_t need, size_t used);
+
 static int open_reserve(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
 {
     size_t used = open_len(s);
@@ -566,6 +626,12 @@ static int open_reserve(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
     size_t need = CHUNK_XOR_HEADER_BYTES + (size_t)((nbits + 7) / 8);
     if (need <= s->ocap)
         return 0;
+    return open_grow(h, s, need, used);
+}
+
+/* Grows obuf to hold need bytes (used of them in use), in the steps open_reserve describes. */
+static int open_grow(head_t *h, hseries_t *s, size_t need, size_t used)
+{
     size_t want = need + (used >> 3) + 8;
     want = ((want + 8 + 15) & ~(size_t)15) - 8;
     if (want > UINT16_MAX)
@@ -576,6 +642,47 @@ static int open_reserve(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
     atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, want - s->ocap, memory_order_relaxed);
     s->obuf = p;
     s->ocap = (uint16_t)want;
+    return 0;
+}
+
+/* Appends an integer to the integer open chunk, growing obuf only when the exact size says so. */
+static int open_append_int(head_t *h, hseries_t *s, int64_t t, int64_t v)
+{
+    chunk_int_appender_t a;
+    open_iview(s, &a);
+    size_t used = open_len(s);
+    if (used + CHUNK_INT_APPEND_MAX_BYTES > s->ocap || chunk_int_append_rewrites(&a, t)) {
+        /* encode_sample cut the chunk before t could be 2^31 ms after its last sample or the
+         * count could pass CUT_SAMPLES, and the caller checked v: the append is always possible */
+        size_t need = chunk_int_append_size(&a, t, v);
+        assert(need > 0);
+        if (need > s->ocap && open_grow(h, s, need, used) < 0)
+            return HEAD_ERR_NOMEM;
+        a.bytes = s->obuf;
+        a.cap = s->ocap;
+    }
+    int rc = chunk_int_append(&a, t, v);
+    assert(rc == 0);
+    (void)rc;
+    open_istore(s, &a);
+    return HEAD_OK;
+}
+
+/* A value chunk_int cannot hold arrives for an integer open chunk: the chunk goes on as XOR,
+ * with the same samples. */
+static int open_int_to_xor(head_t *h, hseries_t *s)
+{
+    chunk_xor_appender_t x;
+    if (int_to_xor(s->obuf, open_len(s), &x) < 0)
+        return -1;
+    if (x.cap > UINT16_MAX) { /* CUT_SAMPLES samples of at most 19 bytes: never */
+        chunk_xor_appender_free(&x);
+        return -1;
+    }
+    atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, x.cap - s->ocap, memory_order_relaxed);
+    free(s->obuf);
+    open_store(s, &x);
+    s->flags &= (uint8_t)~F_OINT;
     return 0;
 }
 
@@ -594,20 +701,35 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         if (cut)
             cut_chunk(h, s, true);
     }
+    double v = bits_to_double(bits);
     if (!(s->flags & F_OPEN)) {
-        chunk_xor_appender_t a;
-        if (s->obuf) { /* cut just above */
-            chunk_xor_appender_init_buf(&a, s->obuf, s->ocap);
-        } else {
-            uint8_t *buf = malloc(OPEN_INIT_BYTES);
-            if (!buf)
+        if (!s->obuf) { /* else cut just above: its buffer is reused */
+            s->obuf = malloc(OPEN_INIT_BYTES);
+            if (!s->obuf)
                 return HEAD_ERR_NOMEM;
-            chunk_xor_appender_init_buf(&a, buf, OPEN_INIT_BYTES);
-            atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap, memory_order_relaxed);
+            s->ocap = OPEN_INIT_BYTES;
+            atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
         }
-        open_store(s, &a);
         atomic_fetch_add(&h->n_chunks, 1);
         s->flags |= F_OPEN;
+        if (chunk_int_holds(v)) {
+            chunk_int_appender_t a;
+            chunk_int_appender_init(&a, s->obuf, s->ocap);
+            int rc = chunk_int_append(&a, t, (int64_t)v); /* a first sample takes <= 20 bytes */
+            assert(rc == 0);
+            (void)rc;
+            open_istore(s, &a);
+            s->flags |= F_OINT;
+            return HEAD_OK;
+        }
+        chunk_xor_appender_t a;
+        chunk_xor_appender_init_buf(&a, s->obuf, s->ocap);
+        open_store(s, &a);
+    } else if (s->flags & F_OINT) {
+        if (chunk_int_holds(v))
+            return open_append_int(h, s, t, (int64_t)v);
+        if (open_int_to_xor(h, s) < 0)
+            return HEAD_ERR_NOMEM;
     }
     if (open_reserve(h, s, t, bits) < 0)
         return HEAD_ERR_NOMEM;
@@ -624,7 +746,7 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
     if (a.cap != cap0)
         atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, a.cap - cap0, memory_order_relaxed);
     open_store(s, &a);
-    if (!chunk_int_holds(bits_to_double(bits)))
+    if (!chunk_int_holds(v))
         s->flags |= F_FRACTION;
     return HEAD_OK;
 }
@@ -910,7 +1032,7 @@ static bool sweep_series(void *ud, index_series_t *is)
         s->obuf = NULL;
         s->ocap = 0;
         atomic_fetch_sub(&h->n_chunks, 1);
-        s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION);
+        s->flags &= (uint8_t) ~(F_OPEN | F_FRACTION | F_OINT);
     }
     if ((s->flags & F_PENDING) && s->pend_t < mv)
         s->flags &= (uint8_t)~F_PENDING;
@@ -1058,6 +1180,45 @@ static int open_as_chunk(const hseries_t *s, chunk_xor_appender_t *out, int64_t 
     return 0;
 }
 
+/* The integer open chunk and the pending sample: one chunk when the pending value is an integer
+ * too (appended to a copy), else the open chunk and a one-sample XOR chunk after it. */
+static int copy_open_int(const hseries_t *s, copybuf_t *b)
+{
+    size_t len = open_len(s);
+    int64_t omint = open_mint(s);
+    bool pend = (s->flags & F_PENDING) != 0;
+    double pv = bits_to_double(s->pend_bits);
+    if (pend && chunk_int_holds(pv)) {
+        /* the largest open chunk (CUT_SAMPLES samples of at most 20 bytes) plus one sample */
+        uint8_t tmp[CUT_SAMPLES * CHUNK_INT_APPEND_MAX_BYTES + 64];
+        chunk_int_appender_t a;
+        open_iview(s, &a);
+        size_t need = chunk_int_append_size(&a, s->pend_t, (int64_t)pv);
+        if (need && need <= sizeof(tmp)) {
+            memcpy(tmp, s->obuf, len);
+            a.bytes = tmp;
+            a.cap = sizeof(tmp);
+            if (chunk_int_append(&a, s->pend_t, (int64_t)pv) == 0)
+                return cb_add(b, omint, s->pend_t, tmp, chunk_int_appender_len(&a), CHUNK_ENC_INT);
+        }
+    }
+    if (cb_add(b, omint, s->ot, s->obuf, len, CHUNK_ENC_INT) < 0)
+        return -1;
+    if (!pend)
+        return 0;
+    chunk_xor_appender_t x;
+    if (chunk_xor_appender_init(&x) < 0)
+        return -1;
+    int rc = chunk_xor_append(&x, s->pend_t, pv);
+    if (rc == 0) {
+        size_t xl;
+        const uint8_t *xb = chunk_xor_bytes(&x, &xl);
+        rc = cb_add(b, s->pend_t, s->pend_t, xb, xl, CHUNK_ENC_XOR);
+    }
+    chunk_xor_appender_free(&x);
+    return rc;
+}
+
 /* Copies the chunks of s overlapping [mint, maxt]. Stripe lock held. */
 static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, copybuf_t *b)
 {
@@ -1071,7 +1232,10 @@ static int copy_series_locked(const hseries_t *s, int64_t mint, int64_t maxt, co
     if (s->flags & (F_OPEN | F_PENDING)) {
         int64_t omint = (s->flags & F_OPEN) ? open_mint(s) : s->pend_t;
         int64_t omaxt = (s->flags & F_PENDING) ? s->pend_t : s->ot;
-        if (omint <= maxt && omaxt >= mint) {
+        if (omint <= maxt && omaxt >= mint && (s->flags & F_OINT)) {
+            if (copy_open_int(s, b) < 0)
+                return -1;
+        } else if (omint <= maxt && omaxt >= mint) {
             chunk_xor_appender_t tmp;
             if (open_as_chunk(s, &tmp, &omint) < 0)
                 return -1;
@@ -1310,12 +1474,24 @@ static int foreach_one(void *ud, index_series_t *is)
                               .has_pending = (s->flags & F_PENDING) != 0,
                               .pending_t = s->pend_t,
                               .pending_v = bits_to_double(s->pend_bits)};
-    if (s->flags & F_OPEN) {
+    /* Snapshots hold open chunks as XOR: an integer one is transcoded (and restored as XOR; the
+     * series' next chunk is an integer one again). */
+    chunk_xor_appender_t x = {0};
+    if ((s->flags & F_OPEN) && (s->flags & F_OINT)) {
+        if (int_to_xor(s->obuf, open_len(s), &x) < 0) {
+            pthread_mutex_unlock(mu);
+            c->oom = true;
+            return -1;
+        }
+        st.open = chunk_xor_bytes(&x, &st.open_len);
+    } else if (s->flags & F_OPEN) {
         st.open = s->obuf;
         st.open_len = open_len(s);
     }
     int rc = (st.nchunks || st.open || st.has_pending) ? c->fn(c->ud, &st) : 0;
     pthread_mutex_unlock(mu);
+    if (x.bytes)
+        chunk_xor_appender_free(&x);
     return rc;
 }
 

@@ -3,7 +3,9 @@
  * snapshot files. Arbitrary bytes are decoded to the end or to the first error, never reading
  * past the slice. Property: when the decoded samples are something the encoder accepts (integers
  * it holds, strictly increasing timestamps less than 2^31 ms apart), encoding them and decoding
- * that gives the same samples, bit for bit, in exactly chunk_int_size bytes.
+ * that gives the same samples, bit for bit, in exactly chunk_int_size bytes; and so does
+ * appending them one at a time (the open chunks' layout), each append exactly as long as
+ * chunk_int_append_size said.
  */
 #include "storage/chunk_int.h"
 #include "tests/fuzz/fuzz.h"
@@ -35,6 +37,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = chunk_int_encode(t, v, n, enc, sizeof(enc));
     FUZZ_CHECK(len == want);
     size_t m = decode_all(enc, len, t2, v2, &err);
+    FUZZ_CHECK(err == 0 && m == n);
+    for (size_t i = 0; i < n; i++)
+        FUZZ_CHECK(t[i] == t2[i] && memcmp(&v[i], &v2[i], 8) == 0);
+    if (n > CHUNK_INT_APPEND_MAX_SAMPLES)
+        return 0;
+    chunk_int_appender_t a;
+    chunk_int_appender_init(&a, enc, sizeof(enc));
+    for (size_t i = 0; i < n; i++) {
+        size_t want = chunk_int_append_size(&a, t[i], (int64_t)v[i]);
+        FUZZ_CHECK(want > 0 && chunk_int_append(&a, t[i], (int64_t)v[i]) == 0);
+        FUZZ_CHECK(chunk_int_appender_len(&a) == want);
+    }
+    m = decode_all(enc, chunk_int_appender_len(&a), t2, v2, &err);
     FUZZ_CHECK(err == 0 && m == n);
     for (size_t i = 0; i < n; i++)
         FUZZ_CHECK(t[i] == t2[i] && memcmp(&v[i], &v2[i], 8) == 0);

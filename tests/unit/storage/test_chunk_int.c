@@ -224,18 +224,27 @@ static void test_malformed(void **state)
     enum { N = 120 };
     int64_t t[N];
     double v[N];
-    for (int shape = 0; shape < 4; shape++) {
+    for (int shape = 0; shape < 8; shape++) { /* 4..7: the same shapes, appended (vmode 3) */
         double c = 5;
         for (int i = 0; i < N; i++) {
             t[i] = 1000000 + i * 10000LL + (shape == 3 ? (int64_t)(rng_next() % 50) : 0);
-            c += shape == 0   ? 1000 + (double)(rng_next() % 100)
-                 : shape == 1 ? (rng_next() % 9 == 0 ? 77 : 0)
-                 : shape == 2 ? (i < 60 ? 3 : 400)
-                              : (double)(rng_next() % 1000);
+            c += shape % 4 == 0   ? 1000 + (double)(rng_next() % 100)
+                 : shape % 4 == 1 ? (rng_next() % 9 == 0 ? 77 : 0)
+                 : shape % 4 == 2 ? (i < 60 ? 3 : 400)
+                                  : (double)(rng_next() % 1000);
             v[i] = c;
         }
         uint8_t full[2048];
-        size_t len = chunk_int_encode(t, v, N, full, sizeof(full));
+        size_t len;
+        if (shape < 4) {
+            len = chunk_int_encode(t, v, N, full, sizeof(full));
+        } else {
+            chunk_int_appender_t a;
+            chunk_int_appender_init(&a, full, sizeof(full));
+            for (int i = 0; i < N; i++)
+                assert_int_equal(chunk_int_append(&a, t[i], (int64_t)v[i]), 0);
+            len = chunk_int_appender_len(&a);
+        }
         assert_true(len > 0);
         for (size_t cut = 0; cut < len; cut++) {
             uint8_t *b = malloc(cut ? cut : 1);
@@ -274,7 +283,7 @@ static void test_malformed(void **state)
         for (size_t i = 0; i < len; i++)
             b[i] = (uint8_t)rng_next();
         if (len > 7 && rep % 2)
-            b[7] &= 0x0f; /* a valid modes byte more often */
+            b[7] &= rep % 4 == 1 ? 0x0f : 0x1f; /* a valid modes byte more often, vmode 3's too */
         chunk_int_iter_t it;
         chunk_int_iter_init(&it, b, len);
         int64_t tt;
@@ -285,11 +294,152 @@ static void test_malformed(void **state)
     }
 }
 
+/* Appends every sample one at a time into a buffer of cap bytes, checking before each append that
+ * chunk_int_append_size says what the append then makes, that a buffer one byte short is
+ * refused without a change, and after it that the chunk decodes to exactly the samples so far.
+ * Returns the final length; the chunk is left in out. */
+static size_t append_all(const int64_t *t, const int64_t *v, size_t n, uint8_t *out, size_t cap)
+{
+    chunk_int_appender_t a;
+    chunk_int_appender_init(&a, out, cap);
+    for (size_t i = 0; i < n; i++) {
+        size_t want = chunk_int_append_size(&a, t[i], v[i]);
+        assert_true(want > 0 && want <= cap);
+        if (!chunk_int_append_rewrites(&a, t[i]))
+            assert_true(want <= chunk_int_appender_len(&a) + CHUNK_INT_APPEND_MAX_BYTES);
+        chunk_int_appender_t short_a = a;
+        short_a.cap = want - 1;
+        uint8_t before[4096];
+        size_t blen = chunk_int_appender_len(&a);
+        memcpy(before, out, blen);
+        assert_int_equal(chunk_int_append(&short_a, t[i], v[i]), -1);
+        assert_int_equal(short_a.num, a.num);
+        assert_memory_equal(before, out, blen);
+        assert_int_equal(chunk_int_append(&a, t[i], v[i]), 0);
+        assert_int_equal(chunk_int_appender_len(&a), want);
+        if (i % 17 == 0 || i == n - 1) {
+            uint8_t *exact = malloc(want); /* exact length: ASan catches a read past it */
+            memcpy(exact, out, want);
+            chunk_int_iter_t it;
+            chunk_int_iter_init(&it, exact, want);
+            int64_t tt;
+            double vv;
+            size_t k = 0;
+            while (chunk_int_iter_next(&it, &tt, &vv)) {
+                assert_true(k <= i);
+                assert_int_equal(tt, t[k]);
+                assert_true(vv == (double)v[k]);
+                k++;
+            }
+            assert_int_equal(it.err, 0);
+            assert_int_equal(k, i + 1);
+            assert_int_equal(it.vmode, i ? 3 : 0);
+            free(exact);
+        }
+    }
+    return chunk_int_appender_len(&a);
+}
+
+/* The appendable layout's worked example (chunk_int.c, vmode 3), byte for byte. */
+static void test_append_hand_vector(void **state)
+{
+    (void)state;
+    const int64_t t[] = {1000, 2000, 3000, 4000, 5000}, v[] = {5, 7, 9, 12, 14};
+    const uint8_t want[] = {0x00, 0x05, 0xd0, 0x0f, 0x0a, 0xe8, 0x07, 0x1c, 0x02, 0x00, 0x00, 0x00, 0x60};
+    uint8_t buf[64];
+    assert_int_equal(append_all(t, v, 5, buf, sizeof(buf)), sizeof(want));
+    assert_memory_equal(buf, want, sizeof(want));
+    /* three samples: no predictor yet, each delta a flag and rice(zigzag(2) - 1 = 3), k 0 then 1 */
+    const uint8_t want3[] = {0x00, 0x03, 0xd0, 0x0f, 0x0a, 0xe8, 0x07, 0x0c, 0xf6, 0x80};
+    assert_int_equal(append_all(t, v, 3, buf, sizeof(buf)), sizeof(want3));
+    assert_memory_equal(buf, want3, sizeof(want3));
+}
+
+static size_t xor_size(const int64_t *t, const int64_t *v, size_t n)
+{
+    chunk_xor_appender_t a;
+    assert_int_equal(chunk_xor_appender_init(&a), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(chunk_xor_append(&a, t[i], (double)v[i]), 0);
+    size_t len;
+    chunk_xor_bytes(&a, &len);
+    chunk_xor_appender_free(&a);
+    return len;
+}
+
+/* Shapes of data appended one at a time: each decodes back, and the ones the head sees most cost
+ * well under XOR. */
+static void test_append_shapes(void **state)
+{
+    (void)state;
+    enum { N = 240 };
+    int64_t t[N], v[N];
+    uint8_t buf[N * 24];
+    for (int shape = 0; shape < 12; shape++) {
+        int64_t c = shape == 6 ? -(INT64_C(1) << 53) : 1234567;
+        for (int i = 0; i < N; i++) {
+            t[i] = 1700000000000LL + i * 10000LL;
+            if (shape == 3 || shape == 7)
+                t[i] += (int64_t)(rng_next() % 80); /* arrival jitter */
+            if (shape == 8 && i > 100)
+                t[i] += 2147483647LL - 10000; /* the largest gap, once */
+            int64_t d;
+            switch (shape) {
+            case 0: d = 900 + (int64_t)(rng_next() % 200); break;       /* the bench's counter */
+            case 1: d = rng_next() % 10 == 0 ? (int64_t)(rng_next() % 100) - 50 : 0; break; /* gauge */
+            case 2: d = 0; break;                                         /* constant */
+            case 3: d = 500 + (int64_t)(rng_next() % 20); break;          /* steady rate, jitter */
+            case 4: d = i == 0 ? 0 : (i < 50 ? 0 : 1000); break;         /* idle, then counting */
+            case 5: d = i == 120 ? -c : 7; break;                         /* a counter reset */
+            case 6: d = i == 0 ? 0 : (INT64_C(1) << 54) / N; break;       /* -2^53 .. 2^53 */
+            case 7: d = (int64_t)(rng_next() % 1000000) - 500000; break;  /* noise */
+            case 8: d = 3; break;
+            case 9: d = i % 2 ? 5000000000LL : -5000000000LL; break;      /* D_1 beyond int32 */
+            case 10: d = i < 3 ? i : 1; break;                            /* D_1 = 0: no predictor */
+            default: d = (int64_t)(rng_next() % 3); break;
+            }
+            c = i ? c + d : c;
+            v[i] = c;
+        }
+        size_t len = append_all(t, v, N, buf, sizeof(buf));
+        size_t x = xor_size(t, v, N);
+        if (shape <= 3)
+            assert_true(len * 10 < x * 7); /* at least 30 % under XOR */
+        if (shape == 0)
+            assert_true(len < 240 * 11 / 8 + 24); /* ~10 bits a sample */
+        if (shape == 2)
+            assert_true(len < 240 / 8 + 24); /* one bit a sample */
+    }
+}
+
+static void test_append_refusals(void **state)
+{
+    (void)state;
+    uint8_t buf[16384];
+    chunk_int_appender_t a;
+    chunk_int_appender_init(&a, buf, sizeof(buf));
+    assert_int_equal(chunk_int_append_size(&a, 0, (INT64_C(1) << 53) + 1), 0);
+    assert_int_equal(chunk_int_append(&a, 0, -(INT64_C(1) << 53) - 1), -1);
+    assert_int_equal(chunk_int_append(&a, 1000, 1), 0);
+    assert_int_equal(chunk_int_append(&a, 1000, 2), -1);     /* not after the last */
+    assert_int_equal(chunk_int_append(&a, 999, 2), -1);
+    assert_int_equal(chunk_int_append(&a, 1000 + 2147483648LL, 2), -1); /* 2^31 ms later */
+    assert_int_equal(chunk_int_append(&a, 1000 + 2147483647LL, 2), 0);
+    assert_int_equal(a.num, 2);
+    for (int64_t i = 2; i < CHUNK_INT_APPEND_MAX_SAMPLES; i++)
+        assert_int_equal(chunk_int_append(&a, a.t + 10, i), 0);
+    assert_int_equal(chunk_int_append_size(&a, a.t + 10, 1), 0);
+    assert_int_equal(chunk_int_append(&a, a.t + 10, 1), -1);
+    assert_int_equal(a.num, CHUNK_INT_APPEND_MAX_SAMPLES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_vector),         cmocka_unit_test(test_holds),    cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_round_trip_extremes), cmocka_unit_test(test_refusals), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_append_hand_vector),  cmocka_unit_test(test_append_shapes),
+        cmocka_unit_test(test_append_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -437,8 +437,21 @@ static void test_state_round_trip(void **state)
     dump(h, "n", INT64_MIN, INT64_MAX, d1);
     dump(h2, "n", INT64_MIN, INT64_MAX, d2);
     assert_int_equal(d1->n, 300);
-    assert_int_equal(d1->nint, 1);
-    assert_int_equal(d2->nint, 1);
+    assert_int_equal(d1->nint, 2); /* the closed chunk and the open one */
+    assert_int_equal(d2->nint, 1); /* snapshots carry open chunks as XOR */
+    assert_int_equal(d1->n, d2->n);
+    for (size_t i = 0; i < d1->n; i++) {
+        assert_int_equal(d1->t[i], d2->t[i]);
+        assert_true(bits(d1->v[i]) == bits(d2->v[i]));
+    }
+    /* ...and the restored XOR open chunk takes appends like the original integer one */
+    for (int i = 300; i < 320; i++) {
+        assert_int_equal(head_append(h, &ic, 1000LL * i, 1000.0 * i), HEAD_OK);
+        assert_int_equal(head_append(h2, &ic, 1000LL * i, 1000.0 * i), HEAD_OK);
+    }
+    dump(h, "n", INT64_MIN, INT64_MAX, d1);
+    dump(h2, "n", INT64_MIN, INT64_MAX, d2);
+    assert_int_equal(d1->n, 320);
     assert_int_equal(d1->n, d2->n);
     for (size_t i = 0; i < d1->n; i++) {
         assert_int_equal(d1->t[i], d2->t[i]);
@@ -468,7 +481,7 @@ static void test_integer_chunks(void **state)
     head_t *h = head_new(&o), *hx = head_new(&o);
     const int64_t base = 1700000100000LL; /* a block start */
     label_t lv[2];
-    enum { S = 5, N = 200 }; /* 90 + 90 closed at the block boundaries, 20 open */
+    enum { S = 6, N = 200 }; /* 90 + 90 closed at the block boundaries, 20 open */
     uint64_t x = 99;
     double val[3] = {1e6, 0, -5e12};
     for (int i = 0; i < N; i++) {
@@ -486,7 +499,8 @@ static void test_integer_chunks(void **state)
                 break;
             case 2: v = val[2] -= 3; break;                                  /* negative, steady */
             case 3: v = (i == 20) ? -0.0 : (double)i; break;                 /* -0.0 in the first chunk */
-            default: v = (i == 100) ? stale() : (i == 150 ? 2.5 : 1); break; /* stale, fraction */
+            case 4: v = (i == 100) ? stale() : (i == 150 ? 2.5 : 1); break; /* stale, fraction */
+            default: v = (i == N - 1) ? 0.5 : 7.0 * i; break; /* a fraction, still pending */
             }
             int64_t t = base + i * 10000LL + (k == 0 ? (int64_t)(x % 30) : 0); /* jitter on 0 */
             assert_int_equal(head_append(h, &ls, t, v), HEAD_OK);
@@ -495,17 +509,21 @@ static void test_integer_chunks(void **state)
         }
     }
     dump_t *d = malloc(sizeof(dump_t));
-    /* j0-j2 keep both closed chunks as integers; j3's first (the -0.0) and j4's second (the
-     * stale marker and 2.5) stay XOR */
-    size_t want_int[S] = {2, 2, 2, 1, 1};
+    /* Open chunks of integers are integer chunks too, the pending sample appended to the copy
+     * a reader gets. j0-j2 are integers throughout; j3's first chunk (the -0.0) and j4's second
+     * (the stale marker, then the 2.5 that turned the open chunk into XOR) stay XOR; j5's
+     * pending 0.5 comes as a one-sample XOR chunk after its integer open chunk. */
+    size_t want_int[S] = {3, 3, 3, 2, 2, 3};
     for (int k = 0; k < S; k++) {
         char job[8];
         snprintf(job, sizeof(job), "j%d", k);
         dump_match(h, "job", job, INT64_MIN, INT64_MAX, d);
         assert_int_equal(d->nseries, 1);
-        assert_int_equal(d->nchunks, 3);
+        assert_int_equal(d->nchunks, k == 5 ? 4 : 3);
         assert_int_equal(d->nint, want_int[k]);
-        assert_int_equal(d->enc[2], CHUNK_ENC_XOR); /* the open chunk */
+        assert_int_equal(d->enc[2], CHUNK_ENC_INT); /* the open chunk */
+        if (k == 5)
+            assert_int_equal(d->enc[3], CHUNK_ENC_XOR);
         assert_int_equal(d->n, N);
         if (k == 3)
             assert_true(d->v[20] == 0 && signbit(d->v[20]));
@@ -513,12 +531,13 @@ static void test_integer_chunks(void **state)
             assert_true(bits(d->v[100]) == bits(stale()));
     }
     /* the jittered counter alone: ~19 bits per closed sample (11 of timestamp, 8 of value)
-     * where XOR takes ~37, so its two closed chunks stay under 500 bytes (XOR: ~870) */
+     * where XOR takes ~37, so its two closed chunks and its 20-sample open one stay under 600
+     * bytes (XOR: ~960) */
     dump_t *dx = malloc(sizeof(dump_t));
     dump(hx, "ints", INT64_MIN, INT64_MAX, dx);
     assert_int_equal(dx->n, N);
-    assert_int_equal(dx->nint, 2);
-    assert_true(dx->int_bytes < 500);
+    assert_int_equal(dx->nint, 3);
+    assert_true(dx->int_bytes < 600); /* with the 20-sample open chunk */
     dump(h, "ints", INT64_MIN, INT64_MAX, d);
     assert_int_equal(d->n, S * N);
     free(dx);
