@@ -27,13 +27,13 @@
  * The open chunk's first timestamp is not stored: it is the varint at obuf[2] (the first sample's
  * timestamp is byte-aligned in every XOR chunk). A closed chunk is one record in a block slab:
  *
- *   offset  size  field
- *   0       8     next record of the same series (pointer, NULL at the newest)
- *   8       4     span = maxt - mint (uint32)
- *   12      2     len = chunk bytes (low 15 bits); top bit set: a chunk_int chunk, else XOR
- *   14      len   the chunk, header included; mint is its first varint (in both encodings)
+ *   offset  size  field (little-endian)
+ *   0       6     next record of the same series (the pointer's low 48 bits, 0 at the newest)
+ *   6       3     span = maxt - mint (< 2^24 ms)
+ *   9       2     len = chunk bytes (low 15 bits); top bit set: a chunk_int chunk, else XOR
+ *   11      len   the chunk, header included; mint is its first varint (in both encodings)
  *
- * so a closed chunk costs its encoded bytes + 14, with no per-series array to grow. When a chunk
+ * so a closed chunk costs its encoded bytes + 11, with no per-series array to grow. When a chunk
  * is cut and all its values are integers (F_FRACTION says when they are not, without decoding),
  * it is re-encoded as chunk_int (storage/chunk_int.c) and kept so if that is smaller: ~1 byte per
  * sample instead of ~2.7 for a Flink counter. The open chunk stays XOR: it must take appends.
@@ -91,7 +91,14 @@
 /* Cut before the open chunk could outgrow a record's length (at 240 samples of at most 19 bytes
  * each it never comes near). */
 #define OPEN_MAX_BYTES (REC_LEN_MASK - 64)
-#define REC_HDR 14
+#define REC_HDR 11
+/* A record's span field is 24 bits: a chunk is cut before it could span more (the 15-minute
+ * blocks of a running sluice span 900,000 ms at most). */
+#define SPAN_MAX ((1u << 24) - 1)
+/* A record's next field holds 48 bits of address: Linux hands a process addresses below 2^47
+ * (x86-64, and arm64 with 48-bit or default 52-bit address spaces) unless it asks for higher
+ * ones, which sluice never does. A slab page above this is given back and counted as OOM. */
+#define REC_ADDR_LIMIT ((uintptr_t)1 << 48)
 /* A closed chunk is kept as chunk_int only when that is smaller than its XOR bytes; this bounds
  * the stack buffer it is encoded into (a 240-sample XOR chunk of integers rarely passes 2 KB). */
 #define INT_MAX_BYTES 2048
@@ -245,37 +252,45 @@ head_t *head_new(const head_options_t *o)
 
 /* ---- chunk records and the open chunk ------------------------------------------------------ */
 
+/* Little-endian fields of n <= 8 bytes. */
+static uint64_t le_get(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = n; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void le_put(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
 static uint8_t *rec_next(const uint8_t *r)
 {
-    uint8_t *n;
-    memcpy(&n, r, sizeof(n));
-    return n;
+    return (uint8_t *)(uintptr_t)le_get(r, 6);
 }
 
 static void rec_set_next(uint8_t *r, const uint8_t *n)
 {
-    memcpy(r, &n, sizeof(n));
+    assert((uintptr_t)n < REC_ADDR_LIMIT);
+    le_put(r, (uintptr_t)n, 6);
 }
 
 static uint32_t rec_span(const uint8_t *r)
 {
-    uint32_t v;
-    memcpy(&v, r + 8, sizeof(v));
-    return v;
+    return (uint32_t)le_get(r + 6, 3);
 }
 
 static uint16_t rec_len(const uint8_t *r)
 {
-    uint16_t v;
-    memcpy(&v, r + 12, sizeof(v));
-    return v & REC_LEN_MASK;
+    return (uint16_t)(le_get(r + 9, 2) & REC_LEN_MASK);
 }
 
 static uint8_t rec_enc(const uint8_t *r)
 {
-    uint16_t v;
-    memcpy(&v, r + 12, sizeof(v));
-    return (v & REC_INT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
+    return (le_get(r + 9, 2) & REC_INT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
 }
 
 static const uint8_t *rec_bytes(const uint8_t *r)
@@ -496,6 +511,10 @@ static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len,
         slab_page_t *np = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (np == MAP_FAILED)
             goto out;
+        if ((uintptr_t)np + size > REC_ADDR_LIMIT) {
+            munmap(np, size);
+            goto out;
+        }
         uint32_t cap = (uint32_t)(size - sizeof(slab_page_t));
         b->npages++;
         np->used = 0;
@@ -508,10 +527,10 @@ static uint8_t *slab_copy(head_t *h, int64_t bn, const uint8_t *src, size_t len,
     }
     res = p->data + p->used;
     p->used += (uint32_t)need;
-    uint16_t len16 = (uint16_t)(len | (enc == CHUNK_ENC_INT ? REC_INT : 0));
+    assert(span <= SPAN_MAX);
     rec_set_next(res, NULL);
-    memcpy(res + 8, &span, sizeof(span));
-    memcpy(res + 12, &len16, sizeof(len16));
+    le_put(res + 6, span, 3);
+    le_put(res + 9, len | (enc == CHUNK_ENC_INT ? REC_INT : 0), 2);
     memcpy(res + REC_HDR, src, len);
 out:
     pthread_mutex_unlock(&h->blocks_lock);
@@ -584,7 +603,7 @@ static void cut_chunk(head_t *h, hseries_t *s, bool keep_buf)
     size_t len = open_len(s);
     int64_t mint = open_mint(s);
     uint8_t *r = NULL;
-    if (len <= REC_LEN_MASK && (uint64_t)(s->ot - mint) <= UINT32_MAX) {
+    if (len <= REC_LEN_MASK && (uint64_t)(s->ot - mint) <= SPAN_MAX) {
         uint8_t ibuf[INT_MAX_BYTES];
         uint8_t enc = (s->flags & F_OINT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
         size_t ilen = (s->flags & F_FRACTION) ? 0 : recode_int(enc, s->obuf, len, ibuf);
@@ -692,12 +711,12 @@ static int encode_sample(head_t *h, hseries_t *s, int64_t t, uint64_t bits)
         /* The open chunk lies in the block of its newest sample (s->ot <= t): t stays in it iff
          * it is less than a block after that block's start, and then it is less than a block
          * after the chunk's first sample too, so the span check (which decodes the first
-         * timestamp) only matters for blocks wider than a record's 32-bit span. */
+         * timestamp) only matters for blocks wider than a record's 24-bit span. */
         int64_t bstart = floordiv(s->ot, h->block_ms) * h->block_ms;
         bool cut = open_num(s) >= CUT_SAMPLES || t < bstart || t - bstart >= h->block_ms || t - s->ot > INT32_MAX ||
                    open_len(s) > OPEN_MAX_BYTES;
-        if (!cut && h->block_ms > (int64_t)UINT32_MAX)
-            cut = (uint64_t)(t - open_mint(s)) > UINT32_MAX;
+        if (!cut && h->block_ms > SPAN_MAX)
+            cut = (uint64_t)(t - open_mint(s)) > SPAN_MAX;
         if (cut)
             cut_chunk(h, s, true);
     }
@@ -1527,7 +1546,7 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
     for (size_t i = 0; i < st->nchunks; i++) {
         const querier_chunk_t *qc = &st->chunks[i];
         if (qc->mint < mv || qc->len > REC_LEN_MASK || qc->len <= CHUNK_XOR_HEADER_BYTES || qc->maxt < qc->mint ||
-            (uint64_t)(qc->maxt - qc->mint) > UINT32_MAX || chunk_first_t(qc->bytes, qc->len) != qc->mint)
+            (uint64_t)(qc->maxt - qc->mint) > SPAN_MAX || chunk_first_t(qc->bytes, qc->len) != qc->mint)
             continue;
         chunk_iter_t it;
         int64_t t;
