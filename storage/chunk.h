@@ -1,11 +1,12 @@
 /*
  * chunk — the chunk encodings a querier_chunk_t can carry, and one iterator over either.
  *
- *   CHUNK_ENC_XOR   Prometheus' XOR chunk (chunk_xor.h): open head chunks, closed chunks with a
- *                   non-integer value or a stale marker, everything from roll-ups and remote
- *                   stores, everything sluice sends
- *   CHUNK_ENC_INT   sluice's closed-chunk encoding for integer values (chunk_int.h): only the
- *                   head makes these, and only inside the process (and its snapshots)
+ *   CHUNK_ENC_XOR   Prometheus' XOR chunk (chunk_xor.h): head chunks with a non-integer value
+ *                   or a stale marker, everything from roll-ups and remote stores, everything
+ *                   sluice sends
+ *   CHUNK_ENC_INT   sluice's encoding for integer values (chunk_int.h), open or closed: only the
+ *                   head makes these, and only inside the process (and its snapshots' closed
+ *                   chunks)
  *
  * Both start with the big-endian sample count and the first timestamp's varint at byte 2.
  */

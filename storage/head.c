@@ -1,5 +1,5 @@
 /*
- * head — the raw tier: per-series XOR chunks in a ring of time blocks (contract in head.h).
+ * head — the raw tier: per-series chunks in a ring of time blocks (contract in head.h).
  *
  * Time is cut into blocks of block_ms aligned to the Unix epoch (block number bn = floor(t / B)).
  * Every chunk lies inside one block: a chunk is cut when it reaches CUT_SAMPLES (240) samples or
@@ -15,17 +15,21 @@
  *   first        8      oldest closed chunk record (below), NULL if none; records form a list
  *   aux          8      the head owner's slot (storage: the roll-up's hint), NULL at creation
  *   obuf         8      open chunk bytes (malloc'd, grown in small steps, not doubled)
- *   ot, ovbits   16     open chunk encoder state: last encoded timestamp, value bits
+ *   ot, ovbits   16     open chunk encoder state: last encoded timestamp, value bits (XOR)
+ *                       or value (integer chunk)
  *   pend_t/bits  16     the newest sample, kept un-encoded so a later sample in the same second
  *                       can replace it; encoded when a sample of a later second arrives
  *   onbits       4      bits written after the open chunk's 2-byte header
  *   otdelta      4      last timestamp delta (a chunk is cut before a delta exceeds INT32_MAX)
  *   ocap         2      obuf's allocated size
- *   olead/otrail 2      the open chunk's XOR window
- *   flags        1      PENDING, OPEN, MARK, FRACTION
+ *   olead/otrail 2      the open chunk's XOR window, or its integer layout's state (open_iview)
+ *   flags        1      PENDING, OPEN, MARK, FRACTION, OINT
  *
- * The open chunk's first timestamp is not stored: it is the varint at obuf[2] (the first sample's
- * timestamp is byte-aligned in every XOR chunk). A closed chunk is one record in a block slab:
+ * An open chunk whose values are all integers so far (most of Flink's) is a chunk_int chunk in
+ * its appendable layout (F_OINT; ~10 bits per counter sample where XOR takes ~22); the first
+ * value it cannot hold (a fraction, a stale marker) turns it into XOR for the rest of its life.
+ * The open chunk's first timestamp is not stored: it is the varint at obuf[2] in both encodings
+ * (byte-aligned after the count). A closed chunk is one record in a block slab:
  *
  *   offset  size  field (little-endian)
  *   0       6     next record of the same series (the pointer's low 48 bits, 0 at the newest)
@@ -36,7 +40,8 @@
  * so a closed chunk costs its encoded bytes + 11, with no per-series array to grow. When a chunk
  * is cut and all its values are integers (F_FRACTION says when they are not, without decoding),
  * it is re-encoded as chunk_int (storage/chunk_int.c) and kept so if that is smaller: ~1 byte per
- * sample instead of ~2.7 for a Flink counter. The open chunk stays XOR: it must take appends.
+ * sample instead of ~2.7 for a Flink counter (an integer open chunk is kept as it is when its
+ * closed layouts are not smaller).
  *
  * Closed chunk records are copied at their exact length into the slab of their block: a list of
  * 64 KiB pages, bump-allocated under a mutex (a cut happens once per 120 samples of a series, so the
@@ -1212,14 +1217,12 @@ static int copy_open_int(const hseries_t *s, copybuf_t *b)
         uint8_t tmp[CUT_SAMPLES * CHUNK_INT_APPEND_MAX_BYTES + 64];
         chunk_int_appender_t a;
         open_iview(s, &a);
-        size_t need = chunk_int_append_size(&a, s->pend_t, (int64_t)pv);
-        if (need && need <= sizeof(tmp)) {
-            memcpy(tmp, s->obuf, len);
-            a.bytes = tmp;
-            a.cap = sizeof(tmp);
-            if (chunk_int_append(&a, s->pend_t, (int64_t)pv) == 0)
-                return cb_add(b, omint, s->pend_t, tmp, chunk_int_appender_len(&a), CHUNK_ENC_INT);
-        }
+        assert(len <= sizeof(tmp));
+        memcpy(tmp, s->obuf, len);
+        a.bytes = tmp;
+        a.cap = sizeof(tmp);
+        if (chunk_int_append(&a, s->pend_t, (int64_t)pv) == 0)
+            return cb_add(b, omint, s->pend_t, tmp, chunk_int_appender_len(&a), CHUNK_ENC_INT);
     }
     if (cb_add(b, omint, s->ot, s->obuf, len, CHUNK_ENC_INT) < 0)
         return -1;

@@ -6,7 +6,7 @@
  * A querier is a struct whose first member is a pointer to a const table of functions
  * (querier_ops_t); implementations embed `querier_t` first and fill the table. Selecting gives a
  * series set; each series is its labels plus its data as chunks (storage/chunk.h): Prometheus' XOR
- * chunks, or, for the head's closed chunks of integer values, sluice's smaller integer encoding, so
+ * chunks, or, for the head's chunks of integer values, sluice's smaller integer encoding, so
  *   - remote read STREAMED_XOR_CHUNKS ships XOR chunk bytes as they are (and transcodes the
  *     others);
  *   - everyone else iterates samples with querier_iter_t, clipped to [mint, maxt].

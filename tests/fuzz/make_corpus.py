@@ -396,6 +396,48 @@ def int_chunk(samples, tmode, vmode):
     return out + w.bytes()
 
 
+def rice(w, k, u):
+    """vmode 3's rice(u) at parameter k; returns the next k."""
+    q = u >> k
+    if q < 16:
+        w.put((1 << (q + 1)) - 2, q + 1)
+        w.put(u & ((1 << k) - 1), k)
+    else:
+        w.put(0xffff, 16)
+        w.put(u.bit_length(), 7)
+        w.put(u, u.bit_length())
+    m = u.bit_length() - 1 if u > 1 else 0
+    return k + (m - k + 1) // 2 if m > k else (k - 1 if m < k else k)
+
+
+def int_open_chunk(samples):
+    """The appendable layout (vmode 3), as the samples decide it."""
+    n = len(samples)
+    t = [s[0] for s in samples]
+    v = [s[1] for s in samples]
+    out = struct.pack(">H", n) + uvarint(zz(t[0])) + uvarint(zz(v[0]))
+    if n == 1:
+        return out
+    d = [v[i] - v[i - 1] for i in range(1, n)]
+    tmode = int(any(t[i] - t[i - 1] != t[1] - t[0] for i in range(2, n)))
+    pred = int(n >= 4 and d[0] != 0 and d[1] != 0 and d[2] != 0 and -2**31 <= d[0] < 2**31)
+    out += uvarint(t[1] - t[0]) + bytes([tmode | 3 << 2 | pred << 4])
+    if pred:
+        out += struct.pack("<i", d[0])
+    w, k = Bits(), 0
+    for i in range(1, n):
+        if tmode == 1 and i >= 2:
+            varbit(w, (t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]))
+        if pred:
+            if i >= 2:
+                k = rice(w, k, zz(d[i - 1] - d[0]))
+        else:
+            w.put(int(d[i - 1] != 0), 1)
+            if d[i - 1]:
+                k = rice(w, k, zz(d[i - 1]) - 1)
+    return out + w.bytes()
+
+
 def int_seeds():
     base = 1700000000000
     counter = [(base + i * 10000, 123456 + i * 1000 + (i * 7919) % 200) for i in range(90)]
@@ -403,7 +445,10 @@ def int_seeds():
     wild = [(-5 + i * 2147483647, (-1) ** i * 2**53) for i in range(12)]
     return [int_chunk([(1000, 5), (2000, 7), (3000, 9)], 0, 0), int_chunk([(1000, -3)], 0, 0),
             int_chunk(counter, 0, 0), int_chunk(counter, 0, 2), int_chunk(gauge, 1, 1),
-            int_chunk(gauge, 1, 2), int_chunk(wild, 0, 1), int_chunk(wild, 0, 0)]
+            int_chunk(gauge, 1, 2), int_chunk(wild, 0, 1), int_chunk(wild, 0, 0),
+            int_open_chunk([(1000, 5), (2000, 7), (3000, 9), (4000, 12), (5000, 14)]),
+            int_open_chunk(counter), int_open_chunk(gauge), int_open_chunk(wild),
+            int_open_chunk([(base + i * 10000, (i // 30) * 10**15 - i) for i in range(90)])]
 
 
 def main():
