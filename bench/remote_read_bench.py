@@ -10,7 +10,7 @@ from sending the request to having the whole answer (tests/integration/promproto
 the integration tests use). The servers alternate within a repetition; --reps repetitions, each
 figure is the median of all reads of all repetitions.
 
-sluice keeps closed chunks of integers in its own encoding and re-encodes them as XOR here
+sluice keeps chunks of integers (open and closed) in its own encoding and re-encodes them as XOR here
 (sluice_remote_read_chunks_reencoded_total); Prometheus ships its head chunks as they are.
 
 Usage: bench/remote_read_bench.py [--sluice BUILD/sluice] [--baseline OTHER/sluice] [--series 1000]

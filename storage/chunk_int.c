@@ -665,12 +665,22 @@ bool chunk_int_iter_next(chunk_int_iter_t *it, int64_t *t, double *v)
         int64_t d;
         if (it->vmode == 0) {
             uint64_t u;
-            if (!br_get(it, it->width, &u))
+            /* the common widths read in place: this is the closed counters' inner loop */
+            if (it->width <= 56 && it->bitpos + it->width <= (uint64_t)it->len * 8) {
+                u = br_peek(it, it->width);
+                it->bitpos += it->width;
+            } else if (!br_get(it, it->width, &u)) {
                 return iter_fail(it);
+            }
             d = (int64_t)((uint64_t)it->base + u);
         } else if (it->vmode == 1) {
-            if (!br_varbit(it, &d))
+            /* a gauge standing still, most of its samples: the 1-bit "0" read in place */
+            if (it->bitpos < (uint64_t)it->len * 8 && !br_peek(it, 1)) {
+                d = 0;
+                it->bitpos++;
+            } else if (!br_varbit(it, &d)) {
                 return iter_fail(it);
+            }
         } else if (it->vmode == 2) {
             int64_t dd = 0;
             if (it->read >= 2 && !br_varbit(it, &dd))
@@ -683,8 +693,12 @@ bool chunk_int_iter_next(chunk_int_iter_t *it, int64_t *t, double *v)
                 return iter_fail(it);
             d = (int64_t)((uint64_t)it->vd + (uint64_t)varint_unzigzag(u));
         } else {
-            uint64_t flag, u = 0;
-            if (!br_get(it, 1, &flag) || (flag && !br_rice(it, &u)))
+            uint64_t u = 0;
+            if (it->bitpos >= (uint64_t)it->len * 8)
+                return iter_fail(it);
+            bool flag = br_peek(it, 1);
+            it->bitpos++;
+            if (flag && !br_rice(it, &u))
                 return iter_fail(it);
             d = flag ? varint_unzigzag(u + 1) : 0;
         }
