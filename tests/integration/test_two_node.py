@@ -66,9 +66,11 @@ class Central:
 
 
 def wait_until(cond, timeout, what):
+    """what: the failure message, or a function giving it (called only on failure, so it can
+    describe the state at the time out)."""
     deadline = time.time() + timeout
     while not cond():
-        assert time.time() < deadline, what
+        assert time.time() < deadline, what() if callable(what) else what
         time.sleep(0.1)
 
 
@@ -134,7 +136,21 @@ def test_two_nodes_each_answer_for_all_jobs(start_sluice, central):
                          params={"query": "count_over_time({__name__=~\"two_.*\"}[5m])"}, timeout=10).json()
         res = d.get("data", {}).get("result", [])
         return len(res) == 12 and all(r["value"][1] == str(PUSHES) for r in res)
-    wait_until(central_complete, 60, "prometheus did not receive every sample:\n" + central.log())
+    def central_missing():
+        """What Prometheus holds per series, what each node's sender counted, and every log."""
+        d = requests.get(central.url + "/api/v1/query",
+                         params={"query": "count_over_time({__name__=~\"two_.*\"}[5m])"}, timeout=10).json()
+        counts = sorted((str(sorted(r["metric"].items())), r["value"][1]) for r in d.get("data", {}).get("result", []))
+        out = ["prometheus did not receive every sample (%d pushes each); it holds:" % PUSHES]
+        out += ["  %s: %s" % c for c in counts]
+        for name, node in (("node 0", n0), ("node 1", n1)):
+            m = requests.get(node.url + "/metrics", timeout=10).text
+            out.append("%s sender: %s" % (name, "; ".join(
+                line for line in m.splitlines() if line.startswith("sluice_remote_storage_"))))
+            out.append("%s log:\n%s" % (name, node.read_log()))
+        out.append("prometheus log:\n" + central.log())
+        return "\n".join(out)
+    wait_until(central_complete, 60, central_missing)
     end = time.time() + 1
 
     # Each node holds only its own job's groups (the rest comes through the fall-through).
