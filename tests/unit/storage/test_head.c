@@ -546,6 +546,44 @@ static void test_integer_chunks(void **state)
     head_free(hx);
 }
 
+/* A reader sees an integer open chunk plus its pending sample at every size, including the sizes
+ * where appending re-encodes the chunk (the 2nd and 4th sample, the first irregular timestamp),
+ * and after every kind of value that turns it into XOR. */
+static void test_open_integer_reads(void **state)
+{
+    (void)state;
+    head_options_t o = {.retention_ms = 3600 * 1000, .block_ms = 900 * 1000};
+    label_t lv[2];
+    const int64_t base = 1700000100000LL; /* a block start */
+    dump_t *d = malloc(sizeof(dump_t));
+    for (int shape = 0; shape < 4; shape++) {
+        head_t *h = head_new(&o);
+        labels_t ls = lbl(lv, "oi", "a");
+        int64_t ts[12];
+        double vs[12];
+        for (int i = 0; i < 12; i++) {
+            ts[i] = base + i * 10000LL + (shape == 1 && i >= 5 ? 7 : 0); /* irregular from the 6th */
+            vs[i] = shape == 2 ? (double)(i % 3) : 1000.0 * i + (i % 4); /* a gauge, or a counter */
+            if (shape == 3 && i == 8)
+                vs[i] = 0.25; /* a fraction: pending, then encoded (the chunk turns XOR) */
+            assert_int_equal(head_append(h, &ls, ts[i], vs[i]), HEAD_OK);
+            dump(h, "oi", INT64_MIN, INT64_MAX, d);
+            assert_int_equal(d->n, (size_t)i + 1);
+            for (int k = 0; k <= i; k++) {
+                assert_int_equal(d->t[k], ts[k]);
+                assert_true(bits(d->v[k]) == bits(vs[k]));
+            }
+            /* one chunk (the pending sample appended to the copy), or two when the pending
+             * value is the fraction; once encoded, the fraction made the open chunk XOR. The
+             * first sample alone is only pending: there is no open chunk yet. */
+            assert_int_equal(d->nchunks, shape == 3 && i == 8 ? 2 : 1);
+            assert_int_equal(d->enc[0], i == 0 || (shape == 3 && i > 8) ? CHUNK_ENC_XOR : CHUNK_ENC_INT);
+        }
+        head_free(h);
+    }
+    free(d);
+}
+
 /* Worst-case encodings (random value bits, every dod class, 64-bit jumps) grow the open chunk in
  * its small steps and through the record list; every sample comes back bit-exact and every
  * chunk is a valid XOR chunk of at most 240 samples. */
@@ -799,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_querier_select),
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_integer_chunks),
+        cmocka_unit_test(test_open_integer_reads),
         cmocka_unit_test(test_hard_samples_round_trip),
         cmocka_unit_test(test_many_series_chains),
         cmocka_unit_test(test_batch_check_append),
