@@ -23,7 +23,6 @@ both).
 import math
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import tempfile
@@ -47,6 +46,7 @@ from promproto import crc32c, f2bits, read_uvarint, to_int64  # noqa: E402
 from promproto import parse as pb_parse  # noqa: E402
 from promproto import uvarint as pb_uvarint  # noqa: E402
 from promproto import varint_field as pb_varint_field  # noqa: E402
+from conftest import free_port  # noqa: E402
 
 
 def pb_int64(n):
@@ -199,12 +199,6 @@ def expected_bits(v):
 # --------------------------------------------------------------------------------------------
 # Prometheus
 # --------------------------------------------------------------------------------------------
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
