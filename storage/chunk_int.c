@@ -45,8 +45,8 @@
  *               else k -= 1 if m < k.
  *               An appender writes what the samples so far decide: tmode 1 iff some d_i differs
  *               from d1, p = 1 iff n >= 4, D_1, D_2 and D_3 are non-zero and D_1 fits an int32.
- *               When that changes,
- *               or the count reaches 2 (the header grows) or 4, it re-encodes the chunk.
+ *               When that changes, or the count reaches 2 (the header grows) or 4, it re-encodes
+ *               the chunk.
  *
  *   varbit(x), x a signed integer:
  *     prefix   payload   x in
