@@ -5,8 +5,7 @@
  *                   or a stale marker, everything from roll-ups and remote stores, everything
  *                   sluice sends
  *   CHUNK_ENC_INT   sluice's encoding for integer values (chunk_int.h), open or closed: only the
- *                   head makes these, and only inside the process (and its snapshots' closed
- *                   chunks)
+ *                   head makes these, and only inside the process (and its snapshots)
  *
  * Both start with the big-endian sample count and the first timestamp's varint at byte 2.
  */

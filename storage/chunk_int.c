@@ -215,107 +215,6 @@ size_t chunk_int_size(const int64_t *t, const double *v, size_t n)
 
 /* ---- bit writer ---------------------------------------------------------------------------- */
 
-typedef struct {
-    uint8_t *p, *end;
-    uint64_t acc; /* the low nacc bits are pending, MSB first */
-    unsigned nacc;
-    bool over;
-} bw_t;
-
-static void bw_put(bw_t *w, uint64_t x, unsigned n)
-{
-    if (n > 32) {
-        bw_put(w, x >> 32, n - 32);
-        n = 32;
-    }
-    if (n == 0)
-        return;
-    x &= ((uint64_t)1 << n) - 1;
-    w->acc = (w->acc << n) | x; /* nacc < 8 here, so the pending bits still fit */
-    w->nacc += n;
-    while (w->nacc >= 8) {
-        w->nacc -= 8;
-        if (w->p == w->end)
-            w->over = true;
-        else
-            *w->p++ = (uint8_t)(w->acc >> w->nacc);
-    }
-}
-
-static void bw_flush(bw_t *w)
-{
-    if (w->nacc)
-        bw_put(w, 0, 8 - w->nacc);
-}
-
-static void bw_varbit(bw_t *w, int64_t x)
-{
-    unsigned k = vb_bucket(x);
-    unsigned pb = vb_prefix_bits(k);
-    /* k ones, then a zero unless k is the last bucket */
-    uint64_t prefix = k < 6 ? (((uint64_t)1 << k) - 1) << 1 : 0x3f;
-    bw_put(w, prefix, pb);
-    bw_put(w, (uint64_t)x, VB_PAYLOAD[k]);
-}
-
-static uint8_t *put_varint(uint8_t *p, uint8_t *end, uint64_t x, bool *over)
-{
-    if ((size_t)(end - p) < varint_len(x)) {
-        *over = true;
-        return p;
-    }
-    return p + varint_encode(p, x);
-}
-
-size_t chunk_int_encode(const int64_t *t, const double *v, size_t n, uint8_t *out, size_t cap)
-{
-    plan_t pl;
-    if (!plan_make(t, v, n, &pl))
-        return 0;
-    size_t len = pl.hdr + (size_t)((pl.bits + 7) / 8);
-    if (len > cap)
-        return 0;
-    uint8_t *p = out, *end = out + cap;
-    bool over = false;
-    p[0] = (uint8_t)(n >> 8);
-    p[1] = (uint8_t)n;
-    p += 2;
-    p = put_varint(p, end, varint_zigzag(t[0]), &over);
-    p = put_varint(p, end, varint_zigzag(ival(v[0])), &over);
-    if (n >= 2) {
-        p = put_varint(p, end, (uint64_t)(t[1] - t[0]), &over);
-        if (p < end)
-            *p++ = (uint8_t)(pl.tmode | pl.vmode << 2);
-        if (pl.vmode == 0) {
-            p = put_varint(p, end, varint_zigzag(pl.base), &over);
-            if (p < end)
-                *p++ = (uint8_t)pl.width;
-        } else if (pl.vmode == 2) {
-            p = put_varint(p, end, varint_zigzag(pl.base), &over);
-        }
-        bw_t w = {.p = p, .end = end};
-        for (size_t i = 1; i < n; i++) {
-            if (pl.tmode == 1 && i >= 2)
-                bw_varbit(&w, (t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]));
-            int64_t d = ival(v[i]) - ival(v[i - 1]);
-            if (pl.vmode == 0)
-                bw_put(&w, (uint64_t)d - (uint64_t)pl.base, pl.width);
-            else if (pl.vmode == 1)
-                bw_varbit(&w, d);
-            else if (i >= 2)
-                bw_varbit(&w, d - (ival(v[i - 1]) - ival(v[i - 2])));
-        }
-        bw_flush(&w);
-        over |= w.over;
-        p = w.p;
-    }
-    if (over || (size_t)(p - out) != len)
-        return 0;
-    return len;
-}
-
-/* ---- appender (vmode 3) -------------------------------------------------------------------- */
-
 /* Writes x's low n (<= 64) bits at bit *nb of buf, MSB first; buf NULL only counts. A byte the
  * stream enters is overwritten, not or'ed into, so what lies past the chunk's end never shows. */
 static void ab_put(uint8_t *buf, uint64_t *nb, uint64_t x, unsigned n)
@@ -355,6 +254,63 @@ static void ab_rice(uint8_t *buf, uint64_t *nb, uint8_t *k, uint64_t u)
     }
     rice_adapt(k, u);
 }
+
+static uint8_t *put_varint(uint8_t *p, uint8_t *end, uint64_t x, bool *over)
+{
+    if ((size_t)(end - p) < varint_len(x)) {
+        *over = true;
+        return p;
+    }
+    return p + varint_encode(p, x);
+}
+
+size_t chunk_int_encode(const int64_t *t, const double *v, size_t n, uint8_t *out, size_t cap)
+{
+    plan_t pl;
+    if (!plan_make(t, v, n, &pl))
+        return 0;
+    size_t len = pl.hdr + (size_t)((pl.bits + 7) / 8);
+    if (len > cap)
+        return 0;
+    uint8_t *p = out, *end = out + cap;
+    bool over = false;
+    p[0] = (uint8_t)(n >> 8);
+    p[1] = (uint8_t)n;
+    p += 2;
+    p = put_varint(p, end, varint_zigzag(t[0]), &over);
+    p = put_varint(p, end, varint_zigzag(ival(v[0])), &over);
+    if (n >= 2) {
+        p = put_varint(p, end, (uint64_t)(t[1] - t[0]), &over);
+        if (p < end)
+            *p++ = (uint8_t)(pl.tmode | pl.vmode << 2);
+        if (pl.vmode == 0) {
+            p = put_varint(p, end, varint_zigzag(pl.base), &over);
+            if (p < end)
+                *p++ = (uint8_t)pl.width;
+        } else if (pl.vmode == 2) {
+            p = put_varint(p, end, varint_zigzag(pl.base), &over);
+        }
+        /* len <= cap was checked and the plan is exact, so the stream fits */
+        uint64_t nb = over ? 0 : (uint64_t)(p - out) * 8;
+        for (size_t i = 1; i < n && !over; i++) {
+            if (pl.tmode == 1 && i >= 2)
+                ab_varbit(out, &nb, (t[i] - t[i - 1]) - (t[i - 1] - t[i - 2]));
+            int64_t d = ival(v[i]) - ival(v[i - 1]);
+            if (pl.vmode == 0)
+                ab_put(out, &nb, (uint64_t)d - (uint64_t)pl.base, pl.width);
+            else if (pl.vmode == 1)
+                ab_varbit(out, &nb, d);
+            else if (i >= 2)
+                ab_varbit(out, &nb, d - (ival(v[i - 1]) - ival(v[i - 2])));
+        }
+        p = out + (nb + 7) / 8;
+    }
+    if (over || (size_t)(p - out) != len)
+        return 0;
+    return len;
+}
+
+/* ---- appender (vmode 3) -------------------------------------------------------------------- */
 
 static void ab_count(const chunk_int_appender_t *a)
 {

@@ -379,10 +379,8 @@ static void open_iview(const hseries_t *s, chunk_int_appender_t *a)
                                 .t = s->ot,
                                 .td = s->otdelta,
                                 .v = (int64_t)s->ovbits};
-    if (a->pred) {
-        const uint8_t *p = s->obuf + hdr - 4;
-        a->d1v = (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-    }
+    if (a->pred)
+        a->d1v = (int32_t)(uint32_t)le_get(s->obuf + hdr - 4, 4);
 }
 
 static void open_istore(hseries_t *s, const chunk_int_appender_t *a)
@@ -669,25 +667,25 @@ static int open_grow(head_t *h, hseries_t *s, size_t need, size_t used)
     return 0;
 }
 
-/* Appends an integer to the integer open chunk, growing obuf only when the exact size says so. */
+/* Appends an integer to the integer open chunk. The appender measures only near the end of the
+ * buffer; obuf grows (by the exact size) only when the append did not fit. */
 static int open_append_int(head_t *h, hseries_t *s, int64_t t, int64_t v)
 {
     chunk_int_appender_t a;
     open_iview(s, &a);
-    size_t used = open_len(s);
-    if (used + CHUNK_INT_APPEND_MAX_BYTES > s->ocap || chunk_int_append_rewrites(&a, t)) {
+    if (chunk_int_append(&a, t, v) < 0) {
         /* encode_sample cut the chunk before t could be 2^31 ms after its last sample or the
-         * count could pass CUT_SAMPLES, and the caller checked v: the append is always possible */
+         * count could pass CUT_SAMPLES, and the caller checked v: only room can be missing */
         size_t need = chunk_int_append_size(&a, t, v);
-        assert(need > 0);
-        if (need > s->ocap && open_grow(h, s, need, used) < 0)
+        assert(need > s->ocap);
+        if (open_grow(h, s, need, open_len(s)) < 0)
             return HEAD_ERR_NOMEM;
         a.bytes = s->obuf;
         a.cap = s->ocap;
+        int rc = chunk_int_append(&a, t, v);
+        assert(rc == 0);
+        (void)rc;
     }
-    int rc = chunk_int_append(&a, t, v);
-    assert(rc == 0);
-    (void)rc;
     open_istore(s, &a);
     return HEAD_OK;
 }
@@ -1496,24 +1494,13 @@ static int foreach_one(void *ud, index_series_t *is)
                               .has_pending = (s->flags & F_PENDING) != 0,
                               .pending_t = s->pend_t,
                               .pending_v = bits_to_double(s->pend_bits)};
-    /* Snapshots hold open chunks as XOR: an integer one is transcoded (and restored as XOR; the
-     * series' next chunk is an integer one again). */
-    chunk_xor_appender_t x = {0};
-    if ((s->flags & F_OPEN) && (s->flags & F_OINT)) {
-        if (int_to_xor(s->obuf, open_len(s), &x) < 0) {
-            pthread_mutex_unlock(mu);
-            c->oom = true;
-            return -1;
-        }
-        st.open = chunk_xor_bytes(&x, &st.open_len);
-    } else if (s->flags & F_OPEN) {
+    if (s->flags & F_OPEN) {
         st.open = s->obuf;
         st.open_len = open_len(s);
+        st.open_enc = (s->flags & F_OINT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
     }
     int rc = (st.nchunks || st.open || st.has_pending) ? c->fn(c->ud, &st) : 0;
     pthread_mutex_unlock(mu);
-    if (x.bytes)
-        chunk_xor_appender_free(&x);
     return rc;
 }
 
@@ -1524,6 +1511,43 @@ int head_foreach_series(head_t *h, int (*fn)(void *ud, const head_series_state_t
     free(c.lbuf);
     free(c.cbuf);
     return c.oom ? HEAD_ERR_NOMEM : rc;
+}
+
+/* Reopens a snapshot's integer open chunk for appending: its samples appended again into a
+ * buffer of the same size give the same bytes (the layout is a function of the samples) and the
+ * appender's state. HEAD_ERR_OUT_OF_ORDER if they do not decode or are not a chunk sluice makes. */
+static int restore_open_int(head_t *h, hseries_t *s, const uint8_t *bytes, size_t len, int64_t mv)
+{
+    if (len <= CHUNK_INT_HEADER_BYTES || len > OPEN_MAX_BYTES)
+        return HEAD_ERR_OUT_OF_ORDER;
+    if (chunk_first_t(bytes, len) < mv)
+        return HEAD_OK; /* expired: dropped, as an XOR one would be */
+    size_t num = (size_t)bytes[0] << 8 | bytes[1];
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return HEAD_ERR_NOMEM;
+    chunk_int_appender_t a;
+    chunk_int_appender_init(&a, buf, len);
+    chunk_int_iter_t it;
+    chunk_int_iter_init(&it, bytes, len);
+    int64_t t;
+    double v;
+    while (chunk_int_iter_next(&it, &t, &v))
+        if (!chunk_int_holds(v) || chunk_int_append(&a, t, (int64_t)v) < 0)
+            break;
+    if (it.err || a.num != num || num > CUT_SAMPLES || chunk_int_appender_len(&a) != len) {
+        free(buf);
+        return HEAD_ERR_OUT_OF_ORDER;
+    }
+    s->obuf = buf;
+    s->ocap = (uint16_t)len;
+    open_istore(s, &a);
+    s->flags |= F_OPEN | F_OINT;
+    atomic_fetch_add_explicit(&LINE(h, s).open_cap_bytes, s->ocap, memory_order_relaxed);
+    atomic_fetch_add(&h->n_chunks, 1);
+    atomic_max64(&h->max_t, s->ot);
+    atomic_min64(&h->min_t, chunk_first_t(bytes, len));
+    return HEAD_OK;
 }
 
 int head_restore_series(head_t *h, const head_series_state_t *st)
@@ -1570,7 +1594,9 @@ int head_restore_series(head_t *h, const head_series_state_t *st)
         atomic_max64(&h->max_t, qc->maxt);
         atomic_min64(&h->min_t, qc->mint);
     }
-    if (st->open && st->open_len > 0) {
+    if (st->open && st->open_len > 0 && st->open_enc == CHUNK_ENC_INT) {
+        rc = restore_open_int(h, s, st->open, st->open_len, mv);
+    } else if (st->open && st->open_len > 0) {
         chunk_xor_iter_t it;
         int64_t t, first = INT64_MIN;
         double v;

@@ -126,6 +126,7 @@ typedef struct {
     size_t nchunks;
     const uint8_t *open; /* open chunk bytes (may be NULL) */
     size_t open_len;
+    uint8_t open_enc; /* CHUNK_ENC_XOR or CHUNK_ENC_INT (chunk_int's appendable layout) */
     bool has_pending; /* the newest sample, not yet encoded (same-second replace) */
     int64_t pending_t;
     double pending_v;

@@ -20,7 +20,8 @@
  *   ...     4           number of closed chunks C
  *   ...     ...         C times: i64 mint, i64 maxt, u32 length, chunk bytes; the length's top
  *                       bit set means a chunk_int chunk (the head's integer encoding), clear XOR
- *   ...     4           open chunk length O (0 = none), then O bytes
+ *   ...     4           open chunk length O (0 = none), then O bytes; the top bit as for closed
+ *                       chunks (an integer open chunk is in chunk_int's appendable layout)
  *
  * Snapshot record type 2, the first piece of a state client's checkpoint (its full state), and
  * type 3, each later piece (a delta on top of it; storage_state_put):
@@ -334,7 +335,9 @@ static int restore_record(recover_t *rc, const uint8_t *data, size_t len, arena_
     }
     st.chunks = ch;
     st.nchunks = nc;
-    st.open_len = (size_t)rd_u(&r, 4);
+    uint64_t ow = rd_u(&r, 4);
+    st.open_len = (size_t)(ow & SNAP_CHUNK_LEN_MASK);
+    st.open_enc = (ow & SNAP_CHUNK_INT) ? CHUNK_ENC_INT : CHUNK_ENC_XOR;
     st.open = st.open_len ? rd_bytes(&r, st.open_len) : NULL;
     if (r.bad || labels_check_sorted_unique(&st.labels) != 0)
         return -1;
@@ -833,7 +836,8 @@ static int snap_series(void *ud, const head_series_state_t *st)
         put_u(b, st->chunks[i].len | (st->chunks[i].enc == CHUNK_ENC_INT ? SNAP_CHUNK_INT : 0), 4);
         buf_append(b, st->chunks[i].bytes, st->chunks[i].len);
     }
-    put_u(b, st->open ? st->open_len : 0, 4);
+    assert(!st->open || st->open_len <= SNAP_CHUNK_LEN_MASK);
+    put_u(b, st->open ? st->open_len | (st->open_enc == CHUNK_ENC_INT ? SNAP_CHUNK_INT : 0) : 0, 4);
     if (st->open)
         buf_append(b, st->open, st->open_len);
     c->series++;
