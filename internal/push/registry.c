@@ -677,49 +677,108 @@ static int label_cmp_name(const void *a, const void *b)
     return strcmp(((const label_t *)a)->name, ((const label_t *)b)->name);
 }
 
+/* What the previous sample's labels were, for the next one: neighbouring samples mostly repeat
+ * their labels at the same positions (every metric of an operator's subtask carries the same
+ * task, host and job strings), and a string equal to its neighbour's takes the neighbour's
+ * interned copy without hashing it again; a set whose names are the neighbour's, in the same
+ * order, is sorted as the neighbour's was, without comparing them again. A body name only gets
+ * into pos when the grouping did not override it. */
+#define PUSH_NEIGH 32
+typedef struct {
+    struct {
+        const char *raw[2]; /* name, value as the body has them */
+        const char *in[2];  /* and interned */
+    } pos[PUSH_NEIGH];
+    uint32_t n;                    /* labels in the previous set (0: none, or too many to keep) */
+    const char *names[PUSH_NEIGH]; /* its interned names before sorting */
+    uint8_t perm[PUSH_NEIGH];      /* sorted position k held names[perm[k]] */
+} push_neigh_t;
+
+static const char *neigh_intern(push_strtab_t *st, push_neigh_t *nb, uint32_t i, int part, const char *str)
+{
+    if (i >= PUSH_NEIGH)
+        return strtab_intern(st, str);
+    if (nb->pos[i].raw[part] && strcmp(nb->pos[i].raw[part], str) == 0)
+        return nb->pos[i].in[part];
+    const char *in = strtab_intern(st, str);
+    nb->pos[i].raw[part] = str;
+    nb->pos[i].in[part] = in;
+    return in;
+}
+
+/* Sorts ls[0..n) by name, as the neighbour's set was sorted when the names are the same. */
+static void neigh_sort(push_neigh_t *nb, label_t *ls, uint32_t n)
+{
+    if (n <= PUSH_NEIGH && n == nb->n) {
+        uint32_t i = 0;
+        while (i < n && ls[i].name == nb->names[i]) /* interned: pointer equality */
+            i++;
+        if (i == n) {
+            label_t tmp[PUSH_NEIGH];
+            memcpy(tmp, ls, n * sizeof(label_t));
+            for (uint32_t k = 0; k < n; k++)
+                ls[k] = tmp[nb->perm[k]];
+            return;
+        }
+    }
+    /* Insertion sort: a dozen labels, the grouping's first and the body's mostly in order
+     * already; qsort's merge sort cost more than the rest of this function (round 1 of the push
+     * bench sorts 256k of these sets). Names are unique here (the parsers refuse duplicates,
+     * the grouping's replace the body's), so any correct sort gives the same order. */
+    bool keep = n <= PUSH_NEIGH;
+    nb->n = keep ? n : 0;
+    for (uint32_t i = 0; keep && i < n; i++) {
+        nb->names[i] = ls[i].name;
+        nb->perm[i] = (uint8_t)i;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        label_t x = ls[i];
+        uint8_t xp = keep ? nb->perm[i] : 0;
+        uint32_t j = i;
+        while (j > 0 && strcmp(ls[j - 1].name, x.name) > 0) {
+            ls[j] = ls[j - 1];
+            if (keep)
+                nb->perm[j] = nb->perm[j - 1];
+            j--;
+        }
+        ls[j] = x;
+        if (keep)
+            nb->perm[j] = xp;
+    }
+}
+
 /* The labels a sample is exposed with (without quantile/le): body labels overridden by grouping
  * labels, plus instance="" when absent. Sorted, in ls (room for s->nlabels + grouping->n + 1);
- * strings interned into the batch. */
-static void push_metric_labels(const expfmt_sample_t *s, const labels_t *grouping, push_strtab_t *st, label_t *ls,
-                               uint32_t *out_n)
+ * strings interned into the batch. The grouping's strings come interned already (gi, one
+ * interning per push instead of one per sample), with instance (interned "instance" and ""). */
+static void push_metric_labels(const expfmt_sample_t *s, const labels_t *gi, const label_t *instance, push_strtab_t *st,
+                               push_neigh_t *nb, label_t *ls, uint32_t *out_n)
 {
     uint32_t nbody = s->nlabels;
     if (s->kind == EXPFMT_KIND_QUANTILE || s->kind == EXPFMT_KIND_BUCKET)
         nbody--; /* the parser puts quantile/le last */
     uint32_t n = 0;
     bool has_instance = false;
-    for (size_t i = 0; i < grouping->n; i++) {
-        ls[n].name = strtab_intern(st, grouping->v[i].name);
-        ls[n].value = strtab_intern(st, grouping->v[i].value);
-        has_instance |= strcmp(grouping->v[i].name, "instance") == 0;
+    for (size_t i = 0; i < gi->n; i++) {
+        ls[n] = gi->v[i];
+        has_instance |= gi->v[i].name == instance->name;
         n++;
     }
     for (uint32_t i = 0; i < nbody; i++) {
-        if (labels_get(grouping, s->labels[i].name))
+        const char *name = s->labels[i].name;
+        if (i < PUSH_NEIGH && nb->pos[i].raw[0] && strcmp(nb->pos[i].raw[0], name) == 0)
+            ls[n].name = nb->pos[i].in[0];
+        else if (labels_get(gi, name))
             continue; /* the path wins */
-        ls[n].name = strtab_intern(st, s->labels[i].name);
-        ls[n].value = strtab_intern(st, s->labels[i].value);
-        has_instance |= strcmp(s->labels[i].name, "instance") == 0;
+        else
+            ls[n].name = neigh_intern(st, nb, i, 0, name);
+        ls[n].value = neigh_intern(st, nb, i, 1, s->labels[i].value);
+        has_instance |= ls[n].name == instance->name;
         n++;
     }
-    if (!has_instance) {
-        ls[n].name = strtab_intern(st, "instance");
-        ls[n].value = strtab_intern(st, "");
-        n++;
-    }
-    /* Insertion sort: a dozen labels, the grouping's first and the body's mostly in order
-     * already; qsort's merge sort cost more than the rest of this function (round 1 of the push
-     * bench sorts 256k of these sets). Names are unique here (the parsers refuse duplicates,
-     * the grouping's replace the body's), so any correct sort gives the same order. */
-    for (uint32_t i = 1; i < n; i++) {
-        label_t x = ls[i];
-        uint32_t j = i;
-        while (j > 0 && strcmp(ls[j - 1].name, x.name) > 0) {
-            ls[j] = ls[j - 1];
-            j--;
-        }
-        ls[j] = x;
-    }
+    if (!has_instance)
+        ls[n++] = *instance;
+    neigh_sort(nb, ls, n);
     *out_n = n;
 }
 
@@ -791,8 +850,9 @@ static int metric_idx_cmp(const void *pa, const void *pb, void *ud)
 
 /* Builds one family's metrics from the body's component samples; dest[i] gets where sample i's
  * value went (metric and part; the caller fills in the family). */
-static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *grouping, push_strtab_t *st,
-                                        push_batch_t *batch, int64_t now_ms, push_dest_t *dest, arena_t *tmp)
+static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_t *gi, const label_t *instance,
+                                        push_neigh_t *nb, push_strtab_t *st, push_batch_t *batch, int64_t now_ms,
+                                        push_dest_t *dest, arena_t *tmp)
 {
     /* What the family's repeats share (names, label sets, bounds) goes to the base; the family,
      * its metrics and values to tmp, copied to their own block by batch_pack. */
@@ -808,7 +868,7 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     size_t ns1 = bf->nsamples ? bf->nsamples : 1;
     push_metric_t *ms = calloc(ns1, sizeof(*ms));
     uint32_t *qcap = calloc(ns1, sizeof(*qcap));
-    size_t lcap = grouping->n + 17;
+    size_t lcap = gi->n + 17;
     label_t *scratch = malloc(lcap * sizeof(*scratch));
     if (!ms || !qcap || !scratch)
         abort();
@@ -823,14 +883,14 @@ static push_family_t *push_build_family(const expfmt_family_t *bf, const labels_
     for (size_t i = 0; i < bf->nsamples; i++) {
         const expfmt_sample_t *s = &bf->samples[i];
         uint32_t nl;
-        if (s->nlabels + grouping->n + 1 > lcap) {
-            lcap = s->nlabels + grouping->n + 1;
+        if (s->nlabels + gi->n + 1 > lcap) {
+            lcap = s->nlabels + gi->n + 1;
             label_t *g = realloc(scratch, lcap * sizeof(*scratch));
             if (!g)
                 abort();
             scratch = g;
         }
-        push_metric_labels(s, grouping, st, scratch, &nl);
+        push_metric_labels(s, gi, instance, st, nb, scratch, &nl);
         label_t *ls = scratch;
         push_metric_t *m = NULL;
         if (complex) {
@@ -1204,8 +1264,13 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
     push_family_t **inbody = arena_alloc(a, nf1 * sizeof(push_family_t *));
     p->ndest = body->nsamples;
     p->dest = arena_alloc(a, (body->nsamples ? body->nsamples : 1) * sizeof(push_dest_t));
+    labels_t gi = {arena_alloc(a, (grouping.n ? grouping.n : 1) * sizeof(label_t)), grouping.n};
+    for (size_t i = 0; i < grouping.n; i++)
+        gi.v[i] = (label_t){strtab_intern(&st, grouping.v[i].name), strtab_intern(&st, grouping.v[i].value)};
+    const label_t instance = {strtab_intern(&st, "instance"), strtab_intern(&st, "")};
+    push_neigh_t nb = {0}; /* shared by the families: their metrics share labels too */
     for (size_t i = 0, k = 0; i < body->nfamilies; k += body->families[i].nsamples, i++)
-        inbody[i] = push_build_family(&body->families[i], &grouping, &st, batch, now_ms, p->dest + k, a);
+        inbody[i] = push_build_family(&body->families[i], &gi, &instance, &nb, &st, batch, now_ms, p->dest + k, a);
     batch->nsets = st.sn;
     strtab_free(&st);
     /* families sorted by name (bodies have unique names), through an index for dest */

@@ -5,7 +5,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "internal/labels/labels.h"
 
@@ -57,6 +59,20 @@ static void test_hash_equal_compare(void **state)
     labels_t le = {e, 1}, lf = {f, 1}, lg = {g, 1};
     assert_true(labels_hash(&le) == labels_hash(&lf));
     assert_true(labels_hash(&le) != labels_hash(&lg));
+
+    /* The hash is xxh3 of name 0xff value 0xff ... (snapshots keep it): on both sides of the
+     * stack buffer's size, with the overflow in the first or a later label. */
+    for (size_t len = 500; len <= 520; len++) {
+        char v1[600], cat[700];
+        memset(v1, 'v', len);
+        v1[len] = 0;
+        label_t one[] = {{"a", v1}}, two[] = {{"__name__", "up"}, {"a", v1}};
+        labels_t l_one = {one, 1}, l_two = {two, 2};
+        int n = snprintf(cat, sizeof(cat), "a\xff%s\xff", v1);
+        assert_true(labels_hash(&l_one) == XXH3_64bits(cat, (size_t)n));
+        n = snprintf(cat, sizeof(cat), "__name__\xffup\xff%s\xff%s\xff", "a", v1);
+        assert_true(labels_hash(&l_two) == XXH3_64bits(cat, (size_t)n));
+    }
 }
 
 static void test_valid_names(void **state)

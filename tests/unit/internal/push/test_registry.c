@@ -928,6 +928,75 @@ static void test_effect_labels_sorted(void **state)
     journal_free();
 }
 
+/* Neighbouring samples share interned strings and their sort (registry.c, push_neigh_t): every
+ * way a sample can differ from its neighbour must still give its own labels, sorted, with the
+ * grouping's overriding the body's and instance="" only where the body has none. */
+static void test_neighbour_labels(void **state)
+{
+    (void)state;
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[1];
+    buf_t body = BUF_INIT, wide = BUF_INIT;
+    buf_puts(&body, "# TYPE m gauge\n"
+                    "m{a=\"1\",b=\"2\",c=\"3\"} 1\n"         /* first */
+                    "m{a=\"1\",b=\"2\",c=\"4\"} 2\n"         /* a value differs */
+                    "m{c=\"3\",b=\"2\",a=\"1\",d=\"0\"} 3\n" /* names in another order, one more */
+                    "m{c=\"5\",b=\"2\",a=\"1\",d=\"0\"} 4\n" /* the same names: the same sort */
+                    "m{job=\"x\",b=\"2\",c=\"6\"} 5\n"       /* the grouping's name where c was */
+                    "m{a=\"1\",b=\"2\",c=\"7\"} 6\n"         /* after a name the grouping took */
+                    "m{job=\"y\",c=\"8\"} 7\n"
+                    "m{instance=\"i1\",a=\"1\"} 8\n" /* instance from the body */
+                    "m{a=\"2\",instance=\"i1\"} 9\n"
+                    "m{a=\"3\"} 10\n" /* none: instance="" */
+                    "# TYPE n counter\n"
+                    "n{a=\"1\",b=\"2\",c=\"3\"} 11\n"); /* another family, the same strings */
+    /* More labels than the neighbour keeps, twice: the last differs. */
+    buf_puts(&body, "# TYPE w gauge\n");
+    for (int k = 0; k < 2; k++) {
+        buf_puts(&body, "w{");
+        for (int i = 39; i >= 0; i--)
+            buf_printf(&body, "l%02d=\"%s\"%s", i, i == 39 && k ? "x" : "v", i ? "," : "");
+        buf_printf(&body, "} %d\n", 12 + k);
+    }
+    buf_putc(&body, '\0');
+    push_shaped(r, "j", body.data, 1000, &s[0]);
+    buf_t text = BUF_INIT;
+    push_registry_write_text(r, &text);
+    buf_putc(&text, '\0');
+    static const char *const want[] = {
+        "m{a=\"1\",b=\"2\",c=\"3\",instance=\"\",job=\"j\"} 1\n",
+        "m{a=\"1\",b=\"2\",c=\"4\",instance=\"\",job=\"j\"} 2\n",
+        "m{a=\"1\",b=\"2\",c=\"3\",d=\"0\",instance=\"\",job=\"j\"} 3\n",
+        "m{a=\"1\",b=\"2\",c=\"5\",d=\"0\",instance=\"\",job=\"j\"} 4\n",
+        "m{b=\"2\",c=\"6\",instance=\"\",job=\"j\"} 5\n",
+        "m{a=\"1\",b=\"2\",c=\"7\",instance=\"\",job=\"j\"} 6\n",
+        "m{c=\"8\",instance=\"\",job=\"j\"} 7\n",
+        "m{a=\"1\",instance=\"i1\",job=\"j\"} 8\n",
+        "m{a=\"2\",instance=\"i1\",job=\"j\"} 9\n",
+        "m{a=\"3\",instance=\"\",job=\"j\"} 10\n",
+        "n{a=\"1\",b=\"2\",c=\"3\",instance=\"\",job=\"j\"} 11\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(text.data, want[i]))
+            fail_msg("missing %s in\n%s", want[i], text.data);
+    for (int k = 0; k < 2; k++) {
+        buf_reset(&wide);
+        buf_puts(&wide, "w{instance=\"\",job=\"j\",");
+        for (int i = 0; i < 40; i++)
+            buf_printf(&wide, "l%02d=\"%s\"%s", i, i == 39 && k ? "x" : "v", i < 39 ? "," : "");
+        buf_printf(&wide, "} %d\n", 12 + k);
+        buf_putc(&wide, '\0');
+        if (!strstr(text.data, wide.data))
+            fail_msg("missing %s in\n%s", wide.data, text.data);
+    }
+    buf_free(&text);
+    buf_free(&wide);
+    buf_free(&body);
+    arena_destroy(s[0].a);
+    push_registry_free(r);
+    journal_free();
+}
+
 /* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
 static void test_repeat_of_changed_group_misses(void **state)
 {
@@ -1190,6 +1259,7 @@ int main(void)
         cmocka_unit_test(test_metric_parts_apart),
         cmocka_unit_test(test_repeat_of_changed_group_misses),
         cmocka_unit_test(test_effect_labels_sorted),
+        cmocka_unit_test(test_neighbour_labels),
         cmocka_unit_test(test_label_sets_interned),
         cmocka_unit_test(test_render_pieces_equal_one_shot),
         cmocka_unit_test(test_render_survives_changes),
