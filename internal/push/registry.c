@@ -15,6 +15,10 @@
  *   registry ── groups (hash by grouping key) ── group ── families (sorted by name)
  *            └─ types (hash by metric name -> type, number of groups holding it)
  *
+ * The type index answers what the Pushgateway checks across groups: that a family has one type
+ * everywhere, and that no family is named like a summary's or histogram's _sum, _count (or a
+ * histogram's _bucket) series beside it (client_golang will not gather those together).
+ *
  * A family keeps "metrics" in the protobuf sense: one per label set, with a value (counter,
  * gauge, untyped) or sum/count plus quantiles or buckets (summary, histogram). That is the shape
  * both the text and the JSON outputs need; storage gets the component series.
@@ -1334,8 +1338,79 @@ static bool push_drops_series(const push_group_t *g, const push_pending_t *p)
     return false;
 }
 
-/* Types must agree with what other groups hold (this group's own families are replaced). r->mu
- * held; g is the pushed group (NULL: new). */
+/* The type of family `name` once the push lands, when some group will hold it: the push's own
+ * family, else another group's (a PUT replaces all of g's families; a POST those it names, and
+ * those are the push's own). r->mu held. */
+static bool settle_held_type(push_registry_t *r, const push_pending_t *p, const push_group_t *g, const char *name,
+                             expfmt_type_t *type)
+{
+    size_t lo = 0, hi = p->nfams;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(p->fams[mid]->name, name);
+        if (c == 0) {
+            *type = p->fams[mid]->type;
+            return true;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    push_type_t *t = type_find(r, name, push_hash_str(name));
+    if (!t || t->groups - (g && p->mode == PUSH_PUT && group_family(g, name) ? 1 : 0) == 0)
+        return false;
+    *type = t->type;
+    return true;
+}
+
+/* What a Pushgateway refuses because Prometheus' client library will not gather it together
+ * (its registry's suffix check): a family named like a summary's or histogram's _sum or _count,
+ * or a histogram's _bucket, beside that summary or histogram, in any group. Checked from each
+ * pushed family's side, against the push and the other groups. r->mu held. */
+static int settle_check_suffixes(push_registry_t *r, const push_pending_t *p, const push_group_t *g, char *err,
+                                 size_t errlen)
+{
+    static const char *const sufs[] = {"_count", "_sum", "_bucket"};
+    for (size_t i = 0; i < p->nfams; i++) {
+        const push_family_t *nf = p->fams[i];
+        size_t len = strlen(nf->name);
+        char *other = NULL; /* the name looked for: made only when there is one to look for */
+        expfmt_type_t t;
+        for (size_t k = 0; k < 3; k++) {
+            size_t sl = strlen(sufs[k]);
+            if (len <= sl || strcmp(nf->name + len - sl, sufs[k]) != 0)
+                continue;
+            other = other ? other : arena_alloc(p->arena, len + sizeof("_bucket"));
+            memcpy(other, nf->name, len - sl);
+            other[len - sl] = 0;
+            if (settle_held_type(r, p, g, other, &t) && (t == EXPFMT_HISTOGRAM || (t == EXPFMT_SUMMARY && k != 2))) {
+                snprintf(err, errlen,
+                         "%scollected metric named \"%s\" collides with previously collected %s named \"%s\"",
+                         push_err_prefix, nf->name, t == EXPFMT_HISTOGRAM ? "histogram" : "summary", other);
+                return PUSH_ERR_INVALID;
+            }
+        }
+        if (nf->type != EXPFMT_SUMMARY && nf->type != EXPFMT_HISTOGRAM)
+            continue;
+        other = other ? other : arena_alloc(p->arena, len + sizeof("_bucket"));
+        for (size_t k = 0; k < (nf->type == EXPFMT_HISTOGRAM ? 3u : 2u); k++) {
+            memcpy(other, nf->name, len);
+            strcpy(other + len, sufs[k]);
+            if (settle_held_type(r, p, g, other, &t)) {
+                snprintf(err, errlen,
+                         "%scollected %s named \"%s\" collides with previously collected metric named \"%s\"",
+                         push_err_prefix, k == 2 ? "histogram" : "histogram or summary", nf->name, other);
+                return PUSH_ERR_INVALID;
+            }
+        }
+    }
+    return PUSH_OK;
+}
+
+/* Types must agree with what other groups hold (this group's own families are replaced), and no
+ * family may collide with a summary's or histogram's suffixed names. r->mu held; g is the pushed
+ * group (NULL: new). */
 static int settle_check_types(push_registry_t *r, const push_pending_t *p, const push_group_t *g, char *err,
                               size_t errlen)
 {
@@ -1351,7 +1426,7 @@ static int settle_check_types(push_registry_t *r, const push_pending_t *p, const
             return PUSH_ERR_INVALID;
         }
     }
-    return PUSH_OK;
+    return settle_check_suffixes(r, p, g, err, errlen);
 }
 
 /* Series refs carried over from the families this push replaces with the same shape. r->mu held. */

@@ -63,6 +63,22 @@ OPENMETRICS = [
 ]
 
 
+# Push bodies for fuzz_push_group: neighbouring samples that repeat, reorder, override or lack
+# labels (first byte: the grouping, bit 0 instance, bit 1 a third label).
+PUSH_GROUP = [
+    (0, "# TYPE m gauge\nm{a=\"1\",b=\"2\",c=\"3\"} 1\nm{a=\"1\",b=\"2\",c=\"4\"} 2\n"
+        "m{c=\"3\",b=\"2\",a=\"1\",d=\"0\"} 3\nm{c=\"5\",b=\"2\",a=\"1\",d=\"0\"} 4\n"
+        "m{job=\"x\",b=\"2\",c=\"6\"} 5\nm{a=\"1\",b=\"2\",c=\"7\"} 6\n"
+        "m{instance=\"i1\",a=\"1\"} 7\nm{a=\"3\"} 8\n# TYPE n counter\nn{a=\"1\",b=\"2\",c=\"3\"} 9\n"),
+    (1, "# TYPE rpc summary\nrpc{s=\"a\",quantile=\"0.5\"} 1\nrpc{s=\"a\",quantile=\"0.9\"} 2\n"
+        "rpc_sum{s=\"a\"} 3\nrpc_count{s=\"a\"} 4\nrpc{s=\"b\",quantile=\"0.5\"} 5\nrpc_sum{s=\"b\"} 6\n"
+        "rpc_count{s=\"b\"} 7\n# TYPE lat histogram\nlat_bucket{instance=\"x\",le=\"0.1\"} 1\n"
+        "lat_bucket{instance=\"x\",le=\"+Inf\"} 2\nlat_sum{instance=\"x\"} 3\nlat_count{instance=\"x\"} 2\n"),
+    (2, "x{zone=\"q\",a=\"\",b=\"v\"} 1\nx{zone=\"r\",b=\"v\",a=\"w\"} 2\ny{b=\"v\"} 3\ny{b=\"v\",e=\"\"} 4\n"),
+    (3, TEXT[0].replace(" 1395066363000", "") + "metric_without_timestamp_and_labels 12.47\n"),
+]
+
+
 def flink_bodies(flink_gen):
     if not flink_gen or not os.access(flink_gen, os.X_OK):
         return []
@@ -490,6 +506,8 @@ def main():
         put("fuzz_promql_eval", q)
     for p in PATHS:
         put("fuzz_push_path", p)
+    for g, body in PUSH_GROUP + [(0, b) for b in flink_bodies(a.flink_gen)]:
+        put("fuzz_push_group", bytes([g]) + body.encode())
     for c in xor_seeds():
         put("fuzz_chunk_xor", c)
     for c in int_seeds():

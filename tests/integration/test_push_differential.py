@@ -105,6 +105,18 @@ STEPS = [
     ("POST", "/metrics/job/h", "# HELP k first\nk 1\n", {}),
     ("POST", "/metrics/job/h", "# HELP k2 second\nk2 1\n", {}),
     ("PUT", "/metrics/job/i", "v 1e308\nv2 -0.0\nv3 NaN\nv4 +Inf\nv5 0.000001\nv6 123456789\n", {}),
+    # A family named like a summary's or histogram's suffixed series, in any group (the client
+    # library's suffix check, which the Pushgateway's consistency check runs).
+    ("PUT", "/metrics/job/sx", "# TYPE sx summary\nsx_sum 3\nsx_count 2\n# TYPE sx_bucket gauge\nsx_bucket 4\n", {}),
+    ("PUT", "/metrics/job/sx2", "# TYPE sx_count gauge\nsx_count 4\n", {}),           # the summary's _count
+    ("PUT", "/metrics/job/sx2", "# TYPE sx_sum_count gauge\nsx_sum_count 4\n", {}),   # no collision
+    ("PUT", "/metrics/job/hx", "# TYPE hx_count gauge\nhx_count 4\n", {}),
+    ("PUT", "/metrics/job/hx2", "# TYPE hx histogram\nhx_bucket{le=\"+Inf\"} 2\nhx_sum 3\nhx_count 2\n", {}),
+    ("PUT", "/metrics/job/hy", "hy_bucket{a=\"1\"} 1\n# TYPE hy histogram\nhy_bucket{le=\"+Inf\"} 2\nhy_sum 3\nhy_count 2\n", {}),
+    ("PUT", "/metrics/job/hx", "other 1\n", {}),                                         # hx_count gone
+    ("PUT", "/metrics/job/hx2", "# TYPE hx histogram\nhx_bucket{le=\"+Inf\"} 2\nhx_sum 3\nhx_count 2\n", {}),
+    ("POST", "/metrics/job/hx2", "hx_bucket 3\n", {}),                                   # beside its own histogram
+    ("PUT", "/metrics/job/hx3", "# TYPE hx_bucket gauge\nhx_bucket 3\n", {}),          # beside another group's
 ]
 
 

@@ -997,6 +997,50 @@ static void test_neighbour_labels(void **state)
     journal_free();
 }
 
+/* A family named like a summary's or histogram's suffixed series is refused beside it, in the
+ * same push, in another group or in the group's own families a POST keeps (the client library's
+ * suffix check, which the Pushgateway runs on every push). */
+static void test_suffix_collisions(void **state)
+{
+    (void)state;
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[16];
+    int n = 0;
+    char err[512];
+    const char *hist = "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n";
+    /* a summary beside its _bucket name is fine; beside _count it is not */
+    assert_int_equal(push(r, PUSH_PUT, "a", "# TYPE s summary\ns_sum 3\ns_count 2\n# TYPE s_bucket gauge\ns_bucket 4\n",
+                          1000, &s[n++], err, sizeof(err)),
+                     PUSH_OK);
+    assert_int_equal(push(r, PUSH_PUT, "b", "# TYPE s_count gauge\ns_count 1\n", 1000, &s[n++], err, sizeof(err)),
+                     PUSH_ERR_INVALID);
+    assert_non_null(
+        strstr(err, "collected metric named \"s_count\" collides with previously collected summary named \"s\""));
+    assert_int_equal(
+        push(r, PUSH_PUT, "b", "# TYPE s_sum_count gauge\ns_sum_count 1\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    /* a histogram beside another group's h_count, then once that group dropped it */
+    assert_int_equal(push(r, PUSH_PUT, "c", "h_count 1\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push(r, PUSH_PUT, "d", hist, 1000, &s[n++], err, sizeof(err)), PUSH_ERR_INVALID);
+    assert_non_null(strstr(err, "collected histogram or summary named \"h\" collides with previously collected metric "
+                                "named \"h_count\""));
+    assert_int_equal(push(r, PUSH_PUT, "c", "other 1\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push(r, PUSH_PUT, "d", hist, 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    /* the group's own histogram, kept by a POST; replaced by a PUT */
+    assert_int_equal(push(r, PUSH_POST, "d", "h_bucket 1\n", 1000, &s[n++], err, sizeof(err)), PUSH_ERR_INVALID);
+    assert_non_null(strstr(err, "collected metric named \"h_bucket\" collides with previously collected histogram"));
+    assert_int_equal(push(r, PUSH_PUT, "d", "h_bucket 1\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    /* both in one push */
+    assert_int_equal(push(r, PUSH_PUT, "e",
+                          "g_bucket{a=\"1\"} 1\n# TYPE g histogram\ng_bucket{le=\"+Inf\"} 2\ng_sum 3\ng_count 2\n",
+                          1000, &s[n++], err, sizeof(err)),
+                     PUSH_ERR_INVALID);
+    assert_non_null(strstr(err, "collides with previously collected"));
+    for (int i = 0; i < n; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+    journal_free();
+}
+
 /* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
 static void test_repeat_of_changed_group_misses(void **state)
 {
@@ -1260,6 +1304,7 @@ int main(void)
         cmocka_unit_test(test_repeat_of_changed_group_misses),
         cmocka_unit_test(test_effect_labels_sorted),
         cmocka_unit_test(test_neighbour_labels),
+        cmocka_unit_test(test_suffix_collisions),
         cmocka_unit_test(test_label_sets_interned),
         cmocka_unit_test(test_render_pieces_equal_one_shot),
         cmocka_unit_test(test_render_survives_changes),
