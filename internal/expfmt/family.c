@@ -463,21 +463,30 @@ void expfmt__go_quote_rune(char *out, size_t outlen, unsigned char c)
 
 /* ------------------------------------------------------------------------ duplicates */
 
-static bool ignored(const char *name, const char *const *ignore, size_t nignore)
+/* What the duplicate check leaves out: see expfmt_check_duplicates. */
+typedef struct {
+    const char *const *ignore;
+    size_t nignore;
+    const char *blank;
+} dup_skip_t;
+
+static bool skipped(const label_t *l, const dup_skip_t *k)
 {
-    for (size_t i = 0; i < nignore; i++)
-        if (strcmp(name, ignore[i]) == 0)
+    if (k->blank && !l->value[0] && strcmp(l->name, k->blank) == 0)
+        return true;
+    for (size_t i = 0; i < k->nignore; i++)
+        if (strcmp(l->name, k->ignore[i]) == 0)
             return true;
     return false;
 }
 
 /* Order-insensitive: the sum of per-label hashes. Collisions are settled by same_series. */
-static uint64_t series_hash(const expfmt_sample_t *s, const char *const *ignore, size_t nignore)
+static uint64_t series_hash(const expfmt_sample_t *s, const dup_skip_t *k)
 {
     uint64_t h = XXH3_64bits(s->name, strlen(s->name));
     for (uint32_t i = 0; i < s->nlabels; i++) {
         const label_t *l = &s->labels[i];
-        if (nignore && ignored(l->name, ignore, nignore))
+        if (skipped(l, k))
             continue;
         uint64_t ln = XXH3_64bits(l->name, strlen(l->name));
         uint64_t lv = XXH3_64bits_withSeed(l->value, strlen(l->value), ln);
@@ -486,23 +495,23 @@ static uint64_t series_hash(const expfmt_sample_t *s, const char *const *ignore,
     return h;
 }
 
-static size_t count_kept(const expfmt_sample_t *s, const char *const *ignore, size_t nignore)
+static size_t count_kept(const expfmt_sample_t *s, const dup_skip_t *k)
 {
-    size_t k = 0;
+    size_t n = 0;
     for (uint32_t i = 0; i < s->nlabels; i++)
-        k += !(nignore && ignored(s->labels[i].name, ignore, nignore));
-    return k;
+        n += !skipped(&s->labels[i], k);
+    return n;
 }
 
-static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b, const char *const *ignore, size_t nignore)
+static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b, const dup_skip_t *k)
 {
     if (strcmp(a->name, b->name) != 0)
         return false;
-    if (count_kept(a, ignore, nignore) != count_kept(b, ignore, nignore))
+    if (count_kept(a, k) != count_kept(b, k))
         return false;
     for (uint32_t i = 0; i < a->nlabels; i++) {
         const label_t *l = &a->labels[i];
-        if (nignore && ignored(l->name, ignore, nignore))
+        if (skipped(l, k))
             continue;
         bool found = false;
         for (uint32_t j = 0; j < b->nlabels && !found; j++)
@@ -516,8 +525,7 @@ static bool same_series(const expfmt_sample_t *a, const expfmt_sample_t *b, cons
 typedef struct {
     const expfmt_result_t *r;
     const expfmt_sample_t *s;
-    const char *const *ignore;
-    size_t nignore;
+    const dup_skip_t *skip;
 } dup_key_t;
 
 /* v: (family << 32 | sample index) of an earlier sample. */
@@ -525,14 +533,15 @@ static bool dup_eq(uint64_t v, const void *ctx)
 {
     const dup_key_t *k = ctx;
     const expfmt_sample_t *o = &k->r->families[v >> 32].samples[(uint32_t)v];
-    return same_series(o, k->s, k->ignore, k->nignore);
+    return same_series(o, k->s, k->skip);
 }
 
-int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, arena_t *a,
-                            size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen)
+int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, const char *blank,
+                            arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen)
 {
     if (r->nsamples == 0)
         return 0;
+    const dup_skip_t skip = {ignore, nignore, blank};
     /* series hash -> (family << 32 | sample index), for every sample seen so far */
     hashmap_t seen;
     hashmap_init(&seen, a, HASHMAP_HASHED_KEYS);
@@ -545,8 +554,8 @@ int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore,
         const expfmt_family_t *F = &r->families[f];
         for (size_t i = 0; i < F->nsamples; i++) {
             const expfmt_sample_t *s = &F->samples[i];
-            uint64_t h = series_hash(s, ignore, nignore);
-            dup_key_t k = {r, s, ignore, nignore};
+            uint64_t h = series_hash(s, &skip);
+            dup_key_t k = {r, s, &skip};
             const uint64_t *v = hashmap_find(&seen, h, dup_eq, &k);
             if (!v) {
                 (void)hashmap_add(&seen, h, (uint64_t)f << 32 | (uint32_t)i); /* reserved: cannot fail */

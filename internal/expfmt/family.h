@@ -132,12 +132,14 @@ expfmt_type_t expfmt_type_from_proto(int proto_type, bool *ok);
 /*
  * Finds two samples with the same series name and the same label set (order-insensitive), which
  * the Pushgateway rejects ("was collected before with the same name and label values").
- * Labels named in `ignore` (the grouping labels the path will override) take no part.
+ * Labels named in `ignore` (the grouping labels the path will override) take no part, and a
+ * label named `blank` (NULL: none) with an empty value counts as absent (the Pushgateway gives
+ * every metric without an instance label instance="", so those two are one series to it).
  * Returns 0 when none, 1 when found (then *fam, *s1 < *s2 locate them and err says which), or
  * EXPFMT_ENOMEM. Scratch memory comes from `a`. O(samples).
  */
-int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, arena_t *a,
-                            size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen);
+int expfmt_check_duplicates(const expfmt_result_t *r, const char *const *ignore, size_t nignore, const char *blank,
+                            arena_t *a, size_t *fam, size_t *s1, size_t *s2, char *err, size_t errlen);
 
 /* Appends Go's strconv.Quote(s[0:n]) rendering (the %q of the Pushgateway's messages) to
  * out[0:outlen], always NUL-terminating; returns the length it wanted. */

@@ -1233,7 +1233,8 @@ int push_registry_build(push_registry_t *r, const labels_t *grouping_in, push_mo
         ignore[i] = grouping.v[i].name;
     size_t df, d1, d2;
     char derr[1024];
-    int dup = expfmt_check_duplicates(body, ignore, grouping.n, a, &df, &d1, &d2, derr, sizeof(derr));
+    /* instance="" and no instance are one series here: the metric without one gets instance="" */
+    int dup = expfmt_check_duplicates(body, ignore, grouping.n, "instance", a, &df, &d1, &d2, derr, sizeof(derr));
     if (dup != 0) {
         if (dup < 0)
             return PUSH_ERR_NOMEM;
@@ -1408,9 +1409,97 @@ static int settle_check_suffixes(push_registry_t *r, const push_pending_t *p, co
     return PUSH_OK;
 }
 
-/* Types must agree with what other groups hold (this group's own families are replaced), and no
- * family may collide with a summary's or histogram's suffixed names. r->mu held; g is the pushed
- * group (NULL: new). */
+/* Whether a series of one grouping could be a series of the other: no label name they share
+ * has different values (both sorted). Groups whose groupings differ in a shared name's value
+ * (every TaskManager's own instance) can never hold the same series. */
+static bool groupings_overlap(const labels_t *a, const labels_t *b)
+{
+    for (size_t i = 0, j = 0; i < a->n && j < b->n;) {
+        int c = strcmp(a->v[i].name, b->v[j].name);
+        if (c == 0 && strcmp(a->v[i].value, b->v[j].value) != 0)
+            return false;
+        i += c <= 0;
+        j += c >= 0;
+    }
+    return true;
+}
+
+static uint64_t metric_key(const push_metric_t *m)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (uint32_t i = 0; i < m->nlabels; i++) {
+        XXH3_64bits_update(&st, m->labels[i].name, strlen(m->labels[i].name) + 1);
+        XXH3_64bits_update(&st, m->labels[i].value, strlen(m->labels[i].value) + 1);
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+typedef struct {
+    const push_family_t *f; /* the other group's family, whose metric index the map holds */
+    const push_metric_t *m; /* the pushed metric */
+} dup_probe_t;
+
+static bool dup_probe_eq(uint64_t val, const void *ctx)
+{
+    const dup_probe_t *d = ctx;
+    const push_metric_t *o = &d->f->metrics[val];
+    if (o->nlabels != d->m->nlabels)
+        return false;
+    for (uint32_t i = 0; i < o->nlabels; i++)
+        if (strcmp(o->labels[i].name, d->m->labels[i].name) != 0 ||
+            strcmp(o->labels[i].value, d->m->labels[i].value) != 0)
+            return false;
+    return true;
+}
+
+/* No metric (family name and labels, grouping applied) may be one another group holds: the
+ * Pushgateway refuses it as collected twice. Only groups whose grouping overlaps this one's are
+ * looked at. r->mu held. */
+static int settle_check_other_groups(push_registry_t *r, const push_pending_t *p, const push_group_t *g, char *err,
+                                     size_t errlen)
+{
+    for (size_t b = 0; b < r->gcap; b++)
+        for (const push_group_t *h = r->gtab[b]; h; h = h->next) {
+            if (h == g || !groupings_overlap(&p->grouping, &h->grouping))
+                continue;
+            for (size_t i = 0; i < p->nfams; i++) {
+                const push_family_t *pf = p->fams[i], *hf = group_family(h, pf->name);
+                if (!hf || !hf->n || !pf->n)
+                    continue;
+                hashmap_t seen;
+                hashmap_init(&seen, p->arena, HASHMAP_HASHED_KEYS);
+                if (hashmap_reserve(&seen, hf->n) < 0) {
+                    snprintf(err, errlen, "out of memory");
+                    return PUSH_ERR_NOMEM;
+                }
+                for (size_t k = 0; k < hf->n; k++)
+                    (void)hashmap_add(&seen, metric_key(&hf->metrics[k]), k); /* reserved: cannot fail */
+                for (size_t k = 0; k < pf->n; k++) {
+                    const push_metric_t *m = &pf->metrics[k];
+                    dup_probe_t d = {hf, m};
+                    if (!hashmap_find(&seen, metric_key(m), dup_probe_eq, &d))
+                        continue;
+                    char q[256];
+                    expfmt_go_quote(q, sizeof(q), pf->name, strlen(pf->name));
+                    int off = snprintf(err, errlen, "%scollected metric %s {", push_err_prefix, q);
+                    for (uint32_t l = 0; l < m->nlabels && off >= 0 && (size_t)off < errlen; l++) {
+                        expfmt_go_quote(q, sizeof(q), m->labels[l].value, strlen(m->labels[l].value));
+                        off += snprintf(err + off, errlen - (size_t)off, "%s%s=%s", l ? "," : "", m->labels[l].name, q);
+                    }
+                    if (off >= 0 && (size_t)off < errlen)
+                        snprintf(err + off, errlen - (size_t)off,
+                                 "} was collected before with the same name and label values");
+                    return PUSH_ERR_INVALID;
+                }
+            }
+        }
+    return PUSH_OK;
+}
+
+/* Types must agree with what other groups hold (this group's own families are replaced), no
+ * family may collide with a summary's or histogram's suffixed names, and no metric may be one
+ * another group holds. r->mu held; g is the pushed group (NULL: new). */
 static int settle_check_types(push_registry_t *r, const push_pending_t *p, const push_group_t *g, char *err,
                               size_t errlen)
 {
@@ -1426,7 +1515,8 @@ static int settle_check_types(push_registry_t *r, const push_pending_t *p, const
             return PUSH_ERR_INVALID;
         }
     }
-    return settle_check_suffixes(r, p, g, err, errlen);
+    int rc = settle_check_suffixes(r, p, g, err, errlen);
+    return rc == PUSH_OK ? settle_check_other_groups(r, p, g, err, errlen) : rc;
 }
 
 /* Series refs carried over from the families this push replaces with the same shape. r->mu held. */

@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(n == r.nsamples);
         size_t fam, s1, s2;
         char derr[512];
-        int d = expfmt_check_duplicates(&r, NULL, 0, a, &fam, &s1, &s2, derr, sizeof(derr));
+        int d = expfmt_check_duplicates(&r, NULL, 0, NULL, a, &fam, &s1, &s2, derr, sizeof(derr));
         FUZZ_CHECK(d == 0 || d == 1 || d == EXPFMT_ENOMEM);
     } else {
         FUZZ_CHECK(rc == EXPFMT_EPARSE || rc == EXPFMT_ELIMIT || rc == EXPFMT_ENOMEM);

@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t fam, s1, s2;
         char derr[512];
         const char *ignore[] = {"job", "instance"};
-        int d = expfmt_check_duplicates(&r, ignore, 2, a, &fam, &s1, &s2, derr, sizeof(derr));
+        int d = expfmt_check_duplicates(&r, ignore, 2, NULL, a, &fam, &s1, &s2, derr, sizeof(derr));
         FUZZ_CHECK(d == 0 || d == 1 || d == EXPFMT_ENOMEM);
         if (d == 1)
             FUZZ_CHECK(fam < r.nfamilies && s1 < s2 && s2 < r.families[fam].nsamples);

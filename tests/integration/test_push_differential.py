@@ -148,14 +148,25 @@ def do(url, method, path, body, headers):
     return requests.request(method, url + path, data=data, headers=headers, allow_redirects=False, timeout=10)
 
 
+def same_state(pushgateway, sluice, method):
+    """Both servers' groups, normalized. The Pushgateway answers a DELETE (202) before its queue
+    has applied it, so after one the two are read again until they agree (or 2 s passed)."""
+    for _ in range(40 if method == "DELETE" else 1):
+        pg = normalize(requests.get(pushgateway + "/api/v1/metrics").json()["data"])
+        sl = normalize(requests.get(sluice.url + "/api/v1/metrics").json()["data"])
+        if sl == pg:
+            break
+        time.sleep(0.05)
+    return pg, sl
+
+
 def test_same_answers_as_pushgateway(pushgateway, sluice):
     for i, (method, path, body, headers) in enumerate(STEPS):
         rp = do(pushgateway, method, path, body, headers)
         rs = do(sluice.url, method, path, body, headers)
         assert rs.status_code == rp.status_code, (
             f"step {i} {method} {path}: pushgateway {rp.status_code} {rp.text!r}, sluice {rs.status_code} {rs.text!r}")
-        pg = normalize(requests.get(pushgateway + "/api/v1/metrics").json()["data"])
-        sl = normalize(requests.get(sluice.url + "/api/v1/metrics").json()["data"])
+        pg, sl = same_state(pushgateway, sluice, method)
         assert sl == pg, f"after step {i} {method} {path}"
 
 
@@ -239,8 +250,7 @@ def test_repeated_pushes_same_as_pushgateway(pushgateway, sluice):
             f"step {i}: pushgateway {rp.status_code} {rp.text!r}, sluice {rs.status_code} {rs.text!r}")
         if rp.status_code == 400:
             assert rs.text.strip() == rp.text.strip(), f"step {i}"
-        pg = normalize(requests.get(pushgateway + "/api/v1/metrics").json()["data"])
-        sl = normalize(requests.get(sluice.url + "/api/v1/metrics").json()["data"])
+        pg, sl = same_state(pushgateway, sluice, method)
         assert sl == pg, f"after step {i} {method}"
     # Pushes 1, 2, 4, 20, 25, 26 (0-based) repeat their predecessor's shape; a refused push
     # does not change the group, so 10 -> 11 (same shape as 9... changed by 9's reversal) etc.
@@ -257,3 +267,63 @@ def repeats(sluice):
         if line.startswith("sluice_push_repeats_total "):
             return float(line.split()[1])
     raise AssertionError("no sluice_push_repeats_total")
+
+
+def random_body(rnd):
+    """A small text body from a grammar that reaches what the registry decides: types and their
+    suffixed names (collisions), label sets repeated, reordered, overridden by the grouping or
+    empty, summaries and histograms, HELP texts that differ between pushes."""
+    names = ["m", "m_sum", "m_count", "m_bucket", "n", "h", "h_bucket", "h_count", "s", "s_sum", "t_total"]
+    lines = []
+    # Reverse order, so "m_sum" comes before a summary or histogram "m": after it, both parsers
+    # read its lines as m's own, and two of them are where sluice and the Pushgateway differ
+    # (bucket lines without le, a second m_sum line: see the session 19 note).
+    for name in sorted(rnd.sample(names, rnd.randint(1, 3)), reverse=True):
+        ftype = rnd.choice([None, "counter", "gauge", "untyped", "summary", "histogram"])
+        if rnd.random() < 0.3:
+            lines.append(f"# HELP {name} {rnd.choice(['help one', 'help two'])}")
+        if ftype:
+            lines.append(f"# TYPE {name} {ftype}")
+        seen = set()
+        for _ in range(rnd.randint(1, 3)):
+            pairs = [(k, rnd.choice(["1", "2", "x", ""])) for k in rnd.sample(["a", "b", "job", "instance", "c"], rnd.randint(0, 3))]
+            key = tuple(sorted((k, v) for k, v in pairs if v))
+            if key in seen:
+                continue
+            seen.add(key)
+            ls = ",".join(f'{k}="{v}"' for k, v in pairs)
+            v = rnd.choice(["1", "2.5", "0", "7"])
+            if ftype == "summary":
+                for q in rnd.sample(["0.5", "0.9"], rnd.randint(1, 2)):
+                    lines.append(f'{name}{{{ls}{"," if ls else ""}quantile="{q}"}} {v}')
+                lines.append(f"{name}_sum{{{ls}}} {v}")
+                lines.append(f"{name}_count{{{ls}}} {v}")
+            elif ftype == "histogram":
+                for le in rnd.sample(["0.5", "1", "+Inf"], rnd.randint(1, 3)):
+                    lines.append(f'{name}_bucket{{{ls}{"," if ls else ""}le="{le}"}} {v}')
+                lines.append(f"{name}_sum{{{ls}}} {v}")
+                lines.append(f"{name}_count{{{ls}}} {v}")
+            else:
+                lines.append(f"{name}{{{ls}}} {v}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_random_pushes_same_as_pushgateway(pushgateway, sluice, seed):
+    """Random PUT/POST/DELETE sequences over a few groups: the same status as the Pushgateway
+    after every step and the same groups and metrics (a refusal's words may differ: which of two
+    colliding families the Pushgateway names first follows Go's map order)."""
+    import random
+    rnd = random.Random(seed)
+    paths = [f"/metrics/job/r{seed}", f"/metrics/job/r{seed}/instance/x", f"/metrics/job/q{seed}/c/1"]
+    for i in range(60):
+        path = rnd.choice(paths)
+        method = rnd.choices(["PUT", "POST", "DELETE"], [6, 3, 1])[0]
+        body = None if method == "DELETE" else random_body(rnd)
+        rp = do(pushgateway, method, path, body, {})
+        rs = do(sluice.url, method, path, body, {})
+        assert rs.status_code == rp.status_code, (
+            f"seed {seed} step {i} {method} {path} {body!r}: pushgateway {rp.status_code} {rp.text!r}, "
+            f"sluice {rs.status_code} {rs.text!r}")
+        pg, sl = same_state(pushgateway, sluice, method)
+        assert sl == pg, f"seed {seed} after step {i} {method} {path} {body!r}"

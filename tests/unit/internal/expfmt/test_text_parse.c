@@ -506,22 +506,31 @@ static void test_duplicates(void **state)
     expfmt_result_t r;
     size_t f, s1, s2;
     assert_int_equal(parse("a{x=\"1\",y=\"2\"} 1\na{x=\"2\"} 1\nb 1\n", &r), 0);
-    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
     assert_int_equal(parse("a{x=\"1\",y=\"2\"} 1\nb 1\na{y=\"2\",x=\"1\"} 3\n", &r), 0);
-    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
     assert_int_equal(f, 0);
     assert_int_equal(s1, 0);
     assert_int_equal(s2, 1);
     assert_non_null(strstr(ERR, "was collected before with the same name and label values"));
     /* grouping labels from the path make two samples the same series */
     assert_int_equal(parse("a{job=\"x\"} 1\na{job=\"y\"} 1\n", &r), 0);
-    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
     const char *ign[] = {"job"};
-    assert_int_equal(expfmt_check_duplicates(&r, ign, 1, A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
+    assert_int_equal(expfmt_check_duplicates(&r, ign, 1, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
+    /* an empty "blank" label is the same as none (instance="" where the push has no instance);
+     * an empty value of another label, or a non-empty one, is not */
+    assert_int_equal(parse("a 1\na{instance=\"\"} 2\na{x=\"\"} 3\na{instance=\"i\"} 4\n", &r), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, "instance", A, &f, &s1, &s2, ERR, sizeof(ERR)), 1);
+    assert_int_equal(s1, 0);
+    assert_int_equal(s2, 1);
+    assert_int_equal(parse("a 1\na{x=\"\"} 3\na{instance=\"i\"} 4\n", &r), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, "instance", A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
     /* summary components are different series */
     assert_int_equal(parse("# TYPE s summary\ns{quantile=\"0.5\"} 1\ns{quantile=\"0.9\"} 1\ns_sum 1\ns_count 1\n", &r),
                      0);
-    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(expfmt_check_duplicates(&r, NULL, 0, NULL, A, &f, &s1, &s2, ERR, sizeof(ERR)), 0);
 }
 
 static void test_quote_and_content_type(void **state)
@@ -664,7 +673,7 @@ static void test_flink_body(void **state)
     assert_true(counts > 0);
     assert_int_equal(grew, 36); /* 12 subtasks x 3 operators: counters grow between ticks */
     size_t f1, s1, s2;
-    assert_int_equal(expfmt_check_duplicates(&r1, NULL, 0, A, &f1, &s1, &s2, ERR, sizeof(ERR)), 0);
+    assert_int_equal(expfmt_check_duplicates(&r1, NULL, 0, NULL, A, &f1, &s1, &s2, ERR, sizeof(ERR)), 0);
     char job[64];
     flinkgen_job_name(job, sizeof(job), 3, 42);
     assert_int_equal(strlen(job), 8 + 32);

@@ -1041,6 +1041,54 @@ static void test_suffix_collisions(void **state)
     journal_free();
 }
 
+/* A push with the given grouping labels (name, value pairs; sorted by the registry). */
+static int push_grouped(push_registry_t *r, push_mode_t mode, const label_t *g, size_t ng, const char *body, step_t *st,
+                        char *err, size_t errlen)
+{
+    st->a = arena_create(0);
+    char *b = arena_strdup(st->a, body);
+    expfmt_result_t res;
+    assert_int_equal(expfmt_parse_text(b, strlen(b), false, NULL, st->a, &res, err, errlen), 0);
+    labels_t grouping = {(label_t *)g, ng};
+    push_pending_t *p;
+    int rc = push_registry_prepare(r, &grouping, mode, &res, 1000, st->a, &p, &st->effect, err, errlen);
+    if (rc == PUSH_OK)
+        push_registry_commit(r, p, next_delta());
+    return rc;
+}
+
+/* The same metric twice, as the Pushgateway sees it after applying the grouping and defaulting
+ * instance to "": refused within a push and across groups whose groupings overlap. */
+static void test_duplicates_as_gateway_sees_them(void **state)
+{
+    (void)state;
+    push_registry_t *r = push_registry_new(NULL);
+    step_t s[16];
+    int n = 0;
+    char err[512];
+    const label_t a[] = {{"job", "a"}}, ai[] = {{"job", "a"}, {"instance", "i"}},
+                  aj[] = {{"job", "a"}, {"instance", "j"}}, b[] = {{"job", "b"}}, c[] = {{"job", "c"}};
+    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"i\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "x 2\n", &s[n++], err, sizeof(err)), PUSH_ERR_INVALID);
+    assert_non_null(strstr(err, "collected metric \"x\" {instance=\"i\",job=\"a\"} was collected before"));
+    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "y 2\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, aj, 2, "x 2\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, b, 1, "x{instance=\"i\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    /* the first group lets go of it: then it is the other's to push */
+    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"k\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_POST, ai, 2, "x 3\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    /* within one push, no instance and instance="" are one metric */
+    assert_int_equal(push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"\"} 2\n", &s[n++], err, sizeof(err)),
+                     PUSH_ERR_INVALID);
+    assert_non_null(strstr(err, "was collected before with the same name and label values"));
+    assert_int_equal(
+        push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"x\"} 2\nz{a=\"\"} 3\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    for (int i = 0; i < n; i++)
+        arena_destroy(s[i].a);
+    push_registry_free(r);
+    journal_free();
+}
+
 /* The group changes between match and settle (another push, a DELETE): settle_fast misses. */
 static void test_repeat_of_changed_group_misses(void **state)
 {
@@ -1305,6 +1353,7 @@ int main(void)
         cmocka_unit_test(test_effect_labels_sorted),
         cmocka_unit_test(test_neighbour_labels),
         cmocka_unit_test(test_suffix_collisions),
+        cmocka_unit_test(test_duplicates_as_gateway_sees_them),
         cmocka_unit_test(test_label_sets_interned),
         cmocka_unit_test(test_render_pieces_equal_one_shot),
         cmocka_unit_test(test_render_survives_changes),
