@@ -556,20 +556,26 @@ static void group_beat(push_registry_t *r, push_group_t *g, int64_t now_ms, bool
     r->opt.on_beat(r->opt.beat_ud, &b);
 }
 
-static push_family_t *group_family(const push_group_t *g, const char *name)
+/* The family named `name` in fams[0..n), sorted by name; NULL if none. */
+static push_family_t *fams_find(push_family_t *const *fams, size_t n, const char *name)
 {
-    size_t lo = 0, hi = g->nfams;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = strcmp(g->fams[mid]->name, name);
+        int c = strcmp(fams[mid]->name, name);
         if (c == 0)
-            return g->fams[mid];
+            return fams[mid];
         if (c < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
     return NULL;
+}
+
+static push_family_t *group_family(const push_group_t *g, const char *name)
+{
+    return fams_find(g->fams, g->nfams, name);
 }
 
 /* ---- building families from a body ----------------------------------------------------------- */
@@ -1345,18 +1351,10 @@ static bool push_drops_series(const push_group_t *g, const push_pending_t *p)
 static bool settle_held_type(push_registry_t *r, const push_pending_t *p, const push_group_t *g, const char *name,
                              expfmt_type_t *type)
 {
-    size_t lo = 0, hi = p->nfams;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        int c = strcmp(p->fams[mid]->name, name);
-        if (c == 0) {
-            *type = p->fams[mid]->type;
-            return true;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
+    const push_family_t *own = fams_find(p->fams, p->nfams, name);
+    if (own) {
+        *type = own->type;
+        return true;
     }
     push_type_t *t = type_find(r, name, push_hash_str(name));
     if (!t || t->groups - (g && p->mode == PUSH_PUT && group_family(g, name) ? 1 : 0) == 0)
