@@ -704,15 +704,22 @@ typedef struct {
     uint8_t perm[PUSH_NEIGH];      /* sorted position k held names[perm[k]] */
 } push_neigh_t;
 
+/* The interned copy of str when it equals the neighbour's string at position i (NULL if not). */
+static const char *neigh_hit(const push_neigh_t *nb, uint32_t i, int part, const char *str)
+{
+    if (i < PUSH_NEIGH && nb->pos[i].raw[part] && strcmp(nb->pos[i].raw[part], str) == 0)
+        return nb->pos[i].in[part];
+    return NULL;
+}
+
+/* Interns str (not a hit) and keeps it as position i's string for the next sample. */
 static const char *neigh_intern(push_strtab_t *st, push_neigh_t *nb, uint32_t i, int part, const char *str)
 {
-    if (i >= PUSH_NEIGH)
-        return strtab_intern(st, str);
-    if (nb->pos[i].raw[part] && strcmp(nb->pos[i].raw[part], str) == 0)
-        return nb->pos[i].in[part];
     const char *in = strtab_intern(st, str);
-    nb->pos[i].raw[part] = str;
-    nb->pos[i].in[part] = in;
+    if (i < PUSH_NEIGH) {
+        nb->pos[i].raw[part] = str;
+        nb->pos[i].in[part] = in;
+    }
     return in;
 }
 
@@ -775,14 +782,14 @@ static void push_metric_labels(const expfmt_sample_t *s, const labels_t *gi, con
         n++;
     }
     for (uint32_t i = 0; i < nbody; i++) {
-        const char *name = s->labels[i].name;
-        if (i < PUSH_NEIGH && nb->pos[i].raw[0] && strcmp(nb->pos[i].raw[0], name) == 0)
-            ls[n].name = nb->pos[i].in[0];
-        else if (labels_get(gi, name))
-            continue; /* the path wins */
-        else
+        const char *name = s->labels[i].name, *value = s->labels[i].value;
+        if (!(ls[n].name = neigh_hit(nb, i, 0, name))) {
+            if (labels_get(gi, name))
+                continue; /* the path wins */
             ls[n].name = neigh_intern(st, nb, i, 0, name);
-        ls[n].value = neigh_intern(st, nb, i, 1, s->labels[i].value);
+        }
+        if (!(ls[n].value = neigh_hit(nb, i, 1, value)))
+            ls[n].value = neigh_intern(st, nb, i, 1, value);
         has_instance |= ls[n].name == instance->name;
         n++;
     }

@@ -42,22 +42,31 @@ static void journal_free(void)
     njournal = 0;
 }
 
-static int push(push_registry_t *r, push_mode_t mode, const char *job, const char *body, int64_t now, step_t *st,
-                char *err, size_t errlen)
+/* A push with the given grouping labels (name, value pairs; sorted by the registry). */
+static int push_grouped(push_registry_t *r, push_mode_t mode, const label_t *g, size_t ng, const char *body,
+                        int64_t now, step_t *st, char *err, size_t errlen)
 {
     st->a = arena_create(0);
     char *b = arena_strdup(st->a, body);
     expfmt_result_t res;
-    int rc = expfmt_parse_text(b, strlen(b), false, NULL, st->a, &res, err, errlen);
-    assert_int_equal(rc, 0);
-    label_t g[1] = {{"job", job}};
-    labels_t grouping = {g, 1};
+    assert_int_equal(expfmt_parse_text(b, strlen(b), false, NULL, st->a, &res, err, errlen), 0);
+    labels_t grouping = {(label_t *)g, ng};
     push_pending_t *p;
-    rc = push_registry_prepare(r, &grouping, mode, &res, now, st->a, &p, &st->effect, err, errlen);
+    int rc = push_registry_prepare(r, &grouping, mode, &res, now, st->a, &p, &st->effect, err, errlen);
     if (rc == PUSH_OK)
         push_registry_commit(r, p, next_delta());
-    else
+    return rc;
+}
+
+static int push(push_registry_t *r, push_mode_t mode, const char *job, const char *body, int64_t now, step_t *st,
+                char *err, size_t errlen)
+{
+    label_t g[1] = {{"job", job}};
+    int rc = push_grouped(r, mode, g, 1, body, now, st, err, errlen);
+    if (rc != PUSH_OK) {
+        labels_t grouping = {g, 1};
         push_registry_fail(r, &grouping, now, next_delta());
+    }
     return rc;
 }
 
@@ -1041,22 +1050,6 @@ static void test_suffix_collisions(void **state)
     journal_free();
 }
 
-/* A push with the given grouping labels (name, value pairs; sorted by the registry). */
-static int push_grouped(push_registry_t *r, push_mode_t mode, const label_t *g, size_t ng, const char *body, step_t *st,
-                        char *err, size_t errlen)
-{
-    st->a = arena_create(0);
-    char *b = arena_strdup(st->a, body);
-    expfmt_result_t res;
-    assert_int_equal(expfmt_parse_text(b, strlen(b), false, NULL, st->a, &res, err, errlen), 0);
-    labels_t grouping = {(label_t *)g, ng};
-    push_pending_t *p;
-    int rc = push_registry_prepare(r, &grouping, mode, &res, 1000, st->a, &p, &st->effect, err, errlen);
-    if (rc == PUSH_OK)
-        push_registry_commit(r, p, next_delta());
-    return rc;
-}
-
 /* The same metric twice, as the Pushgateway sees it after applying the grouping and defaulting
  * instance to "": refused within a push and across groups whose groupings overlap. */
 static void test_duplicates_as_gateway_sees_them(void **state)
@@ -1068,21 +1061,25 @@ static void test_duplicates_as_gateway_sees_them(void **state)
     char err[512];
     const label_t a[] = {{"job", "a"}}, ai[] = {{"job", "a"}, {"instance", "i"}},
                   aj[] = {{"job", "a"}, {"instance", "j"}}, b[] = {{"job", "b"}}, c[] = {{"job", "c"}};
-    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"i\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
-    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "x 2\n", &s[n++], err, sizeof(err)), PUSH_ERR_INVALID);
+    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"i\"} 1\n", 1000, &s[n++], err, sizeof(err)),
+                     PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "x 2\n", 1000, &s[n++], err, sizeof(err)), PUSH_ERR_INVALID);
     assert_non_null(strstr(err, "collected metric \"x\" {instance=\"i\",job=\"a\"} was collected before"));
-    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "y 2\n", &s[n++], err, sizeof(err)), PUSH_OK);
-    assert_int_equal(push_grouped(r, PUSH_PUT, aj, 2, "x 2\n", &s[n++], err, sizeof(err)), PUSH_OK);
-    assert_int_equal(push_grouped(r, PUSH_PUT, b, 1, "x{instance=\"i\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, ai, 2, "y 2\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, aj, 2, "x 2\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, b, 1, "x{instance=\"i\"} 1\n", 1000, &s[n++], err, sizeof(err)),
+                     PUSH_OK);
     /* the first group lets go of it: then it is the other's to push */
-    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"k\"} 1\n", &s[n++], err, sizeof(err)), PUSH_OK);
-    assert_int_equal(push_grouped(r, PUSH_POST, ai, 2, "x 3\n", &s[n++], err, sizeof(err)), PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_PUT, a, 1, "x{instance=\"k\"} 1\n", 1000, &s[n++], err, sizeof(err)),
+                     PUSH_OK);
+    assert_int_equal(push_grouped(r, PUSH_POST, ai, 2, "x 3\n", 1000, &s[n++], err, sizeof(err)), PUSH_OK);
     /* within one push, no instance and instance="" are one metric */
-    assert_int_equal(push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"\"} 2\n", &s[n++], err, sizeof(err)),
+    assert_int_equal(push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"\"} 2\n", 1000, &s[n++], err, sizeof(err)),
                      PUSH_ERR_INVALID);
     assert_non_null(strstr(err, "was collected before with the same name and label values"));
     assert_int_equal(
-        push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"x\"} 2\nz{a=\"\"} 3\n", &s[n++], err, sizeof(err)), PUSH_OK);
+        push_grouped(r, PUSH_PUT, c, 1, "z 1\nz{instance=\"x\"} 2\nz{a=\"\"} 3\n", 1000, &s[n++], err, sizeof(err)),
+        PUSH_OK);
     for (int i = 0; i < n; i++)
         arena_destroy(s[i].a);
     push_registry_free(r);
