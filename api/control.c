@@ -81,6 +81,13 @@
 #define CTL_MAX_SUBSCRIBERS 1000
 #define CTL_SSE_MAX_PENDING (256 * 1024)
 #define CTL_HEARTBEAT_MS 15000
+/* How long the connections of polls the control thread answered stay open before their worker
+ * closes them: each close sends a FIN through the receiving side's TCP path on this worker's CPU,
+ * and right after a fan-out that would compete with the clients reading their answers (on a
+ * client beside sluice, ~3 ms of reads per 1,000 polls) and hold back the change's own reply and
+ * its SSE events, which the worker sends next. The answer carries Content-Length and
+ * Connection: close, so no client waits for the close. */
+#define CTL_CLOSE_DELAY_MS 20
 #define CTL_REPLAY_LIMIT 10000
 #define CTL_HISTORY_MAX 1000
 #define CTL_GROUP_MAX 256         /* changes per group commit */
@@ -132,6 +139,7 @@ typedef struct {
     api_sse_list_t answered; /* of ctl_poll_t the control thread answered; the worker frees them */
     api_sse_list_t subs;     /* of ctl_sub_t */
     struct event *heartbeat;
+    struct event *close_timer; /* closes `answered` CTL_CLOSE_DELAY_MS after a change */
     bool closing;
     api_control_t *ctl;
 } ctl_worker_t;
@@ -1046,6 +1054,34 @@ static void ctl_poll_timeout(evutil_socket_t fd, short what, void *arg)
     buf_free(&b);
 }
 
+/* The answered polls' connections, closed a moment after their change (close_timer). */
+static void ctl_close_answered(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ctl_worker_t *w = arg;
+    pthread_mutex_lock(&w->polls_mu);
+    api_sse_link_t *answered = ctl_take_answered(w);
+    pthread_mutex_unlock(&w->polls_mu);
+    ctl_free_answered(answered);
+}
+
+/* Arms w's close_timer for the polls on `answered` (polls_mu held). Returns false when there is
+ * no timer to arm (out of memory): the caller frees them now. */
+static bool ctl_close_later(ctl_worker_t *w)
+{
+    if (!w->close_timer) {
+        ctl_poll_t *p = API_SSE_OF(w->answered.head, ctl_poll_t, link);
+        w->close_timer = evtimer_new(api_req_base(p->req), ctl_close_answered, w);
+        if (!w->close_timer)
+            return false;
+    }
+    if (evtimer_pending(w->close_timer, NULL))
+        return true; /* an earlier change's timer closes these too */
+    struct timeval tv = {0, CTL_CLOSE_DELAY_MS * 1000};
+    return evtimer_add(w->close_timer, &tv) == 0;
+}
+
 /* A committed change arrives on this worker. */
 static void ctl_deliver(void *arg)
 {
@@ -1055,10 +1091,13 @@ static void ctl_deliver(void *arg)
     api_control_t *ctl = d->ctl;
     ctl_worker_t *w = &ctl->workers[d->worker];
     free(d);
-    /* The polls the control thread answered are freed; those it could not are answered here. */
+    /* The polls the control thread answered are closed a moment later; those it could not are
+     * answered here. */
     api_sse_list_t todo = {NULL};
     pthread_mutex_lock(&w->polls_mu);
-    api_sse_link_t *answered = ctl_take_answered(w);
+    api_sse_link_t *answered = NULL;
+    if (w->answered.head && (w->closing || !ctl_close_later(w)))
+        answered = ctl_take_answered(w);
     for (api_sse_link_t *l = w->polls.head, *next; l && sh->wake; l = next) {
         next = l->next;
         ctl_poll_t *p = API_SSE_OF(l, ctl_poll_t, link);
@@ -1604,6 +1643,10 @@ static void ctl_worker_close(void *ud, int worker)
     if (w->heartbeat) {
         event_free(w->heartbeat);
         w->heartbeat = NULL;
+    }
+    if (w->close_timer) {
+        event_free(w->close_timer);
+        w->close_timer = NULL;
     }
 }
 
