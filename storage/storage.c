@@ -1515,13 +1515,21 @@ static uint64_t prepare_next_id(void *ud)
     return s->cat ? catalog_next_id(s->cat) : atomic_fetch_add(&s->next_id, 1);
 }
 
+/* Lookups that miss in a row before prepare_resolve takes the samples that follow for new series
+ * (a new group's first push: all of them are) and leaves finding them to head_create_many, which
+ * finds one that exists all the same, only at a higher price (its symbols and label pairs are
+ * taken and given back); every PREPARE_PROBE-th still looks first, so a body that turns back to
+ * known series is noticed. The lookup skipped is a hash probe that misses the cache, per series. */
+#define PREPARE_MISS_STREAK 8
+#define PREPARE_PROBE 32
+
 /* storage_prepare_refs under ckpt: the series of refs[i] == 0 looked up, the missing ones created
  * in one head_create_many and noted for the catalog (one lock round) and the WAL's series record. */
 static int prepare_resolve(append_t *ap, storage_ref_t *refs)
 {
     storage_t *s = ap->s;
     const storage_sample_t *smp = ap->smp;
-    size_t n = ap->n, m = 0;
+    size_t n = ap->n, m = 0, misses = 0;
     index_create_t *items = arena_try_alloc(ap->a, n * sizeof(*items));
     labels_t *lsv = arena_try_alloc(ap->a, n * sizeof(*lsv));
     uint32_t *of = arena_try_alloc(ap->a, n * sizeof(*of)); /* item -> sample */
@@ -1544,12 +1552,15 @@ static int prepare_resolve(append_t *ap, storage_ref_t *refs)
             ls.v = v;
         }
         uint64_t hash = labels_hash(&ls);
-        index_series_t *existing = index_acquire(head_index(s->head), &ls, hash);
+        bool look = misses < PREPARE_MISS_STREAK || misses % PREPARE_PROBE == 0;
+        index_series_t *existing = look ? index_acquire(head_index(s->head), &ls, hash) : NULL;
         if (existing) {
             refs[i] = index_series_ref(existing);
             index_release(head_index(s->head), existing);
+            misses = 0;
             continue;
         }
+        misses++;
         lsv[m] = ls;
         items[m] = (index_create_t){.labels = &lsv[m], .hash = hash};
         of[m++] = (uint32_t)i;

@@ -947,6 +947,59 @@ static void test_prepare_refs(void **state)
     storage_close(s);
 }
 
+/* storage_prepare_refs over a body that starts with new series (after a few misses it stops
+ * looking series up first and leaves finding them to the index's creation) and then turns to
+ * known ones, new ones after them: every known series gets its own ref, none is made twice, and
+ * the WAL replays exactly the series there are. */
+static void test_prepare_refs_new_then_known(void **state)
+{
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof(path), "%s/prep_streak", dir);
+    storage_t *s = open_store(path, 0);
+    int64_t t0 = fake_now - 600000;
+    enum { KNOWN = 100, FRESH = 150, BODY = KNOWN + FRESH };
+    static char vals[BODY][16];
+    static label_t ls[BODY][3];
+    storage_sample_t smp[BODY];
+    /* known series are k0..k99; the body is n0..n19, k0..k99, n20..n149 */
+    for (int i = 0; i < BODY; i++) {
+        int fresh_no = i < 20 ? i : i - KNOWN;
+        if (i >= 20 && i < 20 + KNOWN)
+            snprintf(vals[i], sizeof(vals[i]), "k%d", i - 20);
+        else
+            snprintf(vals[i], sizeof(vals[i]), "n%d", fresh_no);
+        ls[i][0] = (label_t){"__name__", "streak"};
+        ls[i][1] = (label_t){"job", "j"};
+        ls[i][2] = (label_t){"s", vals[i]};
+        smp[i] = (storage_sample_t){.labels = {ls[i], 3}, .t = t0, .v = i};
+    }
+    storage_ref_t known[KNOWN], refs[BODY];
+    memset(known, 0, sizeof(known));
+    assert_int_equal(storage_prepare_refs(s, smp + 20, KNOWN, known), STORAGE_OK);
+    assert_int_equal(head_series(s), KNOWN);
+    memset(refs, 0, sizeof(refs));
+    assert_int_equal(storage_prepare_refs(s, smp, BODY, refs), STORAGE_OK);
+    assert_int_equal(head_series(s), BODY);
+    for (int i = 0; i < KNOWN; i++)
+        assert_memory_equal(&refs[20 + i], &known[i], sizeof(known[i]));
+    for (int i = 0; i < BODY; i++) {
+        assert_true(refs[i].id != 0);
+        for (int j = 0; j < i; j++)
+            assert_true(refs[j].id != refs[i].id);
+    }
+    storage_append_result_t r;
+    assert_int_equal(storage_append_refs(s, smp, BODY, refs, &r), STORAGE_OK);
+    assert_int_equal(r.accepted, BODY);
+    storage_close(s);
+    s = open_store(path, 0);
+    assert_int_equal(head_series(s), BODY);
+    double sum;
+    assert_int_equal(count_job(s, "streak", "j", &sum), BODY);
+    assert_true(sum == (double)(BODY - 1) * BODY / 2);
+    storage_close(s);
+}
+
 /* A push-sized request by refs (storage_append_refs checks and appends its refs in one batch per
  * index shard): valid, stale and missing refs, out-of-order and too-new samples mixed over
  * hundreds of series; the result (first failure in sample order, counts, refs) and what the WAL
@@ -1242,6 +1295,7 @@ int main(void)
         cmocka_unit_test(test_append_refs),
         cmocka_unit_test(test_append_refs_batch),
         cmocka_unit_test(test_prepare_refs),
+        cmocka_unit_test(test_prepare_refs_new_then_known),
         cmocka_unit_test(test_series_id_from_catalog_only),
         cmocka_unit_test(test_rollup_hints),
         cmocka_unit_test(test_snapshot_checkpoints_rollups),
