@@ -614,8 +614,8 @@ static void *reader_main(void *arg)
         }
         if (rc == WAL_WATCH_RECORD) {
             int drc = 0;
-            if (type == WAL_REC_SERIES)
-                drc = wal_record_decode_series(&dec, p, len, learn_series, t);
+            if (wal_record_is_series(type))
+                drc = wal_record_decode_series(&dec, type, p, len, learn_series, t);
             else if (type == WAL_REC_SAMPLES && !pos_before(at, skip_before))
                 drc = wal_record_decode_samples(&dec, p, len, deal_samples, &r);
             if (drc != 0)

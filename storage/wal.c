@@ -920,7 +920,10 @@ static int replay_record(replay_t *r, const wal_record_t *rec)
 {
     int rc;
     switch (rec->type) {
-    case WAL_REC_SERIES: rc = wal_record_decode_series(&r->dec, rec->payload, rec->len, replay_on_series, r); break;
+    case WAL_REC_SERIES:
+    case WAL_REC_SERIES_SHARED:
+        rc = wal_record_decode_series(&r->dec, rec->type, rec->payload, rec->len, replay_on_series, r);
+        break;
     case WAL_REC_SAMPLES: rc = wal_record_decode_samples(&r->dec, rec->payload, rec->len, replay_on_samples, r); break;
     case WAL_REC_BLOB:
         if (rec->len < 1)

@@ -68,9 +68,10 @@ typedef enum {
 
 /* Record types as stored (see the tables in wal_record.h). Values are part of the on-disk format. */
 enum {
-    WAL_REC_SERIES = 1,
+    WAL_REC_SERIES = 1, /* read only: written before SERIES_SHARED */
     WAL_REC_SAMPLES = 2,
     WAL_REC_BLOB = 3,
+    WAL_REC_SERIES_SHARED = 4,
 };
 
 /* A record's payload may not exceed this; replay treats a larger length field as corruption, so a

@@ -126,6 +126,20 @@ static int rec_finish(buf_t *b, size_t off, uint8_t type)
     return WAL_OK;
 }
 
+/* One string of a SERIES_SHARED series: 0 when it is `was` (the previous series' string at that
+ * place; NULL: none), else its length + 1 and its bytes. Neighbours from one push mostly hold the
+ * same interned pointer, so the common case compares no bytes. */
+static void put_shared(buf_t *b, const char *str, const char *was)
+{
+    if (was && (was == str || strcmp(was, str) == 0)) {
+        buf_putc(b, 0);
+        return;
+    }
+    size_t n = strlen(str);
+    varint_put(b, n + 1);
+    buf_append(b, str, n);
+}
+
 int wal_record_encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t *nrec)
 {
     size_t i = 0;
@@ -137,21 +151,21 @@ int wal_record_encode_series(buf_t *b, const wal_series_t *s, size_t n, uint64_t
         while (i < n && (count == 0 || b->len - count_at < WAL_SERIES_RECORD_SOFT_BYTES)) {
             varint_put(b, s[i].id);
             varint_put(b, s[i].labels.n);
+            /* the previous series of this record, whose strings a 0 stands for */
+            const labels_t *prev = count > 0 ? &s[i - 1].labels : NULL;
             for (size_t k = 0; k < s[i].labels.n; k++) {
                 const label_t *l = &s[i].labels.v[k];
                 if (!l->name || !l->value)
                     return WAL_ERR_ARG;
-                size_t nl = strlen(l->name), vl = strlen(l->value);
-                varint_put(b, nl);
-                buf_append(b, l->name, nl);
-                varint_put(b, vl);
-                buf_append(b, l->value, vl);
+                const label_t *pl = prev && k < prev->n ? &prev->v[k] : NULL;
+                put_shared(b, l->name, pl ? pl->name : NULL);
+                put_shared(b, l->value, pl ? pl->value : NULL);
             }
             count++;
             i++;
         }
         le_put32((uint8_t *)b->data + count_at, count);
-        int rc = rec_finish(b, off, WAL_REC_SERIES);
+        int rc = rec_finish(b, off, WAL_REC_SERIES_SHARED);
         if (rc != WAL_OK)
             return rc;
         (*nrec)++;
@@ -329,15 +343,42 @@ void wal_record_decoder_free(wal_record_decoder_t *d)
     memset(d, 0, sizeof(*d));
 }
 
-int wal_record_decode_series(wal_record_decoder_t *d, const uint8_t *p, size_t len,
+bool wal_record_is_series(uint8_t type)
+{
+    return type == WAL_REC_SERIES || type == WAL_REC_SERIES_SHARED;
+}
+
+/* The length of the next string of a series payload, which must be in the payload; SIZE_MAX for a
+ * SERIES_SHARED "as the previous series" (0). rd.err set on a bad one. */
+static size_t rd_string_len(rd_t *rd, bool shared)
+{
+    uint64_t sl = rd_uvarint(rd);
+    if (shared) {
+        if (sl == 0)
+            return SIZE_MAX;
+        sl--;
+    }
+    if (rd->err || sl > (uint64_t)(rd->end - rd->p) || memchr(rd->p, 0, (size_t)sl)) {
+        rd->err = -1; /* past the end, or a NUL inside: labels are C strings */
+        return 0;
+    }
+    return (size_t)sl;
+}
+
+int wal_record_decode_series(wal_record_decoder_t *d, uint8_t type, const uint8_t *p, size_t len,
                              int (*fn)(void *ud, uint64_t id, const labels_t *ls), void *ud)
 {
+    if (!wal_record_is_series(type))
+        return WAL_ERR_CORRUPT;
+    bool shared = type == WAL_REC_SERIES_SHARED;
     rd_t rd = {p, p + len, 0};
     uint32_t count = rd_u32le(&rd);
     if (rd.err || count == 0 || count > len / 2)
         return WAL_ERR_CORRUPT;
-    /* pass 1: validate, size the scratch */
-    size_t max_labels = 0;
+    /* pass 1: validate (a shared string needs the previous series to have that label), size the
+     * scratch */
+    size_t max_labels = 0, nstrings = 0;
+    uint64_t prev_nl = 0;
     for (uint32_t i = 0; i < count; i++) {
         rd_uvarint(&rd);
         uint64_t nl = rd_uvarint(&rd);
@@ -346,13 +387,14 @@ int wal_record_decode_series(wal_record_decoder_t *d, const uint8_t *p, size_t l
         if (nl > max_labels)
             max_labels = nl;
         for (uint64_t k = 0; k < 2 * nl; k++) {
-            uint64_t sl = rd_uvarint(&rd);
-            if (rd.err || sl > (uint64_t)(rd.end - rd.p))
+            size_t sl = rd_string_len(&rd, shared);
+            if (rd.err || (sl == SIZE_MAX && (i == 0 || k / 2 >= prev_nl)))
                 return WAL_ERR_CORRUPT;
-            if (memchr(rd.p, 0, sl))
-                return WAL_ERR_CORRUPT; /* labels are C strings */
-            rd.p += sl;
+            if (sl != SIZE_MAX)
+                rd.p += sl;
         }
+        nstrings += 2 * nl;
+        prev_nl = nl;
     }
     if (rd.p != rd.end)
         return WAL_ERR_CORRUPT;
@@ -363,28 +405,25 @@ int wal_record_decode_series(wal_record_decoder_t *d, const uint8_t *p, size_t l
         d->labels = nl;
         d->labels_cap = max_labels;
     }
-    /* pass 2: deliver */
+    /* pass 2: deliver. Every string of the record goes into strs, which is sized for all of them
+     * (at most the payload's bytes plus a NUL each) and so never moves: a shared string is the
+     * previous series' pointer, still in d->labels[k] when label k is read. */
+    buf_reset(&d->strs);
+    if (buf_try_reserve(&d->strs, len + nstrings) != 0)
+        return WAL_ERR_NOMEM;
     rd = (rd_t){p + 4, p + len, 0};
     for (uint32_t i = 0; i < count; i++) {
         uint64_t id = rd_uvarint(&rd);
         uint64_t nl = rd_uvarint(&rd);
-        buf_reset(&d->strs);
-        if (buf_try_reserve(&d->strs, len + 2 * nl) != 0)
-            return WAL_ERR_NOMEM;
-        for (uint64_t k = 0; k < nl; k++) {
-            size_t sl = (size_t)rd_uvarint(&rd);
-            size_t name_at = d->strs.len;
+        for (uint64_t k = 0; k < 2 * nl; k++) {
+            size_t sl = rd_string_len(&rd, shared);
+            const char **slot = k % 2 ? &d->labels[k / 2].value : &d->labels[k / 2].name;
+            if (sl == SIZE_MAX)
+                continue; /* checked in pass 1: label k / 2 of the previous series is there */
+            *slot = d->strs.data + d->strs.len;
             buf_append(&d->strs, rd.p, sl);
             buf_putc(&d->strs, 0);
             rd.p += sl;
-            sl = (size_t)rd_uvarint(&rd);
-            size_t val_at = d->strs.len;
-            buf_append(&d->strs, rd.p, sl);
-            buf_putc(&d->strs, 0);
-            rd.p += sl;
-            /* strs never reallocates here (reserved above), so pointers stay valid */
-            d->labels[k].name = d->strs.data + name_at;
-            d->labels[k].value = d->strs.data + val_at;
         }
         labels_t ls = {d->labels, (size_t)nl};
         if (fn && fn(ud, id, &ls) != 0)

@@ -467,6 +467,34 @@ def int_seeds():
             int_open_chunk([(base + i * 10000, (i // 30) * 10**15 - i) for i in range(90)])]
 
 
+# ---- WAL series records (first byte: 0 SERIES, 1 SERIES_SHARED) ---------------------------------
+def wal_series_payload(series, shared):
+    out = bytearray(len(series).to_bytes(4, "little"))
+    prev = None
+    for sid, labels in series:
+        out += uvarint(sid) + uvarint(len(labels))
+        for k, (name, value) in enumerate(labels):
+            for part, s in ((0, name), (1, value)):
+                b = s.encode()
+                if shared and prev is not None and k < len(prev) and prev[k][part] == s:
+                    out += b"\0"
+                else:
+                    out += uvarint(len(b) + shared) + b
+        prev = labels
+    return bytes(out)
+
+
+def wal_series_seeds():
+    tm = [("host", "tm-1"), ("job_name", "orders"), ("task_name", "Source: kafka")]
+    flink = [(100 + i, [("__name__", f"flink_taskmanager_job_task_{m}")] + tm + [("subtask_index", str(i % 4))])
+             for i, m in enumerate(["numRecordsIn", "numRecordsOut", "numBytesIn", "isBackPressured"] * 3)]
+    small = [(7, [("__name__", "up"), ("job", "flink")]), (2**64 - 1, [("__name__", "")])]
+    mixed = [(1, [("a", "1")]), (2, [("a", "1"), ("b", "2"), ("c", "3")]), (3, [("a", "2")]), (4, [])]
+    for series in (flink, small, mixed):
+        for shared in (0, 1):
+            yield bytes([shared]) + wal_series_payload(series, shared)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--flink-gen", default=os.path.join(ROOT, "build", "tests", "tools", "flink_gen"))
@@ -512,6 +540,8 @@ def main():
         put("fuzz_chunk_xor", c)
     for c in int_seeds():
         put("fuzz_chunk_int", c)
+    for c in wal_series_seeds():
+        put("fuzz_wal_series", c)
     for t in sorted(os.listdir(os.path.join(HERE, "corpus"))):
         print(f"{t}: {len(os.listdir(os.path.join(HERE, 'corpus', t)))} seeds")
 

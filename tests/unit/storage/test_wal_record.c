@@ -70,7 +70,7 @@ static void test_roundtrip(void **state)
     got_t g = {0};
     size_t len;
     const uint8_t *p = payload_of(&enc, &len);
-    assert_int_equal(wal_record_decode_series(&d, p, len, on_series, &g), WAL_OK);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, p, len, on_series, &g), WAL_OK);
     assert_int_equal(g.nseries, 2);
     assert_int_equal(g.ids[0], 7);
     assert_string_equal(g.text[0], "__name__=up,job=flink");
@@ -107,10 +107,25 @@ static void test_malformed_payloads_deliver_nothing(void **state)
     static const uint8_t nul[] = {1, 0, 0, 0, 5, 1, 1, 0, 1, 'v'};          /* a NUL in a label name */
     static const uint8_t extra[] = {1, 0, 0, 0, 5, 1, 1, 'n', 1, 'v', 9};   /* a byte left over */
     static const uint8_t two_of_one[] = {2, 0, 0, 0, 5, 1, 1, 'n', 1, 'v'}; /* second series missing */
-    assert_int_equal(wal_record_decode_series(&d, past_end, sizeof past_end, on_series, &g), WAL_ERR_CORRUPT);
-    assert_int_equal(wal_record_decode_series(&d, nul, sizeof nul, on_series, &g), WAL_ERR_CORRUPT);
-    assert_int_equal(wal_record_decode_series(&d, extra, sizeof extra, on_series, &g), WAL_ERR_CORRUPT);
-    assert_int_equal(wal_record_decode_series(&d, two_of_one, sizeof two_of_one, on_series, &g), WAL_ERR_CORRUPT);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES, past_end, sizeof past_end, on_series, &g), WAL_ERR_CORRUPT);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES, nul, sizeof nul, on_series, &g), WAL_ERR_CORRUPT);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES, extra, sizeof extra, on_series, &g), WAL_ERR_CORRUPT);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES, two_of_one, sizeof two_of_one, on_series, &g), WAL_ERR_CORRUPT);
+    /* SERIES_SHARED: "as the previous series" in the first series, or for a label the previous
+     * one does not have; a length past the end */
+    static const uint8_t first_shared[] = {1, 0, 0, 0, 5, 1, 0, 2, 'v'};
+    static const uint8_t beyond_prev[] = {2, 0, 0, 0, 5, 1, 2, 'n', 2, 'v', 6, 2, 2, 'm', 2, 'w', 0, 0};
+    static const uint8_t shared_past_end[] = {1, 0, 0, 0, 5, 1, 2, 'n', 4, 'v'};
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, first_shared, sizeof first_shared, on_series, &g),
+                     WAL_ERR_CORRUPT);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, beyond_prev, sizeof beyond_prev, on_series, &g),
+                     WAL_ERR_CORRUPT);
+    assert_int_equal(
+        wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, shared_past_end, sizeof shared_past_end, on_series, &g),
+        WAL_ERR_CORRUPT);
+    /* a type that holds no series */
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SAMPLES, two_of_one, sizeof two_of_one, on_series, &g),
+                     WAL_ERR_CORRUPT);
     static const uint8_t cut[] = {1, 0, 0, 0, 5, 2, 0, 0, 0, 0, 0, 0}; /* value cut short */
     static const uint8_t none[] = {0, 0, 0, 0};
     static const uint8_t overlong[] = {1,    0,    0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
@@ -120,6 +135,55 @@ static void test_malformed_payloads_deliver_nothing(void **state)
     assert_int_equal(wal_record_decode_samples(&d, overlong, sizeof overlong, on_samples, &g), WAL_ERR_CORRUPT);
     assert_int_equal(g.calls, 0);
     wal_record_decoder_free(&d);
+}
+
+/* A SERIES record as versions before SERIES_SHARED wrote it (every string spelt out) still
+ * decodes; SERIES_SHARED writes a string the previous series has at the same place as one byte,
+ * whatever the previous series' length, and the decoder gives back every label. */
+static void test_series_strings_shared_with_previous(void **state)
+{
+    (void)state;
+    wal_record_decoder_t d;
+    wal_record_decoder_init(&d);
+    got_t g = {0};
+    /* type 1: two series, {n=v} and {n=w, x=y} */
+    static const uint8_t v1[] = {2, 0, 0, 0, 5, 1, 1, 'n', 1, 'v', 6, 2, 1, 'n', 1, 'w', 1, 'x', 1, 'y'};
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES, v1, sizeof v1, on_series, &g), WAL_OK);
+    assert_int_equal(g.nseries, 2);
+    assert_string_equal(g.text[0], "n=v");
+    assert_string_equal(g.text[1], "n=w,x=y");
+
+    /* neighbours sharing strings at the same place: interned (one pointer) and equal copies;
+     * one with more labels, one with fewer, one with the same name at another place */
+    char host1[] = "tm-1", host2[] = "tm-1";
+    label_t a[] = {{"__name__", "m1"}, {"host", host1}, {"task", "Source: kafka"}};
+    label_t b[] = {{"__name__", "m2"}, {"host", host2}, {"task", "Source: kafka"}, {"z", "1"}};
+    label_t c[] = {{"__name__", "m2"}, {"host", host1}};
+    label_t e[] = {{"host", "m2"}, {"task", "tm-1"}, {"z", "1"}};
+    wal_series_t s[] = {{.id = 1, .labels = {a, 3}}, {.id = 2, .labels = {b, 4}}, {.id = 3, .labels = {c, 2}},
+                        {.id = 4, .labels = {e, 3}}};
+    buf_t enc = BUF_INIT;
+    uint64_t nrec = 0;
+    assert_int_equal(wal_record_encode_series(&enc, s, 4, &nrec), WAL_OK);
+    assert_int_equal(nrec, 1);
+    assert_int_equal(((const uint8_t *)enc.data)[0], WAL_REC_SERIES_SHARED);
+    size_t len;
+    const uint8_t *p = payload_of(&enc, &len);
+    /* count 4, then id and label count 2 each, a string 1 byte when shared, else length + 1 and
+     * its bytes: a 2 + 9+3+5+5+5+14; b 2 + 1+3+1+1+1+1+2+2 (host2 is a copy); c 2 + 1+1+1+1;
+     * e 2 + 5+1+5+1+2+2 (by place: its host's value and task's value are c's values there) */
+    assert_int_equal(len, 4 + 43 + 14 + 6 + 18);
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, p, len, on_series, &g), WAL_OK);
+    assert_int_equal(g.nseries, 4);
+    assert_string_equal(g.text[0], "__name__=m1,host=tm-1,task=Source: kafka");
+    assert_string_equal(g.text[1], "__name__=m2,host=tm-1,task=Source: kafka,z=1");
+    assert_string_equal(g.text[2], "__name__=m2,host=tm-1");
+    assert_string_equal(g.text[3], "host=m2,task=tm-1,z=1");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(g.ids[i], i + 1);
+    wal_record_decoder_free(&d);
+    buf_free(&enc);
 }
 
 static void test_callback_stops_decoding(void **state)
@@ -135,7 +199,7 @@ static void test_callback_stops_decoding(void **state)
     got_t g = {.stop_after = 2};
     size_t len;
     const uint8_t *p = payload_of(&enc, &len);
-    assert_int_equal(wal_record_decode_series(&d, p, len, on_series, &g), WAL_ERR_ABORTED);
+    assert_int_equal(wal_record_decode_series(&d, WAL_REC_SERIES_SHARED, p, len, on_series, &g), WAL_ERR_ABORTED);
     assert_int_equal(g.calls, 2);
     wal_record_decoder_free(&d);
     buf_free(&enc);
@@ -263,6 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_malformed_payloads_deliver_nothing),
+        cmocka_unit_test(test_series_strings_shared_with_previous),
         cmocka_unit_test(test_callback_stops_decoding),
         cmocka_unit_test(test_segment_header),
         cmocka_unit_test(test_read_records),

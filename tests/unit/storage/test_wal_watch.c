@@ -79,8 +79,8 @@ static int drain(wal_watch_t *w, got_t *g)
     wal_record_decoder_t dec;
     wal_record_decoder_init(&dec);
     while ((rc = wal_watch_next(w, &type, &p, &len, &at)) == WAL_WATCH_RECORD) {
-        if (type == WAL_REC_SERIES)
-            assert_int_equal(wal_record_decode_series(&dec, p, len, on_series, g), 0);
+        if (wal_record_is_series(type))
+            assert_int_equal(wal_record_decode_series(&dec, type, p, len, on_series, g), 0);
         else if (type == WAL_REC_SAMPLES)
             assert_int_equal(wal_record_decode_samples(&dec, p, len, on_samples, g), 0);
         n++;
