@@ -2449,7 +2449,9 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out)
 
 /* ---- persistence ------------------------------------------------------------------------------------
  *
- * Full state (storage snapshot), little-endian:
+ * Full state (storage snapshot), little-endian: "SPG1" u32 ngroups, group* (push_registry_restore;
+ * push_registry_serialize writes ngroups 0 there and the groups as 'S' records in the pieces that
+ * follow, read as deltas):
  *   "SPG1" u32 ngroups, group*
  *   group  = u32 nlabels, (str name, str value)*, i64 push_ms, i64 fail_ms, u8 last_ok,
  *            f64 interval_ms, i64 first_push_ms, u32 nfams, family*
@@ -2459,7 +2461,11 @@ void push_registry_write_metrics(push_registry_t *r, buf_t *out)
  *
  * Deltas (WAL, one per change; a sequence of records, each a kind byte + payload). Every record
  * sets state (never adds to it), so replaying one that a snapshot already contains is harmless:
- *   'G' group             the whole group (a push that changed the group's shape)
+ *   'S' group             the whole group (a push that changed the group's shape), each metric's
+ *                         labels as u32 0 then nlabels, (str name, str value)*: a set this record
+ *                         has not had yet; or u32 k >= 1: the k-th set written so far
+ *   'G' group             the same with every metric's labels written out (metric above); read
+ *                         only, written by versions before 'S'
  *   'V' key, i64 push_ms, f64 interval_ms, i64 first_push_ms, u32 n, f64 value*
  *                         a push that kept the shape: the values in canonical order (families by
  *                         name, metrics in order; value, sum, count, quantile/bucket values)
@@ -2496,34 +2502,33 @@ static void ser_labels(buf_t *out, const label_t *ls, size_t n)
     }
 }
 
-/* The bytes ser_labels wrote for a label set, by the set's address: a group's metrics share
+/* The number an 'S' record gives a label set, by the set's address: a group's metrics share
  * their sets (labelset_intern; a Flink TaskManager's ~860 metrics have ~50), so each distinct
- * set is encoded once and later uses copy its bytes. Open addressing, sized for the metrics. */
+ * set is written once and later uses name its number (4 bytes instead of ~400: the record of a
+ * new TaskManager's group went from ~390 KiB to ~60). Open addressing, sized for the metrics. */
 typedef struct {
     const label_t *set;
     uint32_t nlabels;
-    size_t off, len; /* in the output buffer */
+    uint32_t no; /* 1-based, in the order the sets were written */
 } ser_setmemo_t;
 
-static void ser_metric_labels(buf_t *out, const push_metric_t *pm, ser_setmemo_t *memo, size_t cap)
+static void ser_metric_labels(buf_t *out, const push_metric_t *pm, ser_setmemo_t *memo, size_t cap, uint32_t *nsets)
 {
-    if (!memo) {
-        ser_labels(out, pm->labels, pm->nlabels);
-        return;
+    size_t j = 0;
+    if (memo) {
+        uintptr_t k = (uintptr_t)pm->labels;
+        j = (size_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
+        for (; memo[j].set; j = (j + 1) & (cap - 1))
+            if (memo[j].set == pm->labels && memo[j].nlabels == pm->nlabels) {
+                ser_u32(out, memo[j].no);
+                return;
+            }
     }
-    uintptr_t k = (uintptr_t)pm->labels;
-    size_t j = (size_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
-    for (; memo[j].set; j = (j + 1) & (cap - 1))
-        if (memo[j].set == pm->labels && memo[j].nlabels == pm->nlabels) {
-            /* reserve first: the source lies in the buffer a reallocation would move */
-            buf_reserve(out, memo[j].len);
-            memcpy(out->data + out->len, out->data + memo[j].off, memo[j].len);
-            out->len += memo[j].len;
-            return;
-        }
-    size_t off = out->len;
+    ser_u32(out, 0);
     ser_labels(out, pm->labels, pm->nlabels);
-    memo[j] = (ser_setmemo_t){pm->labels, pm->nlabels, off, out->len - off};
+    ++*nsets;
+    if (memo)
+        memo[j] = (ser_setmemo_t){pm->labels, pm->nlabels, *nsets};
 }
 
 static void ser_group(buf_t *out, const push_group_t *g)
@@ -2534,7 +2539,8 @@ static void ser_group(buf_t *out, const push_group_t *g)
     size_t cap = 16;
     while (cap < nmetrics * 2)
         cap *= 2;
-    ser_setmemo_t *memo = nmetrics > 1 ? calloc(cap, sizeof(*memo)) : NULL; /* NULL: encode each */
+    ser_setmemo_t *memo = nmetrics > 1 ? calloc(cap, sizeof(*memo)) : NULL; /* NULL: write each */
+    uint32_t nsets = 0;
     ser_labels(out, g->grouping.v, g->grouping.n);
     ser_u64(out, (uint64_t)g->push_ms);
     ser_u64(out, (uint64_t)g->fail_ms);
@@ -2553,7 +2559,7 @@ static void ser_group(buf_t *out, const push_group_t *g)
         ser_u32(out, (uint32_t)fam->n);
         for (size_t m = 0; m < fam->n; m++) {
             const push_metric_t *pm = &fam->metrics[m];
-            ser_metric_labels(out, pm, memo, cap);
+            ser_metric_labels(out, pm, memo, cap, &nsets);
             ser_f64(out, pm->value);
             ser_f64(out, metric_sum(pm));
             ser_f64(out, metric_count(pm));
@@ -2610,7 +2616,7 @@ int push_registry_serialize(push_registry_t *r, size_t piece_bytes, push_registr
     buf_reset(&b);
     for (size_t i = 0; i < r->gcap && rc == 0; i++)
         for (push_group_t *g = r->gtab[i]; g && rc == 0; g = g->next) {
-            buf_putc(&b, 'G');
+            buf_putc(&b, 'S');
             ser_group(&b, g);
             if (b.len >= piece_bytes) {
                 rc = put(ctx, b.data, b.len);
@@ -2630,7 +2636,7 @@ static void delta_commit(buf_t *delta, push_group_t *g)
     uint64_t shape = group_shape(g);
     if (shape != g->shape || !g->shape) {
         g->shape = shape;
-        buf_putc(delta, 'G');
+        buf_putc(delta, 'S');
         ser_group(delta, g);
         return;
     }
@@ -2732,9 +2738,14 @@ static char *rd_grouping(push_reader_t *rd, push_strtab_t *st, arena_t *scratch,
     return group_key(grouping, scratch);
 }
 
-/* Reads one group record, replacing any group with the same key. Called with r->mu held. */
-static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
+/* Reads one group record ('S': label sets by number, else 'G'), replacing any group with the same
+ * key. Called with r->mu held. */
+static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch, bool numbered)
 {
+    /* 'S': the label sets read so far, by number - 1 (interned in st: they live in the batch) */
+    label_t **sets = NULL;
+    uint32_t *setn = NULL;
+    size_t nsets = 0, setcap = 0;
     push_batch_t *batch = calloc(1, sizeof(*batch));
     if (!batch)
         abort();
@@ -2775,13 +2786,34 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
         memset(f->metrics, 0, (f->n ? f->n : 1) * sizeof(push_metric_t));
         for (size_t m = 0; m < f->n && !rd->bad; m++) {
             push_metric_t *pm = &f->metrics[m];
-            pm->nlabels = rd_count(rd, 8);
-            label_t *ls = arena_alloc(scratch, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
-            for (uint32_t l = 0; l < pm->nlabels; l++) {
-                ls[l].name = rd_str(rd, &st);
-                ls[l].value = rd_str(rd, &st);
+            uint32_t no = numbered ? rd_u32(rd) : 0;
+            if (no) {
+                if (no > nsets) {
+                    rd->bad = true;
+                    break;
+                }
+                pm->labels = sets[no - 1];
+                pm->nlabels = setn[no - 1];
+            } else {
+                pm->nlabels = rd_count(rd, 8);
+                label_t *ls = arena_alloc(scratch, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
+                for (uint32_t l = 0; l < pm->nlabels; l++) {
+                    ls[l].name = rd_str(rd, &st);
+                    ls[l].value = rd_str(rd, &st);
+                }
+                pm->labels = labelset_intern(&st, ls, pm->nlabels);
+                if (numbered) {
+                    if (nsets == setcap) {
+                        setcap = setcap ? 2 * setcap : 64;
+                        sets = realloc(sets, setcap * sizeof(*sets));
+                        setn = realloc(setn, setcap * sizeof(*setn));
+                        if (!sets || !setn)
+                            abort(); /* as batch_alloc: restore has no way back */
+                    }
+                    sets[nsets] = pm->labels;
+                    setn[nsets++] = pm->nlabels;
+                }
             }
-            pm->labels = labelset_intern(&st, ls, pm->nlabels);
             pm->value = rd_f64(rd);
             double sum = rd_f64(rd), count = rd_f64(rd);
             pm->nq = rd_count(rd, 16);
@@ -2830,6 +2862,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch)
     strtab_free(&st);
     if (batch && batch->refs == 0)
         batch_free(batch);
+    free(sets);
+    free(setn);
 }
 
 static void registry_clear_locked(push_registry_t *r)
@@ -2852,7 +2886,7 @@ int push_registry_restore(push_registry_t *r, const void *data, size_t len)
     registry_clear_locked(r);
     uint32_t ng = rd_count(&rd, 4);
     for (uint32_t gi = 0; gi < ng && !rd.bad; gi++)
-        rd_group(r, &rd, scratch);
+        rd_group(r, &rd, scratch, false);
     bool bad = rd.bad || rd.p != rd.end;
     if (bad)
         registry_clear_locked(r);
@@ -2909,7 +2943,8 @@ int push_registry_apply_delta(push_registry_t *r, const void *data, size_t len)
     while (!rd.bad && rd.p < rd.end) {
         uint8_t kind = rd_u8(&rd);
         switch (kind) {
-        case 'G': rd_group(r, &rd, scratch); break;
+        case 'G': rd_group(r, &rd, scratch, false); break;
+        case 'S': rd_group(r, &rd, scratch, true); break;
         case 'V': rd_values(r, &rd, scratch); break;
         case 'F':
         case 'D': {
