@@ -416,10 +416,12 @@ int wal_record_decode_series(wal_record_decoder_t *d, uint8_t type, const uint8_
         uint64_t id = rd_uvarint(&rd);
         uint64_t nl = rd_uvarint(&rd);
         for (uint64_t k = 0; k < 2 * nl; k++) {
-            size_t sl = rd_string_len(&rd, shared);
+            /* validated in pass 1: lengths in bounds, no NUL, a shared string's label there */
+            uint64_t code = rd_uvarint(&rd);
+            if (shared && code == 0)
+                continue; /* label k / 2 of the previous series, still in d->labels */
+            size_t sl = (size_t)(shared ? code - 1 : code);
             const char **slot = k % 2 ? &d->labels[k / 2].value : &d->labels[k / 2].name;
-            if (sl == SIZE_MAX)
-                continue; /* checked in pass 1: label k / 2 of the previous series is there */
             *slot = d->strs.data + d->strs.len;
             buf_append(&d->strs, rd.p, sl);
             buf_putc(&d->strs, 0);

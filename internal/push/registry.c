@@ -2743,8 +2743,10 @@ static char *rd_grouping(push_reader_t *rd, push_strtab_t *st, arena_t *scratch,
 static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch, bool numbered)
 {
     /* 'S': the label sets read so far, by number - 1 (interned in st: they live in the batch) */
-    label_t **sets = NULL;
-    uint32_t *setn = NULL;
+    struct {
+        label_t *v;
+        uint32_t n;
+    } *sets = NULL;
     size_t nsets = 0, setcap = 0;
     push_batch_t *batch = calloc(1, sizeof(*batch));
     if (!batch)
@@ -2792,8 +2794,8 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch, bo
                     rd->bad = true;
                     break;
                 }
-                pm->labels = sets[no - 1];
-                pm->nlabels = setn[no - 1];
+                pm->labels = sets[no - 1].v;
+                pm->nlabels = sets[no - 1].n;
             } else {
                 pm->nlabels = rd_count(rd, 8);
                 label_t *ls = arena_alloc(scratch, (pm->nlabels ? pm->nlabels : 1) * sizeof(label_t));
@@ -2806,12 +2808,11 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch, bo
                     if (nsets == setcap) {
                         setcap = setcap ? 2 * setcap : 64;
                         sets = realloc(sets, setcap * sizeof(*sets));
-                        setn = realloc(setn, setcap * sizeof(*setn));
-                        if (!sets || !setn)
+                        if (!sets)
                             abort(); /* as batch_alloc: restore has no way back */
                     }
-                    sets[nsets] = pm->labels;
-                    setn[nsets++] = pm->nlabels;
+                    sets[nsets].v = pm->labels;
+                    sets[nsets++].n = pm->nlabels;
                 }
             }
             pm->value = rd_f64(rd);
@@ -2863,7 +2864,6 @@ static void rd_group(push_registry_t *r, push_reader_t *rd, arena_t *scratch, bo
     if (batch && batch->refs == 0)
         batch_free(batch);
     free(sets);
-    free(setn);
 }
 
 static void registry_clear_locked(push_registry_t *r)
