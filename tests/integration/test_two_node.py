@@ -123,12 +123,15 @@ def test_two_nodes_each_answer_for_all_jobs(start_sluice, central):
     first = time.time()
     last_sec = None
     for k in range(1, PUSHES + 1):
-        # one push per second and group (sluice keeps one sample per series and second)
+        # one push per second and group (sluice keeps one sample per series and second): the
+        # next round starts in a second after the one this round's last push ended in (under a
+        # loaded make test the four pushes once ran into the next second, where the next round's
+        # push of the same group replaced that sample)
         wait_until(lambda: int(time.time()) != last_sec, 5, "clock")
-        last_sec = int(time.time())
         for tm in ("tm-1", "tm-2"):
             push(n0, "alpha", tm, k)
             push(n1, "beta", tm, k)
+        last_sec = int(time.time())
 
     # Every push forwarded: Prometheus has PUSHES samples of each of the 12 series.
     def central_complete():
