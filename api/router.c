@@ -161,14 +161,28 @@ const uint8_t *api_req_body(api_req_t *req, size_t *len)
     if (!req->body_read_) {
         struct evbuffer *in = evhttp_request_get_input_buffer(req->ev);
         size_t n = evbuffer_get_length(in);
+        assert(req->arena && "the body is read before the arena is stolen");
         req->body_ = arena_alloc(req->arena, n + 1);
-        evbuffer_copyout(in, req->body_, n);
+        /* moved, not copied: the input buffer's chains go now, not when the request is freed
+         * (a queued push would otherwise hold its body twice) */
+        evbuffer_remove(in, req->body_, n);
         req->body_[n] = 0;
         req->body_len_ = n;
         req->body_read_ = true;
     }
     *len = req->body_len_;
     return req->body_;
+}
+
+struct evbuffer *api_req_body_steal(api_req_t *req)
+{
+    assert(!req->body_read_ && "the body was read already");
+    struct evbuffer *b = evbuffer_new();
+    if (b && evbuffer_add_buffer(b, evhttp_request_get_input_buffer(req->ev)) != 0) {
+        evbuffer_free(b);
+        b = NULL;
+    }
+    return b;
 }
 
 typedef struct {
@@ -230,6 +244,7 @@ static router_params_t *router_params(api_req_t *req)
 {
     if (req->params_)
         return req->params_;
+    assert(req->arena && "parameters are read before the arena is stolen");
     router_params_t *p = arena_calloc(req->arena, 1, sizeof(*p));
     if (req->query)
         params_parse(req, p, req->query, strlen(req->query));
@@ -478,6 +493,14 @@ void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), vo
     struct evhttp_connection *evcon = evhttp_request_get_connection(req->ev);
     if (evcon)
         evhttp_connection_set_closecb(evcon, router_park_closed, req);
+}
+
+arena_t *api_req_arena_steal(api_req_t *req)
+{
+    arena_t *a = req->arena;
+    assert(a && "the arena was stolen already");
+    req->arena = NULL;
+    return a;
 }
 
 /* --- streaming ------------------------------------------------------------------------------------ */

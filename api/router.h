@@ -23,6 +23,7 @@
 
 struct evhttp_request;
 struct event_base;
+struct evbuffer;
 
 enum {
     API_GET = 1 << 0,
@@ -102,6 +103,10 @@ const char *api_req_param(api_req_t *req, const char *name);
 size_t api_req_params(api_req_t *req, const char *name, const char ***out);
 /* The whole body, contiguous, arena-owned (NUL-terminated past len). */
 const uint8_t *api_req_body(api_req_t *req, size_t *len);
+/* The whole body, moved (not copied) into a new evbuffer the caller frees: for a body read on
+ * another thread, after the request may be gone. NULL when out of memory. The request's own body
+ * is then empty; call before api_req_body, or not at all. */
+struct evbuffer *api_req_body_steal(api_req_t *req);
 struct event_base *api_req_base(api_req_t *req);
 
 /* --- answering --------------------------------------------------------------------------------- */
@@ -122,6 +127,12 @@ const char *api_error_type(api_error_kind_t kind);
  * event base. on_close (may be NULL) is called if the client goes away first; after it, req is
  * gone (the router frees it and libevent's request; on_close must not). */
 void api_req_park(api_req_t *req, void (*on_close)(api_req_t *req, void *ud), void *ud);
+/* Hands the request's arena (its path, query, body and parameters live there) to the caller, who
+ * frees it; the request no longer does. For work that outlives what the request may: a parked
+ * request is freed when its client goes away. Read what is needed (api_req_body, api_req_param)
+ * first: the request has no arena left to read into. A reply still reads req->path (the refusal
+ * log): free the arena only after replying, or once the request is gone. */
+arena_t *api_req_arena_steal(api_req_t *req);
 
 /* Streaming replies (chunked transfer encoding: SSE, streamed remote read). start sends the status
  * line and headers; the request then counts as parked (on_close as in api_req_park) until

@@ -95,6 +95,7 @@ struct api_server {
     _Atomic uint64_t refusals_held;    /* refusals not logged since */
     pthread_mutex_t calls_mu;
     struct server_call *calls; /* posted with api_server_run_on, not yet run */
+    bool loops_gone;           /* the workers stopped: api_server_run_on refuses (under calls_mu) */
     pthread_mutex_t wc_mu;
     api_webconfig_t *wc; /* --web.config.file; NULL = plain HTTP, no auth */
     char *web_config_file;
@@ -762,6 +763,11 @@ int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *
     c->srv = s;
     c->prev = NULL;
     pthread_mutex_lock(&s->calls_mu);
+    if (s->loops_gone) {
+        pthread_mutex_unlock(&s->calls_mu);
+        free(c);
+        return -1;
+    }
     c->next = s->calls;
     if (s->calls)
         s->calls->prev = c;
@@ -816,6 +822,21 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms)
     for (int i = 0; i < s->nworkers; i++)
         pthread_join(s->workers[i].thread, NULL);
     s->started = false;
+    /* Calls posted while the loops were ending that they did not run: they run here, the loops
+     * gone (no worker thread competes), so whoever posted one still gets back what it handed
+     * over (a push's job, a query's): a reply that goes nowhere now, and its memory freed. Later
+     * calls are refused: the poster keeps what it would have handed over. */
+    pthread_mutex_lock(&s->calls_mu);
+    s->loops_gone = true;
+    server_call_t *unrun = s->calls;
+    s->calls = NULL;
+    pthread_mutex_unlock(&s->calls_mu);
+    while (unrun) {
+        server_call_t *c = unrun;
+        unrun = c->next;
+        c->fn(c->arg);
+        free(c);
+    }
 }
 
 void api_server_destroy(api_server_t *s)

@@ -55,7 +55,9 @@ void api_server_stop(api_server_t *s, int64_t timeout_ms);
 void api_server_destroy(api_server_t *s);
 int api_server_worker_count(const api_server_t *s);
 struct event_base *api_server_worker_base(api_server_t *s, int worker);
-/* Runs fn(arg) on a worker's event loop thread (thread-safe). */
+/* Runs fn(arg) on a worker's event loop thread (thread-safe). 0, or -1 (out of memory, or the
+ * loops are gone: api_server_stop returned) with fn not called. A call the loops did not run
+ * before they ended runs in api_server_stop, on its thread, after the workers are joined. */
 int api_server_run_on(api_server_t *s, int worker, void (*fn)(void *arg), void *arg);
 /* Appends sluice_http_* metrics in Prometheus text format. */
 void api_server_write_metrics(api_server_t *s, buf_t *out);

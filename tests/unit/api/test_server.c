@@ -2,7 +2,8 @@
  * reads the rest of what a plain socket holds itself): api__server_read_ahead on a socket pair
  * (everything waiting, nothing waiting, EOF, the per-call bound), and on a real two-worker server
  * the request bodies it must still frame exactly: a large body in one write, a body that arrives
- * in pieces, pipelined requests in one write. */
+ * in pieces, pipelined requests in one write; and a request handed to another thread (its arena
+ * and body stolen, as push does) and answered from there, or left by its client first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,12 +294,207 @@ static void test_server_bodies(void **state)
     api_server_destroy(srv);
 }
 
+/* ---- a request answered from another thread -------------------------------------------------- */
+
+/* PUT /later: parked, its arena and body stolen into a job that the handoff thread answers (the
+ * echo text) through api_server_run_on once the test lets it go. Two references, as in push.c: the
+ * thread's and the parked request's. */
+typedef struct later_job {
+    api_server_t *srv;
+    api_req_t *req; /* NULL once the client left (worker thread only) */
+    arena_t *arena;
+    struct evbuffer *body;
+    _Atomic int refs;
+    int worker;
+    char text[64];
+    struct later_job *next;
+} later_job_t;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    later_job_t *head;
+    int queued, gone, answered;
+    bool go, stop;
+} later = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void later_unref(later_job_t *j)
+{
+    if (atomic_fetch_sub(&j->refs, 1) == 1) {
+        evbuffer_free(j->body);
+        arena_destroy(j->arena);
+    }
+}
+
+static void later_gone(api_req_t *req, void *ud)
+{
+    (void)req;
+    later_job_t *j = ud;
+    j->req = NULL;
+    pthread_mutex_lock(&later.mu);
+    later.gone++;
+    pthread_cond_broadcast(&later.cv);
+    pthread_mutex_unlock(&later.mu);
+    later_unref(j);
+}
+
+static void later_done(void *arg)
+{
+    later_job_t *j = arg;
+    if (j->req) {
+        api_reply(j->req, 200, "text/plain", j->text, strlen(j->text));
+        j->req = NULL;
+        later_unref(j);
+    }
+    pthread_mutex_lock(&later.mu);
+    later.answered++;
+    pthread_cond_broadcast(&later.cv);
+    pthread_mutex_unlock(&later.mu);
+    later_unref(j);
+}
+
+static void h_later(api_req_t *req, void *ud)
+{
+    api_server_t *srv = ud;
+    later_job_t *j = arena_calloc(req->arena, 1, sizeof(*j));
+    j->srv = srv;
+    j->req = req;
+    j->worker = req->worker;
+    j->body = api_req_body_steal(req);
+    if (!j->body) /* a worker thread: cmocka's asserts belong to the test's own */
+        abort();
+    atomic_init(&j->refs, 2);
+    j->arena = api_req_arena_steal(req);
+    api_req_park(req, later_gone, j);
+    pthread_mutex_lock(&later.mu);
+    j->next = later.head;
+    later.head = j;
+    later.queued++;
+    pthread_cond_broadcast(&later.cv);
+    pthread_mutex_unlock(&later.mu);
+}
+
+static void *later_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&later.mu);
+    for (;;) {
+        while (!later.stop && !(later.go && later.head))
+            pthread_cond_wait(&later.cv, &later.mu);
+        if (!later.head)
+            break;
+        later_job_t *j = later.head;
+        later.head = j->next;
+        pthread_mutex_unlock(&later.mu);
+        size_t n = evbuffer_get_length(j->body); /* the body the request had, in the job's hands */
+        snprintf(j->text, sizeof(j->text), "%zu %llx", n, (unsigned long long)fnv1a(evbuffer_pullup(j->body, -1), n));
+        if (api_server_run_on(j->srv, j->worker, later_done, j) != 0)
+            later_unref(j); /* the loops are gone: the teardown's close drops the other reference */
+        pthread_mutex_lock(&later.mu);
+    }
+    pthread_mutex_unlock(&later.mu);
+    return NULL;
+}
+
+static void later_wait(int *counter, int want)
+{
+    pthread_mutex_lock(&later.mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    while (*counter < want)
+        if (pthread_cond_timedwait(&later.cv, &later.mu, &until) != 0)
+            fail_msg("waited 10 s: queued %d, gone %d, answered %d", later.queued, later.gone, later.answered);
+    pthread_mutex_unlock(&later.mu);
+}
+
+static void later_release(bool go)
+{
+    pthread_mutex_lock(&later.mu);
+    later.go = go;
+    pthread_cond_broadcast(&later.cv);
+    pthread_mutex_unlock(&later.mu);
+}
+
+static void test_server_handoff(void **state)
+{
+    (void)state;
+    api_server_options_t o = {.listen_address = "127.0.0.1:0",
+                              .workers = 2,
+                              .max_connections = 64,
+                              .max_body_bytes = MAX_BODY,
+                              .max_header_bytes = 16 << 10,
+                              .read_timeout_ms = 10000};
+    char err[256];
+    api_server_t *srv = api_server_create(&o, err, sizeof(err));
+    assert_non_null(srv);
+    api_route_add(srv, API_PUT, "/later", "later", h_later, srv);
+    assert_int_equal(api_server_start(srv, err, sizeof(err)), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, later_main, NULL), 0);
+    int port = api_server_port(srv);
+    struct evbuffer *out = evbuffer_new();
+    size_t big = 700000;
+    uint8_t *p = pattern(big + 8);
+
+    /* pipelined on one connection: each answered from the thread with its own body, in order */
+    int fd = connect_to(port);
+    const size_t sizes[] = {5, big, 0};
+    for (size_t i = 0; i < 3; i++) {
+        evbuffer_add_printf(out, "PUT /later HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", sizes[i]);
+        evbuffer_add(out, p + i, sizes[i]);
+    }
+    send_evbuffer(fd, out);
+    later_release(true);
+    for (size_t i = 0; i < 3; i++)
+        expect_echo(fd, p + i, sizes[i]);
+    later_wait(&later.answered, 3);
+
+    /* the client leaves while its request waits: evhttp does not read from a connection whose
+     * request is unanswered, so the answer finds a closed socket; the connection still serves */
+    later_release(false);
+    int fd2 = connect_to(port);
+    evbuffer_add_printf(out, "PUT /later HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", big);
+    evbuffer_add(out, p, big);
+    send_evbuffer(fd2, out);
+    later_wait(&later.queued, 4);
+    close(fd2);
+    later_release(true);
+    later_wait(&later.answered, 4);
+    evbuffer_add_printf(out, "PUT /later HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc");
+    send_evbuffer(fd, out);
+    expect_echo(fd, (const uint8_t *)"abc", 3);
+
+    /* shutdown with a request still held by the thread: the loops stop, so the thread cannot hand
+     * its answer back (it drops its reference), and the server's teardown reports the request gone
+     * (the other reference): the job is freed once, after both (ASan, LeakSanitizer) */
+    later_release(false);
+    evbuffer_add_printf(out, "PUT /later HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz");
+    send_evbuffer(fd, out);
+    later_wait(&later.queued, 6);
+    api_server_stop(srv, 200);
+    pthread_mutex_lock(&later.mu);
+    later.stop = true; /* runs what is queued, then ends */
+    pthread_cond_broadcast(&later.cv);
+    pthread_mutex_unlock(&later.mu);
+    later_release(true);
+    pthread_join(th, NULL);
+    assert_int_equal(later.answered, 5);
+    assert_int_equal(later.gone, 0);
+    api_server_destroy(srv);
+    assert_int_equal(later.gone, 1);
+    close(fd);
+    evbuffer_free(out);
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_ahead_all_nothing_eof),
         cmocka_unit_test(test_read_ahead_bound),
         cmocka_unit_test(test_server_bodies),
+        cmocka_unit_test(test_server_handoff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
