@@ -1795,6 +1795,8 @@ void storage_write_metrics(storage_t *s, buf_t *b)
                (double)w.fsync_duration_ns / 1e9);
         metric(b, "sluice_storage_wal_segment_current", "gauge", "Number of the WAL segment being written.",
                (double)w.segment_current);
+        metric(b, "sluice_storage_wal_buffer_bytes", "gauge", "Memory of the WAL's two batch buffers.",
+               (double)w.buffer_bytes);
     }
     if (s->rollup) {
         rollup_stats_t r;

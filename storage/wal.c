@@ -248,6 +248,7 @@ struct wal {
     /* under mu */
     buf_t pending;
     uint64_t pending_records;
+    uint32_t oversized; /* batches in a row written from a buffer far larger than they were */
     wal_waiter_t *wait_head, **wait_tail;
     bool io_busy;
     wal_stats_t stats;
@@ -370,6 +371,9 @@ static int wal_roll(wal_t *w, io_result_t *res, char *msg, size_t msglen)
  * pending (fsync if `sync`), rolls the segment if it is full (or `cut`), publishes, gives the
  * token back and wakes everybody. Returns with mu held.
  */
+#define WAL_KEEP_BYTES (256u << 10)
+#define WAL_SHRINK_AFTER 64
+
 static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
 {
     assert(!w->io_busy);
@@ -479,6 +483,16 @@ static void wal_lead(wal_t *w, bool sync, bool cut, io_result_t *res)
         x->rc = rc;
         if (rc != WAL_OK)
             err_setf(x->err, x->errlen, "%s", res->msg);
+    }
+    /* A burst (a round of new TaskManagers: the series records of thousands of new series in one
+     * batch) grows the two batch buffers to megabytes, where steady pushes need tens of KB: a
+     * buffer that stayed far larger than its batches for WAL_SHRINK_AFTER batches in a row is
+     * given back (it was ~4 MB held for good after the push bench's first round). */
+    if (batch.cap > WAL_KEEP_BYTES && batch.len * 4 >= batch.cap) {
+        w->oversized = 0; /* still needed */
+    } else if (batch.cap > WAL_KEEP_BYTES && ++w->oversized >= WAL_SHRINK_AFTER) {
+        buf_free(&batch);
+        w->oversized = 0;
     }
     buf_reset(&batch);
     w->spare = batch;
@@ -884,6 +898,7 @@ void wal_get_stats(wal_t *w, wal_stats_t *out)
 {
     pthread_mutex_lock(&w->mu);
     *out = w->stats;
+    out->buffer_bytes = w->pending.cap + w->spare.cap;
     pthread_mutex_unlock(&w->mu);
 }
 

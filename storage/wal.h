@@ -109,6 +109,7 @@ typedef struct {
     uint32_t segment_current;   /* gauge: number of the segment being written */
     uint32_t segments_on_disk;  /* gauge: segment files wal_open found or created, minus removed */
     uint64_t segment_bytes;     /* gauge: size of the current segment */
+    uint64_t buffer_bytes;      /* gauge: allocated by the two batch buffers */
 } wal_stats_t;
 
 /* Defaults: interval mode, 1000 ms, 64 MiB. */

@@ -625,6 +625,48 @@ static void test_segment_roll(void **state)
     free(dir);
 }
 
+/* A burst's batch buffers are given back once batches are small again: a record of thousands of
+ * series grows a buffer to megabytes; 64 small batches in a row later, neither buffer keeps it. */
+static void test_batch_buffers_shrink(void **state)
+{
+    (void)state;
+    char *dir = tmpdir_make();
+    wal_t *w = open_wal(dir, WAL_FSYNC_INTERVAL, 0, 0);
+    enum { N = 20000 };
+    wal_series_t *big = calloc(N, sizeof(*big));
+    label_t(*lv)[2] = calloc(N, sizeof(*lv));
+    char(*vals)[48] = calloc(N, sizeof(*vals));
+    for (int i = 0; i < N; i++) {
+        snprintf(vals[i], sizeof vals[i], "task-%08d-of-a-long-enough-name", i);
+        lv[i][0] = (label_t){"__name__", "flink_taskmanager_job_task_numRecordsIn"};
+        lv[i][1] = (label_t){"task", vals[i]};
+        big[i] = (wal_series_t){.id = (uint64_t)i + 1, .labels = {lv[i], 2}};
+    }
+    char err[256] = "";
+    assert_int_equal(wal_log_series(w, big, N, err, sizeof err), WAL_OK);
+    wal_stats_t st;
+    wal_get_stats(w, &st);
+    assert_true(st.buffer_bytes >= (1u << 20));
+    for (int k = 0; k < 2 * 64 + 2; k++) {
+        wal_sample_t smp = {.series_id = 1, .t_ms = 1000LL * (k + 1), .v = k};
+        assert_int_equal(wal_log_samples(w, &smp, 1, err, sizeof err), WAL_OK);
+    }
+    wal_get_stats(w, &st);
+    assert_true(st.buffer_bytes < (256u << 10));
+    close_wal(w);
+    evs_t e = {0};
+    wal_replay_stats_t rs;
+    replay_into(dir, 0, &e, &rs);
+    assert_int_equal(rs.series, N);
+    assert_int_equal(rs.samples, 2 * 64 + 2);
+    evs_free(&e);
+    free(big);
+    free(lv);
+    free(vals);
+    rm_rf(dir);
+    free(dir);
+}
+
 static void test_cut_truncate(void **state)
 {
     char *dir = tmpdir_make();
@@ -1161,6 +1203,7 @@ int main(void)
         cmocka_unit_test(test_garbage_length),    cmocka_unit_test(test_limits_and_abort),
         cmocka_unit_test(test_write_error),       cmocka_unit_test(test_write_error_repair),
         cmocka_unit_test(test_cut_failure),       cmocka_unit_test(test_roll_fsync_deferred),
+        cmocka_unit_test(test_batch_buffers_shrink),
     };
     log_set_level(LOG_ERROR); /* the damage tests log warnings on purpose */
     return cmocka_run_group_tests(tests, NULL, NULL);
