@@ -7,9 +7,11 @@
 # builds the unit tests of every threaded subsystem and the daemon, and runs:
 #   unit:        storage (concurrency, index creation races, wal group commit, rollup writer,
 #                storage facade, snapshot), control store, push registry, rules (notifier/actions threads),
-#                api/remote, api/flow and api/sse (server workers), internal/net/httpc and fanout
+#                api/remote, api/flow, api/sse and api/server (server workers, a request answered
+#                from another thread), internal/net/httpc and fanout
 #   integration: test_faults_slow_clients (2 HTTP workers, streamed remote read, SSE fan-out,
-#                control thread, remote write and PromQL queries at once) and test_control
+#                control thread, remote write and PromQL queries at once), test_control and
+#                test_push_concurrent_create (pushes on the push threads)
 # TSan reports make the process exit 66 (TSAN_OPTIONS exitcode), so a race fails its test; the
 # integration fixture requires exit 0 from the daemon at shutdown. Override the selection with
 # TSAN_UNIT_REGEX / TSAN_INTEGRATION_REGEX (ctest -R regexes).
@@ -18,8 +20,8 @@ SRC="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-build-tsan}"
 JOBS="${2:-$(nproc 2>/dev/null || echo 2)}"
 case "$BUILD" in /*) ;; *) BUILD="$SRC/$BUILD" ;; esac
-UNIT="${TSAN_UNIT_REGEX:-^unit/(storage/test_(concurrency|index|wal|rollup|storage|snapshot)|internal/control/test_store|internal/push/test_registry|internal/rules/test_(rules|actions)|internal/net/test_(httpc|fanout)|api/test_(remote|flow|sse))\$}"
-INTEG="${TSAN_INTEGRATION_REGEX:-^integration/(test_faults_slow_clients|test_control)\$}"
+UNIT="${TSAN_UNIT_REGEX:-^unit/(storage/test_(concurrency|index|wal|rollup|storage|snapshot)|internal/control/test_store|internal/push/test_registry|internal/rules/test_(rules|actions)|internal/net/test_(httpc|fanout)|api/test_(remote|flow|sse|server))\$}"
+INTEG="${TSAN_INTEGRATION_REGEX:-^integration/(test_faults_slow_clients|test_control|test_push_concurrent_create)\$}"
 
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TSAN=ON -DSLUICE_SANITIZE=OFF \
   -DSLUICE_FUZZ_SECONDS=0 >/dev/null

@@ -234,9 +234,9 @@ static void send_evbuffer(int fd, struct evbuffer *out)
     evbuffer_drain(out, n);
 }
 
-static void test_server_bodies(void **state)
+/* A started two-worker server on an ephemeral port with one PUT route. */
+static api_server_t *start_server(const char *path, api_handler_fn fn, void *ud)
 {
-    (void)state;
     api_server_options_t o = {.listen_address = "127.0.0.1:0",
                               .workers = 2,
                               .max_connections = 64,
@@ -246,8 +246,15 @@ static void test_server_bodies(void **state)
     char err[256];
     api_server_t *srv = api_server_create(&o, err, sizeof(err));
     assert_non_null(srv);
-    api_route_add(srv, API_PUT, "/echo", "echo", h_echo, NULL);
+    api_route_add(srv, API_PUT, path, "test", fn, ud);
     assert_int_equal(api_server_start(srv, err, sizeof(err)), 0);
+    return srv;
+}
+
+static void test_server_bodies(void **state)
+{
+    (void)state;
+    api_server_t *srv = start_server("/echo", h_echo, NULL);
     int port = api_server_port(srv);
     int fd = connect_to(port);
     struct evbuffer *out = evbuffer_new();
@@ -355,7 +362,8 @@ static void later_done(void *arg)
 
 static void h_later(api_req_t *req, void *ud)
 {
-    api_server_t *srv = ud;
+    (void)ud;
+    api_server_t *srv = req->srv;
     later_job_t *j = arena_calloc(req->arena, 1, sizeof(*j));
     j->srv = srv;
     j->req = req;
@@ -419,17 +427,7 @@ static void later_release(bool go)
 static void test_server_handoff(void **state)
 {
     (void)state;
-    api_server_options_t o = {.listen_address = "127.0.0.1:0",
-                              .workers = 2,
-                              .max_connections = 64,
-                              .max_body_bytes = MAX_BODY,
-                              .max_header_bytes = 16 << 10,
-                              .read_timeout_ms = 10000};
-    char err[256];
-    api_server_t *srv = api_server_create(&o, err, sizeof(err));
-    assert_non_null(srv);
-    api_route_add(srv, API_PUT, "/later", "later", h_later, srv);
-    assert_int_equal(api_server_start(srv, err, sizeof(err)), 0);
+    api_server_t *srv = start_server("/later", h_later, NULL);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, later_main, NULL), 0);
     int port = api_server_port(srv);

@@ -518,7 +518,7 @@ static void test_delta_replay(void **state)
 typedef struct {
     push_registry_t *r;
     _Atomic int done;
-    int renders;
+    _Atomic int renders; /* read by the pushing thread while the renderer counts */
 } race_t;
 
 static void race_put(push_registry_t *r, const char *job, int n, int64_t now)
