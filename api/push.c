@@ -219,14 +219,12 @@ int api__push_parse_path(const char *path, arena_t *a, labels_t *out, char *err,
 struct push_job {
     api_push_t *p;
     api_req_t *req; /* NULL once the client is gone (worker thread only) */
-    arena_t *arena; /* holds this job and the path; while it runs, the push's own (push_job_run) */
+    arena_t *arena; /* holds this job and the path */
     _Atomic int refs;
     int worker;
     int method;
     const char *path;
     struct evbuffer *body_evb; /* the body as read, until push_job_run copies it */
-    uint8_t *body;             /* while the push runs: NUL-terminated past body_len, mutable */
-    size_t body_len;
     const char *content_encoding, *content_type; /* NULL when absent */
     int code;      /* the reply */
     buf_t reply;   /* its text/plain body; empty for none */
@@ -256,13 +254,12 @@ static void push_job_unref(push_job_t *j)
 
 /* ---- body ---------------------------------------------------------------------------------------- */
 
-/* Decodes Content-Encoding into a mutable, NUL-terminated buffer (the job's arena). Returns 0, or
- * an HTTP status (400, 413, 415) with a message. */
-static int push_decode_body(api_push_t *p, push_job_t *j, char **out, size_t *out_len, char *err, size_t errlen)
+/* Decodes Content-Encoding (enc may be NULL) of a mutable, NUL-terminated body into a mutable,
+ * NUL-terminated buffer (the body itself, or one in arena a). Returns 0, or an HTTP status (400,
+ * 413, 415) with a message. */
+static int push_decode_body(api_push_t *p, const char *enc, uint8_t *body, size_t len, arena_t *a, char **out,
+                            size_t *out_len, char *err, size_t errlen)
 {
-    size_t len = j->body_len;
-    const uint8_t *body = j->body;
-    const char *enc = j->content_encoding;
     size_t limit = p->opt.max_decoded_bytes;
     if (!enc || !enc[0] || strcasecmp(enc, "identity") == 0) {
         *out = (char *)body; /* arena-owned and mutable */
@@ -280,7 +277,7 @@ static int push_decode_body(api_push_t *p, push_job_t *j, char **out, size_t *ou
             snprintf(err, errlen, "decompressed body is larger than %zu bytes", limit);
             return 413;
         }
-        char *d = arena_try_alloc(j->arena, dlen + 1);
+        char *d = arena_try_alloc(a, dlen + 1);
         if (!d || snappy_uncompress((const char *)body, len, d, &dlen) != SNAPPY_OK) {
             snprintf(err, errlen, "invalid snappy-compressed body");
             return 400;
@@ -336,7 +333,7 @@ static int push_decode_body(api_push_t *p, push_job_t *j, char **out, size_t *ou
             }
         }
         inflateEnd(&zs);
-        char *d = arena_try_alloc(j->arena, b.len + 1);
+        char *d = arena_try_alloc(a, b.len + 1);
         if (!d) {
             buf_free(&b);
             snprintf(err, errlen, "out of memory");
@@ -528,9 +525,11 @@ static void push_delta_done(buf_t *d)
         buf_reset(d);
 }
 
-static void push_handle_write(api_push_t *p, push_job_t *j, push_mode_t mode)
+/* Runs a PUT or POST of the job's group with its body (mutable, NUL-terminated past len); the
+ * push's allocations go to arena. */
+static void push_handle_write(api_push_t *p, push_job_t *j, arena_t *arena, uint8_t *raw, size_t raw_len,
+                              push_mode_t mode)
 {
-    arena_t *arena = j->arena;
     char err[2048];
     labels_t grouping;
     if (api__push_parse_path(j->path, arena, &grouping, err, sizeof(err)) != 0) {
@@ -539,7 +538,7 @@ static void push_handle_write(api_push_t *p, push_job_t *j, push_mode_t mode)
     }
     char *body;
     size_t len;
-    int st = push_decode_body(p, j, &body, &len, err, sizeof(err));
+    int st = push_decode_body(p, j->content_encoding, raw, raw_len, arena, &body, &len, err, sizeof(err));
     if (st) {
         push_job_reply(j, st, "%s\n", err);
         return;
@@ -624,9 +623,8 @@ store:;
     j->code = 200;
 }
 
-static void push_handle_delete(api_push_t *p, push_job_t *j)
+static void push_handle_delete(api_push_t *p, push_job_t *j, arena_t *arena)
 {
-    arena_t *arena = j->arena;
     char err[1024];
     labels_t grouping;
     if (api__push_parse_path(j->path, arena, &grouping, err, sizeof(err)) != 0) {
@@ -659,12 +657,17 @@ static void push_job_client_gone(api_req_t *req, void *ud)
     push_job_unref(j);
 }
 
+static void push_job_answer(api_req_t *req, const push_job_t *j)
+{
+    api_reply(req, j->code, j->reply.len ? "text/plain; charset=utf-8" : NULL, j->reply.data, j->reply.len);
+}
+
 /* On the worker: the push ran; answer it if its client is still there. */
 static void push_job_done(void *arg)
 {
     push_job_t *j = arg;
     if (j->req) {
-        api_reply(j->req, j->code, j->reply.len ? "text/plain; charset=utf-8" : NULL, j->reply.data, j->reply.len);
+        push_job_answer(j->req, j);
         j->req = NULL;
         push_job_unref(j); /* the request's reference: replied, it is gone */
     }
@@ -678,30 +681,22 @@ static void push_job_run(push_job_t *j)
 {
     api_push_t *p = j->p;
     arena_t *work = arena_create(0);
-    if (!work) {
+    size_t n = evbuffer_get_length(j->body_evb);
+    uint8_t *body = work ? arena_try_alloc(work, n + 1) : NULL;
+    if (!body) {
         push_job_reply(j, 503, "out of memory\n");
+        arena_destroy(work);
         return;
     }
-    arena_t *request_arena = j->arena;
-    j->arena = work;
-    size_t n = evbuffer_get_length(j->body_evb);
-    j->body = arena_try_alloc(work, n + 1);
-    if (!j->body) {
-        push_job_reply(j, 503, "out of memory\n");
-    } else {
-        evbuffer_remove(j->body_evb, j->body, n);
-        j->body[n] = 0;
-        j->body_len = n;
-        evbuffer_free(j->body_evb);
-        j->body_evb = NULL;
-        switch (j->method) {
-        case API_PUT: push_handle_write(p, j, PUSH_PUT); break;
-        case API_POST: push_handle_write(p, j, PUSH_POST); break;
-        default: push_handle_delete(p, j); break;
-        }
+    evbuffer_remove(j->body_evb, body, n);
+    body[n] = 0;
+    evbuffer_free(j->body_evb);
+    j->body_evb = NULL;
+    switch (j->method) {
+    case API_PUT: push_handle_write(p, j, work, body, n, PUSH_PUT); break;
+    case API_POST: push_handle_write(p, j, work, body, n, PUSH_POST); break;
+    default: push_handle_delete(p, j, work); break;
     }
-    j->arena = request_arena;
-    j->body = NULL;
     arena_destroy(work);
 }
 
@@ -763,7 +758,7 @@ static void push_handler(api_req_t *req, void *ud)
         push_job_run(j);
         if (j->body_evb)
             evbuffer_free(j->body_evb);
-        api_reply(req, j->code, j->reply.len ? "text/plain; charset=utf-8" : NULL, j->reply.data, j->reply.len);
+        push_job_answer(req, j);
         buf_free(&j->reply);
         return;
     }
