@@ -1283,6 +1283,43 @@ static int create_in_shard(index_t *ix, shard_t *sh, uint32_t shard, index_creat
     return INDEX_OK;
 }
 
+/* A shard's creations are a cache miss per label three times over (the pair's slot in the
+ * postings table, the postings list's header, its tail) and one in the series-hash table, each
+ * waiting for the one before: most of create_in_shard's time in a push of new series. So while
+ * one series is made, the next ones' lines are fetched, one step of that chain per series: the
+ * pair slots CREATE_AHEAD series ahead, the lists' headers half-way, their tails the series
+ * after. Only hints: the tables may change before the series' turn. */
+#define CREATE_AHEAD 6
+
+static bool create_wanted(const index_create_t *it, const create_t *c)
+{
+    return it->rc == INDEX_OK && c->nsym == 2 * it->labels->n;
+}
+
+static void create_prefetch(const shard_t *sh, const index_create_t *it, const create_t *c, int stage)
+{
+    if (!create_wanted(it, c) || !sh->pairs.n)
+        return;
+    uint32_t n = (uint32_t)it->labels->n;
+    if (stage == 0 && sh->bh_cap)
+        __builtin_prefetch(&sh->byhash[(uint32_t)hash_mix64((uint32_t)it->hash) & (sh->bh_cap - 1)]);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t key = (uint64_t)c->syms[2 * i] << 32 | c->syms[2 * i + 1];
+        if (stage == 0) {
+            __builtin_prefetch(&sh->pairs.slots[hashmap__home(&sh->pairs, key)]);
+            continue;
+        }
+        const uint64_t *pp = hashmap_get(&sh->pairs, key);
+        if (!pp)
+            continue;
+        const postings_t *p = (const postings_t *)(uintptr_t)*pp;
+        if (stage == 1)
+            __builtin_prefetch(p, 1);
+        else
+            __builtin_prefetch((const char *)p->v + (size_t)p->n * (sh->wide ? 4 : 2), 1);
+    }
+}
+
 int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_fn next_id, void *ud)
 {
     if (!n)
@@ -1370,6 +1407,12 @@ int index_create_many(index_t *ix, index_create_t *it, size_t n, index_next_id_f
         shard_t *sh = &ix->shards[h];
         pthread_rwlock_wrlock(&sh->lock);
         for (size_t j = start[h]; j < start[h + 1]; j++) {
+            if (j + CREATE_AHEAD < start[h + 1])
+                create_prefetch(sh, &it[order[j + CREATE_AHEAD]], &c[order[j + CREATE_AHEAD]], 0);
+            if (j + CREATE_AHEAD / 2 < start[h + 1])
+                create_prefetch(sh, &it[order[j + CREATE_AHEAD / 2]], &c[order[j + CREATE_AHEAD / 2]], 1);
+            if (j + 1 < start[h + 1])
+                create_prefetch(sh, &it[order[j + 1]], &c[order[j + 1]], 2);
             uint32_t k = order[j];
             /* Someone else made it meanwhile, or an earlier item did (also when the index is
              * full: a series that exists is found, not refused). */
