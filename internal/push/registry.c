@@ -634,12 +634,35 @@ static const char *strtab_intern(push_strtab_t *t, const char *s)
     return c;
 }
 
+/* The word before a set stored by labelset_intern: its length, and a hash of its strings (not
+ * of their pointers, which another push's sets do not share), for family_shape: a family's
+ * metrics share a few dozen sets, so a set's strings are hashed once, not once per metric. */
+typedef struct {
+    uint32_t n, pad;
+    uint64_t content;
+} labelset_head_t;
+_Static_assert(sizeof(labelset_head_t) == sizeof(label_t), "a set's header keeps it 16-byte aligned");
+
+static const labelset_head_t *labelset_head(const label_t *set)
+{
+    return (const labelset_head_t *)(const void *)(set - 1);
+}
+
 /* Number of labels of a set stored by labelset_intern. */
 static uint32_t labelset_len(const label_t *set)
 {
-    uint32_t n;
-    memcpy(&n, (const char *)set - sizeof(label_t), sizeof(n));
-    return n;
+    return labelset_head(set)->n;
+}
+
+static uint64_t labelset_content_hash(const label_t *ls, uint32_t n)
+{
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (uint32_t l = 0; l < n; l++) {
+        XXH3_64bits_update(&st, ls[l].name, strlen(ls[l].name) + 1);
+        XXH3_64bits_update(&st, ls[l].value, strlen(ls[l].value) + 1);
+    }
+    return XXH3_64bits_digest(&st);
 }
 
 static uint64_t labelset_hash(const label_t *ls, uint32_t n)
@@ -672,9 +695,10 @@ static label_t *labelset_intern(push_strtab_t *t, const label_t *ls, uint32_t n)
         if (labelset_len(c) == n && memcmp(c, ls, n * sizeof(label_t)) == 0)
             return t->sets[j];
     }
-    /* One label_t-sized header (holding the length) keeps the set itself 16-byte aligned. */
+    /* One label_t-sized header keeps the set itself 16-byte aligned. */
     label_t *c = t->a ? arena_alloc(t->a, (n + 1) * sizeof(label_t)) : batch_alloc(t->b, (n + 1) * sizeof(label_t));
-    memcpy(c, &n, sizeof(n));
+    labelset_head_t head = {.n = n, .content = labelset_content_hash(ls, n)};
+    memcpy(c, &head, sizeof(head));
     c++;
     memcpy(c, ls, n * sizeof(label_t));
     t->sets[j] = c;
@@ -840,10 +864,9 @@ static uint64_t family_shape(const push_family_t *f)
         XXH3_64bits_update(&st, f->help, strlen(f->help) + 1);
     for (size_t i = 0; i < f->n; i++) {
         const push_metric_t *m = &f->metrics[i];
-        for (uint32_t l = 0; l < m->nlabels; l++) {
-            XXH3_64bits_update(&st, m->labels[l].name, strlen(m->labels[l].name) + 1);
-            XXH3_64bits_update(&st, m->labels[l].value, strlen(m->labels[l].value) + 1);
-        }
+        assert(labelset_len(m->labels) == m->nlabels);
+        uint64_t content = labelset_head(m->labels)->content;
+        XXH3_64bits_update(&st, &content, sizeof(content));
         XXH3_64bits_update(&st, &m->nq, sizeof(m->nq));
         if (m->nq)
             XXH3_64bits_update(&st, m->x->qb, m->nq * sizeof(double));
