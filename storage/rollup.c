@@ -3166,12 +3166,12 @@ static void *writer_main(void *arg)
     if (setpriority(PRIO_PROCESS, (id_t)gettid(), ROLLUP_WRITER_NICE) != 0)
         log_debug("rollup", "cannot lower the writer's priority; it runs at normal priority");
     pthread_mutex_lock(&r->stop_mu);
-    int slices = 0;       /* cycles in a row that wrote only catalog rows: rows from before them wait */
-    bool burst = false;   /* rows were queued while the writer waited for its last slice */
-    size_t queued = 0;    /* rows left queued after the last cycle */
+    int slices = 0;     /* cycles in a row that wrote only catalog rows: rows from before them wait */
+    bool burst = false; /* rows were queued while the writer waited for its last slice */
+    size_t queued = 0;  /* rows left queued after the last cycle */
     while (!r->stop) {
-        struct timespec ts = clock_deadline_ms(
-            CLOCK_REALTIME, !slices ? r->flush_ms : burst ? ROLLUP_BURST_WAIT_MS : ROLLUP_BACKLOG_WAIT_MS);
+        int64_t wait_ms = !slices ? r->flush_ms : burst ? ROLLUP_BURST_WAIT_MS : ROLLUP_BACKLOG_WAIT_MS;
+        struct timespec ts = clock_deadline_ms(CLOCK_REALTIME, wait_ms);
         pthread_cond_timedwait(&r->stop_cv, &r->stop_mu, &ts);
         if (r->stop)
             break;
