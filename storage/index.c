@@ -1309,6 +1309,8 @@ static void create_prefetch(const shard_t *sh, const index_create_t *it, const c
             __builtin_prefetch(&sh->pairs.slots[hashmap__home(&sh->pairs, key)]);
             continue;
         }
+        /* Looked up again at each stage, not kept from the one before: a list grown by a
+         * series made meanwhile has moved, and stage 2 reads its header. */
         const uint64_t *pp = hashmap_get(&sh->pairs, key);
         if (!pp)
             continue;
