@@ -2,7 +2,7 @@
 """bench/soak.py — long-running mixed load against a real sluice; fails on errors or RSS growth.
 
     bench/soak.py --sluice build/sluice --tools build/tests/tools [--duration 30m] [--tms 200]
-                  [--polls 1000] [--warmup 3m] [--scrape-interval S] [--out DIR]
+                  [--polls 1000] [--warmup 3m] [--scrape-interval S] [--quiet-every 10m] [--out DIR]
 
 Starts its own sluice (data in a temporary directory unless --data) and runs, in one asyncio
 loop with a small hand-written HTTP/1.1 client (keep-alive, one connection per simulated client):
@@ -159,7 +159,16 @@ class Soak:
         self.poll_cycles = 0
         self.heap = {}  # sluice_heap_* figures, latest
         q = QUIET_S
-        self.quiet_windows = [(a.warmup - q, a.warmup), (a.duration - q, a.duration)]
+        # the verdict's two windows, first and last; --quiet-every adds windows between them, so a
+        # long run shows whether the retained memory levels off or keeps growing
+        ends = [a.warmup]
+        if a.quiet_every > 0:
+            e = a.warmup + a.quiet_every
+            while e <= a.duration - a.quiet_every / 2:
+                ends.append(e)
+                e += a.quiet_every
+        ends.append(a.duration)
+        self.quiet_windows = [(e - q, e) for e in ends]
 
     def running(self):
         return time.time() < self.end
@@ -235,7 +244,7 @@ class Soak:
     ]
 
     def quiet(self, t=None):
-        """Inside one of the two quiet windows (end of warm-up, end of run): no dashboard query."""
+        """Inside a quiet window (end of warm-up, end of run, --quiet-every): no dashboard query."""
         e = (t or time.time()) - self.t0
         return any(w0 <= e < w1 for w0, w1 in self.quiet_windows)
 
@@ -407,12 +416,16 @@ def main():
     ap.add_argument("--polls", type=int, default=1000)
     ap.add_argument("--rw-series", type=int, default=5000)
     ap.add_argument("--scrape-interval", type=float, default=0, help="seconds between GET /metrics; 0: none")
+    ap.add_argument("--quiet-every", default="0",
+                    help="also pause the dashboard every this long after warm-up and print the retained memory "
+                         "at each pause (e.g. 10m); the verdict still compares the first and the last")
     ap.add_argument("--data", default=None)
     ap.add_argument("--out", default=".")
     ap.add_argument("--sluice-arg", action="append", default=[])
     a = ap.parse_args()
     a.duration = parse_dur(a.duration)
     a.warmup = parse_dur(a.warmup) if a.warmup else min(300.0, a.duration / 5)
+    a.quiet_every = parse_dur(a.quiet_every)
 
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -484,11 +497,14 @@ def report(a, soak, wall, rc, args):
     quiet = [[s for s in samples if w1 - QUIET_SAMPLE_S <= s[0] < w1] for _, w1 in soak.quiet_windows]
     if after and all(quiet):
         other = lambda win: min(r - h / 1024 for _, r, h, _ in win)  # noqa: E731 — RSS minus head, KiB
-        ret0, ret1 = other(quiet[0]), other(quiet[1])
-        rss0, rssw, rss1 = samples[0][1], quiet[0][-1][1], quiet[1][-1][1]
+        ret0, ret1 = other(quiet[0]), other(quiet[-1])
+        rss0, rssw, rss1 = samples[0][1], quiet[0][-1][1], quiet[-1][-1][1]
         print(f"\nRSS: start {rss0 / 1024:.0f} MiB, after warm-up ({a.warmup:.0f} s) {rssw / 1024:.0f} MiB, "
-              f"end {rss1 / 1024:.0f} MiB; head memory {quiet[0][-1][2] / 2**20:.0f} -> {quiet[1][-1][2] / 2**20:.0f} MiB; "
-              f"heap in use {quiet[0][-1][3] / 2**20:.0f} -> {quiet[1][-1][3] / 2**20:.0f} MiB")
+              f"end {rss1 / 1024:.0f} MiB; head memory {quiet[0][-1][2] / 2**20:.0f} -> {quiet[-1][-1][2] / 2**20:.0f} MiB; "
+              f"heap in use {quiet[0][-1][3] / 2**20:.0f} -> {quiet[-1][-1][3] / 2**20:.0f} MiB")
+        if len(quiet) > 2:
+            print("retained memory at each pause (minute: MiB): " + ", ".join(
+                f"{w1 / 60:.0f}: {other(win) / 1024:.0f}" for (_, w1), win in zip(soak.quiet_windows, quiet)))
         print(f"retained memory (RSS minus head, dashboard paused): {ret0 / 1024:.0f} -> {ret1 / 1024:.0f} MiB; "
               f"under full load RSS minus head ranged {min(r - h / 1024 for _, r, h, _ in after) / 1024:.0f}-"
               f"{max(r - h / 1024 for _, r, h, _ in after) / 1024:.0f} MiB")
