@@ -10,6 +10,12 @@
 # control change every 5 s): the soak starts the daemon, its load runs SOAK_WARMUP seconds
 # (default 60) before the measurement starts, and is stopped afterwards. SOAK_TOOLS: where flink_gen
 # is (default BUILD_DIR/tests/tools).
+#
+# Without SOAK, bench/fanout_floor.c runs first with the same polls and rounds (FLOOR=0 skips it):
+# the same client and sluice's own fan-out code answering from a bare thread, without HTTP, the
+# commit or anything else of sluice. On a 2-core machine the client shares the CPUs with the
+# sending, so its reads are late by the same amount for both; what sluice shows beyond the floor
+# in the same minutes is sluice's own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
@@ -18,6 +24,7 @@ rounds=${3:-20}
 bin=$build/sluice
 [ -x "$bin" ] || { echo "control_propagation: no $bin (make build-release first)" >&2; exit 1; }
 work=$(mktemp -d)
+pid=""
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 cc -O2 -o "$work/control_propagation" "$here/control_propagation.c"
 if [ "${SOAK:-0}" = 1 ]; then
@@ -41,6 +48,11 @@ if [ "${SOAK:-0}" = 1 ]; then
     echo "under soak load (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     "$work/control_propagation" 127.0.0.1 "$port" "$polls" "$rounds"
     exit
+fi
+if [ "${FLOOR:-1}" = 1 ]; then
+    cc -O2 -I"$here/.." -I"$build/gen" -o "$work/fanout_floor" "$here/fanout_floor.c" "$build/libsluice_core.a" \
+        -luring -lpthread
+    "$work/fanout_floor" "$polls" "$rounds"
 fi
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$bin" --web.listen-address=127.0.0.1:$port --storage.path="$work/data" --log.level=warn >"$work/log" 2>&1 &
