@@ -35,40 +35,7 @@
 #include <unistd.h>
 
 #include "internal/net/fanout.h"
-
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static double real_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* Reads what fd has; its kernel receive time (CLOCK_REALTIME ms), or -1 without one. */
-static double read_stamped(int fd, char *buf, size_t len)
-{
-    union {
-        char b[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = {buf, len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof(ctl.b)};
-    if (recvmsg(fd, &mh, 0) <= 0)
-        return -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof(ts));
-            return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-        }
-    return -1;
-}
+#include "stamped_read.h"
 
 /* The answering side: waits for a byte on the pipe, then sends the answer to every poll's server
  * socket through the fan-out, as sluice's control thread does after a commit. */
@@ -173,7 +140,7 @@ int main(int argc, char **argv)
             setsockopt(s.fds[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
         usleep(200 * 1000); /* parked: past the server's delayed ACK of the request */
-        double t0 = mono_ms(), t0_real = real_ms();
+        double t0 = now_ms(), t0_real = real_ms();
         if (write(pipefd[1], "g", 1) != 1) {
             perror("pipe write");
             return 1;
@@ -187,7 +154,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "timed out with %d answers missing\n", left);
                 return 1;
             }
-            double t = mono_ms() - t0;
+            double t = now_ms() - t0;
             for (int k = 0; k < n; k++) {
                 double rx = read_stamped(evs[k].data.fd, junk, sizeof(junk));
                 lat[nlat++] = t;
