@@ -185,5 +185,16 @@ int main(int argc, char **argv)
     if (write(pipefd[1], "q", 1) == 1)
         pthread_join(th, NULL);
     fanout_free(s.fo);
+    free(s.fds);
+    free(s.res);
+    free(s.answer);
+    free(cli);
+    free(lat);
+    free(arr);
+    free(last_read);
+    close(ep);
+    close(l);
+    close(pipefd[0]);
+    close(pipefd[1]);
     return 0;
 }

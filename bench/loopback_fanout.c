@@ -3,6 +3,9 @@
  * 127.0.0.1, a 300-byte write to each from 1 or 2 sender threads, one epoll loop reading them on the
  * same machine (as the control bench's client does). Prints the time until all N were received,
  * for 20 rounds. No sluice involved: whatever sluice's fan-out takes beyond this is its own cost.
+ * bench/fanout_floor.c is the closer floor (control_propagation's own client, sluice's fan-out code,
+ * fresh connections each round) and runs beside every control_propagation.sh run; this one stays
+ * for the earlier figures in bench/RESULTS-control.md.
  *
  *   cc -O2 -o /tmp/loopback_fanout bench/loopback_fanout.c -lpthread && /tmp/loopback_fanout 2
  */

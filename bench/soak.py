@@ -158,17 +158,7 @@ class Soak:
         self.poll_jobs = [f"soak-job-{i}" for i in range(50)]
         self.poll_cycles = 0
         self.heap = {}  # sluice_heap_* figures, latest
-        q = QUIET_S
-        # the verdict's two windows, first and last; --quiet-every adds windows between them, so a
-        # long run shows whether the retained memory levels off or keeps growing
-        ends = [a.warmup]
-        if a.quiet_every > 0:
-            e = a.warmup + a.quiet_every
-            while e <= a.duration - a.quiet_every / 2:
-                ends.append(e)
-                e += a.quiet_every
-        ends.append(a.duration)
-        self.quiet_windows = [(e - q, e) for e in ends]
+        self.quiet_windows = quiet_windows(a.warmup, a.duration, a.quiet_every)
 
     def running(self):
         return time.time() < self.end
@@ -399,6 +389,21 @@ done"""
 # and control changes go on throughout.
 QUIET_S = 30
 QUIET_SAMPLE_S = 15
+
+
+def quiet_windows(warmup, duration, every=0):
+    """The dashboard's pauses as (start, end) seconds into the run: the verdict's two, at the end of
+    warm-up and at the end of the run, and with every > 0 one every `every` seconds between them
+    (none closer than every / 2 to the end), so a long run shows whether the retained memory levels
+    off or keeps growing."""
+    ends = [warmup]
+    if every > 0:
+        e = warmup + every
+        while e <= duration - every / 2:
+            ends.append(e)
+            e += every
+    ends.append(duration)
+    return [(e - QUIET_S, e) for e in ends]
 
 
 def pct(xs, p):
